@@ -1,0 +1,98 @@
+//! Flags shared by every service binary. Each flag has an environment fallback so Kubernetes
+//! can configure through env; each binary adds its own `--listen` (its default port differs)
+//! and the URLs of the services it calls.
+
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+/// Server limits and behaviour.
+#[derive(Debug, Clone, Args)]
+pub struct ServerArgs {
+    /// Largest gRPC message accepted or sent, in bytes.
+    #[arg(long, env = "MAX_MESSAGE_BYTES", default_value_t = 4 * 1024 * 1024)]
+    pub max_message_bytes: usize,
+
+    /// Deadline for one request; longer calls fail with DEADLINE_EXCEEDED.
+    #[arg(long, env = "REQUEST_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub request_timeout: Duration,
+
+    /// Requests served at once across all connections; further requests are shed at once with
+    /// RESOURCE_EXHAUSTED rather than queued.
+    #[arg(long, env = "CONCURRENCY_LIMIT", default_value_t = 1024)]
+    pub concurrency_limit: usize,
+
+    /// On SIGTERM/SIGINT, how long in-flight calls may take to finish before the process exits.
+    #[arg(long, env = "SHUTDOWN_GRACE", default_value = "20s", value_parser = parse_duration)]
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServerArgs {
+    fn default() -> Self {
+        Self {
+            max_message_bytes: 4 * 1024 * 1024,
+            request_timeout: Duration::from_secs(30),
+            concurrency_limit: 1024,
+            shutdown_grace: Duration::from_secs(20),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Logging and tracing. Log levels come from `RUST_LOG` (default `info`); traces are exported
+/// over OTLP/gRPC when `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
+#[derive(Debug, Clone, Args)]
+pub struct TelemetryArgs {
+    /// Log line format.
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// OTLP/gRPC endpoint for traces (e.g. http://otel-collector:4317); no export when unset.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+}
+
+impl Default for TelemetryArgs {
+    fn default() -> Self {
+        Self { log_format: LogFormat::Text, otlp_endpoint: None }
+    }
+}
+
+/// Parses `250ms`, `30s`, `5m`, `1h` or a bare number of seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number.parse().map_err(|_| format!("`{text}` is not a duration like 30s or 250ms"))?;
+    let seconds = match unit.trim() {
+        "" | "s" => value,
+        "ms" => value / 1000.0,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        other => return Err(format!("unknown duration unit `{other}` (use ms, s, m or h)")),
+    };
+    if !seconds.is_finite() || seconds < 0.0 {
+        return Err(format!("`{text}` is not a valid duration"));
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("5"), Ok(Duration::from_secs(5)));
+        assert!(parse_duration("5 fortnights").is_err());
+        assert!(parse_duration("abc").is_err());
+    }
+}

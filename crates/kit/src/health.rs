@@ -1,0 +1,114 @@
+//! gRPC health that tells the truth: every service starts NOT_SERVING, becomes SERVING only
+//! while its dependencies answer (a probe the service supplies, run periodically), and goes
+//! back to NOT_SERVING as soon as shutdown starts so load balancers stop sending traffic.
+
+use std::{
+    future::Future,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use tonic_health::{ServingStatus, server::HealthReporter};
+
+/// Shared handle on the server's health statuses.
+#[derive(Clone)]
+pub struct HealthHandle {
+    inner: Arc<HealthInner>,
+}
+
+struct HealthInner {
+    reporter: HealthReporter,
+    services: Mutex<Vec<String>>,
+    ready: AtomicBool,
+    shutting_down: AtomicBool,
+    // Serialises status updates so the last update always reflects the latest flags.
+    apply_lock: tokio::sync::Mutex<()>,
+}
+
+impl HealthHandle {
+    pub(crate) fn new(reporter: HealthReporter) -> Self {
+        Self {
+            inner: Arc::new(HealthInner {
+                reporter,
+                services: Mutex::new(Vec::new()),
+                ready: AtomicBool::new(false),
+                shutting_down: AtomicBool::new(false),
+                apply_lock: tokio::sync::Mutex::new(()),
+            }),
+        }
+    }
+
+    pub(crate) fn register(&self, service: &str) {
+        self.services_guard().push(service.to_owned());
+    }
+
+    /// Whether the service's dependencies are reachable.
+    pub async fn set_ready(&self, ready: bool) {
+        let was = self.inner.ready.swap(ready, Ordering::SeqCst);
+        if was != ready {
+            if ready {
+                tracing::info!("dependencies reachable, serving");
+            } else {
+                tracing::warn!("dependencies unreachable, not serving");
+            }
+        }
+        self.apply().await;
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.inner.ready.load(Ordering::SeqCst)
+    }
+
+    pub(crate) async fn begin_shutdown(&self) {
+        self.inner.shutting_down.store(true, Ordering::SeqCst);
+        self.apply().await;
+    }
+
+    pub(crate) async fn apply(&self) {
+        let _guard = self.inner.apply_lock.lock().await;
+        let serving = self.inner.ready.load(Ordering::SeqCst) && !self.inner.shutting_down.load(Ordering::SeqCst);
+        let status = if serving { ServingStatus::Serving } else { ServingStatus::NotServing };
+        let services = self.services_guard().clone();
+        self.inner.reporter.set_service_status("", status).await;
+        for service in services {
+            self.inner.reporter.set_service_status(service, status).await;
+        }
+    }
+
+    fn services_guard(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
+        // A poisoned lock only means a panic elsewhere while pushing a name; the list is fine.
+        self.inner.services.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Runs `probe` now and then every `interval`, keeping the status in line with its result.
+    /// The task ends when the handle's server shuts down.
+    pub fn spawn_probe<F, Fut>(&self, interval: Duration, probe: F) -> tokio::task::JoinHandle<()>
+    where
+        F: Fn() -> Fut + Send + 'static,
+        Fut: Future<Output = Result<(), String>> + Send,
+    {
+        let handle = self.clone();
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(interval);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticker.tick().await;
+                if handle.inner.shutting_down.load(Ordering::SeqCst) {
+                    return;
+                }
+                match probe().await {
+                    Ok(()) => handle.set_ready(true).await,
+                    Err(reason) => {
+                        if handle.is_ready() {
+                            tracing::warn!(%reason, "health probe failed");
+                        }
+                        handle.set_ready(false).await;
+                    }
+                }
+            }
+        })
+    }
+}

@@ -1,0 +1,272 @@
+//! The gRPC server every service runs: health and reflection (v1 and v1alpha, so grpcurl
+//! 1.8 works), a request id, a span per request continuing the caller's trace, admission
+//! control (a global concurrency limit that sheds instead of queueing, and a deadline), message
+//! size limits, and a graceful shutdown that drains in-flight calls.
+
+use std::{
+    convert::Infallible,
+    future::Future,
+    net::SocketAddr,
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use anyhow::Context as _;
+use http::{Request, Response};
+use tokio::{net::TcpListener, sync::Semaphore};
+use tonic::{
+    Status,
+    server::NamedService,
+    service::RoutesBuilder,
+    transport::{Server, server::TcpIncoming},
+};
+use tower::{Layer, Service, ServiceBuilder};
+use tower_http::{
+    request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer},
+    trace::{DefaultOnFailure, DefaultOnResponse, TraceLayer},
+};
+use tracing::Level;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+use crate::{config::ServerArgs, health::HealthHandle, telemetry};
+
+/// A bound, not yet serving, gRPC server.
+pub struct GrpcServer {
+    listener: TcpListener,
+    args: ServerArgs,
+    routes: RoutesBuilder,
+    service_names: Vec<&'static str>,
+    health: HealthHandle,
+}
+
+impl GrpcServer {
+    /// Binds `addr` (port 0 picks a free port; see [`GrpcServer::local_addr`]). Health starts
+    /// NOT_SERVING for every service added.
+    pub async fn bind(addr: SocketAddr, args: ServerArgs) -> anyhow::Result<Self> {
+        let listener = TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
+        let (reporter, health_service) = tonic_health::server::health_reporter();
+        let mut routes = RoutesBuilder::default();
+        routes.add_service(health_service);
+        Ok(Self { listener, args, routes, service_names: Vec::new(), health: HealthHandle::new(reporter) })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        // A bound listener always has an address; `bind` succeeded.
+        self.listener.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
+    }
+
+    pub fn args(&self) -> &ServerArgs {
+        &self.args
+    }
+
+    /// The health statuses; the service marks itself ready once its dependencies answer.
+    pub fn health(&self) -> HealthHandle {
+        self.health.clone()
+    }
+
+    /// Adds a generated service (already configured with message size limits).
+    pub fn add_service<S>(&mut self, service: S) -> &mut Self
+    where
+        S: Service<Request<tonic::body::Body>, Error = Infallible>
+            + NamedService
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        S::Response: axum::response::IntoResponse,
+        S::Future: Send + 'static,
+    {
+        self.service_names.push(S::NAME);
+        self.health.register(S::NAME);
+        self.routes.add_service(service);
+        self
+    }
+
+    /// Serves until `shutdown` completes, then stops accepting, reports NOT_SERVING, and
+    /// waits up to the shutdown grace period for in-flight calls.
+    pub async fn serve(mut self, shutdown: impl Future<Output = ()> + Send) -> anyhow::Result<()> {
+        let mut reflection_v1 = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(switchyard_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .with_service_name("grpc.health.v1.Health");
+        let mut reflection_v1alpha = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(switchyard_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .with_service_name("grpc.health.v1.Health");
+        for name in &self.service_names {
+            reflection_v1 = reflection_v1.with_service_name(*name);
+            reflection_v1alpha = reflection_v1alpha.with_service_name(*name);
+        }
+        self.routes.add_service(reflection_v1.build_v1()?);
+        self.routes.add_service(reflection_v1alpha.build_v1alpha()?);
+        self.health.apply().await;
+
+        let addr = self.local_addr();
+        let args = self.args.clone();
+        let health = self.health.clone();
+        let draining = Arc::new(tokio::sync::Notify::new());
+        let signal = {
+            let draining = draining.clone();
+            async move {
+                shutdown.await;
+                tracing::info!("shutting down: no new connections, draining in-flight calls");
+                health.begin_shutdown().await;
+                draining.notify_one();
+            }
+        };
+
+        let stack = ServiceBuilder::new()
+            .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+            .layer(PropagateRequestIdLayer::x_request_id())
+            .layer(
+                TraceLayer::new_for_grpc()
+                    .make_span_with(request_span)
+                    .on_response(DefaultOnResponse::new().level(Level::DEBUG))
+                    .on_failure(DefaultOnFailure::new().level(Level::DEBUG)),
+            )
+            .layer(AdmissionLayer::new(args.concurrency_limit, args.request_timeout))
+            .into_inner();
+
+        let incoming = TcpIncoming::from(self.listener).with_nodelay(Some(true));
+        tracing::info!(%addr, services = ?self.service_names, "grpc server listening");
+        let serving = Server::builder()
+            .http2_keepalive_interval(Some(Duration::from_secs(30)))
+            .layer(stack)
+            .add_routes(self.routes.routes())
+            .serve_with_incoming_shutdown(incoming, signal);
+
+        tokio::select! {
+            result = serving => result.context("grpc server failed")?,
+            () = async { draining.notified().await; tokio::time::sleep(args.shutdown_grace).await } => {
+                tracing::warn!(grace = ?args.shutdown_grace, "shutdown grace period over, exiting with calls in flight");
+            }
+        }
+        tracing::info!("grpc server stopped");
+        Ok(())
+    }
+}
+
+/// One span per call, continuing the caller's trace (W3C `traceparent`).
+fn request_span<B>(request: &Request<B>) -> tracing::Span {
+    let path = request.uri().path();
+    let request_id = request.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("");
+    let span = tracing::info_span!(
+        "grpc.request",
+        otel.name = %path,
+        otel.kind = "server",
+        rpc.system = "grpc",
+        request_id = %request_id,
+    );
+    // Fails only when no OpenTelemetry layer is installed (e.g. in unit tests): nothing to link.
+    let _ = span.set_parent(telemetry::extract_context(request.headers()));
+    span
+}
+
+/// Waits for SIGTERM or SIGINT (Ctrl-C).
+pub async fn shutdown_signal() {
+    let interrupt = async {
+        if let Err(err) = tokio::signal::ctrl_c().await {
+            tracing::error!(%err, "cannot listen for ctrl-c");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(err) => {
+                tracing::error!(%err, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = interrupt => {}
+        () = terminate => {}
+    }
+}
+
+/// Admission control for every call but health checks: a global in-flight limit that rejects
+/// at once with RESOURCE_EXHAUSTED when full (queueing would only turn overload into latency),
+/// and a server-side deadline answered with DEADLINE_EXCEEDED.
+#[derive(Clone)]
+pub struct AdmissionLayer {
+    permits: Arc<Semaphore>,
+    limit: usize,
+    timeout: Duration,
+}
+
+impl AdmissionLayer {
+    pub fn new(limit: usize, timeout: Duration) -> Self {
+        Self { permits: Arc::new(Semaphore::new(limit)), limit, timeout }
+    }
+}
+
+impl<S> Layer<S> for AdmissionLayer {
+    type Service = Admission<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Admission { inner, layer: self.clone() }
+    }
+}
+
+#[derive(Clone)]
+pub struct Admission<S> {
+    inner: S,
+    layer: AdmissionLayer,
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+impl<S, B, ResBody> Service<Request<B>> for Admission<S>
+where
+    S: Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send,
+    B: Send + 'static,
+    ResBody: Default + Send + 'static,
+{
+    type Response = Response<ResBody>;
+    type Error = S::Error;
+    type Future = BoxFuture<Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        // Take the ready inner service, leave a fresh clone for the next call.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        if request.uri().path().starts_with("/grpc.health.v1.Health/") {
+            return Box::pin(inner.call(request));
+        }
+        let Ok(permit) = self.layer.permits.clone().try_acquire_owned() else {
+            let limit = self.layer.limit;
+            tracing::warn!(limit, "overloaded, shedding request");
+            return Box::pin(async move {
+                Ok(Status::resource_exhausted(format!(
+                    "server overloaded: {limit} requests already in flight, retry with backoff"
+                ))
+                .into_http())
+            });
+        };
+        let timeout = self.layer.timeout;
+        Box::pin(async move {
+            let result = tokio::time::timeout(timeout, inner.call(request)).await;
+            drop(permit);
+            match result {
+                Ok(response) => response,
+                Err(_) => Ok(Status::deadline_exceeded(format!(
+                    "request did not finish within the server's {timeout:?} deadline"
+                ))
+                .into_http()),
+            }
+        })
+    }
+}

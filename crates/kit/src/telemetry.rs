@@ -1,0 +1,134 @@
+//! Logging and tracing: `tracing` with an env filter (text or JSON lines), an OpenTelemetry
+//! layer so every span has a W3C trace context, and OTLP export when an endpoint is set.
+//!
+//! The OpenTelemetry layer is installed even without an exporter: spans are then not sampled
+//! (cheap, never recorded) but trace ids still flow through `traceparent` from hop to hop, so
+//! logs of one request can be correlated across services.
+
+use http::HeaderMap;
+use opentelemetry::{
+    Context,
+    propagation::{Extractor, Injector, TextMapPropagator},
+    trace::TracerProvider as _,
+};
+use opentelemetry_sdk::{
+    Resource,
+    propagation::TraceContextPropagator,
+    trace::{Sampler, SdkTracerProvider},
+};
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+use tracing_subscriber::{EnvFilter, layer::SubscriberExt, util::SubscriberInitExt};
+
+use crate::config::{LogFormat, TelemetryArgs};
+
+/// Keeps the tracer provider alive; flushes pending spans when dropped.
+pub struct TelemetryGuard {
+    provider: SdkTracerProvider,
+}
+
+impl Drop for TelemetryGuard {
+    fn drop(&mut self) {
+        if let Err(err) = self.provider.shutdown() {
+            eprintln!("telemetry shutdown: {err}");
+        }
+    }
+}
+
+/// Installs the global subscriber and propagator. Call once, at the start of `main`.
+pub fn init(service_name: &'static str, args: &TelemetryArgs) -> anyhow::Result<TelemetryGuard> {
+    opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
+    let resource = Resource::builder().with_service_name(service_name).build();
+    let provider = match &args.otlp_endpoint {
+        Some(endpoint) => {
+            use opentelemetry_otlp::WithExportConfig;
+            let exporter = opentelemetry_otlp::SpanExporter::builder()
+                .with_tonic()
+                .with_endpoint(endpoint.clone())
+                .build()?;
+            SdkTracerProvider::builder()
+                .with_resource(resource)
+                .with_sampler(Sampler::ParentBased(Box::new(Sampler::AlwaysOn)))
+                .with_batch_exporter(exporter)
+                .build()
+        }
+        None => SdkTracerProvider::builder()
+            .with_resource(resource)
+            .with_sampler(Sampler::ParentBased(Box::new(Sampler::AlwaysOff)))
+            .build(),
+    };
+    opentelemetry::global::set_tracer_provider(provider.clone());
+    let otel = tracing_opentelemetry::layer().with_tracer(provider.tracer(service_name));
+
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let registry = tracing_subscriber::registry().with(filter).with(otel);
+    match args.log_format {
+        LogFormat::Json => registry
+            .with(tracing_subscriber::fmt::layer().json().flatten_event(true).with_current_span(false))
+            .try_init()?,
+        LogFormat::Text => registry.with(tracing_subscriber::fmt::layer()).try_init()?,
+    }
+    Ok(TelemetryGuard { provider })
+}
+
+/// The trace context carried by incoming request headers (`traceparent`, `tracestate`).
+pub fn extract_context(headers: &HeaderMap) -> Context {
+    TraceContextPropagator::new().extract(&HeaderExtractor(headers))
+}
+
+/// Writes the current span's trace context into outgoing request headers.
+pub fn inject_current_context(headers: &mut HeaderMap) {
+    let context = tracing::Span::current().context();
+    TraceContextPropagator::new().inject_context(&context, &mut HeaderInjector(headers));
+}
+
+struct HeaderExtractor<'a>(&'a HeaderMap);
+
+impl Extractor for HeaderExtractor<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|value| value.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(http::HeaderName::as_str).collect()
+    }
+}
+
+struct HeaderInjector<'a>(&'a mut HeaderMap);
+
+impl Injector for HeaderInjector<'_> {
+    fn set(&mut self, key: &str, value: String) {
+        if let (Ok(name), Ok(value)) =
+            (http::HeaderName::from_bytes(key.as_bytes()), http::HeaderValue::from_str(&value))
+        {
+            self.0.insert(name, value);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use opentelemetry::trace::TraceContextExt;
+
+    use super::*;
+
+    #[test]
+    fn a_traceparent_header_round_trips() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "traceparent",
+            http::HeaderValue::from_static("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+        );
+        let context = extract_context(&headers);
+        let span = context.span();
+        let span_context = span.span_context();
+        assert_eq!(span_context.trace_id().to_string(), "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert!(span_context.is_remote());
+
+        let mut out = HeaderMap::new();
+        TraceContextPropagator::new().inject_context(&context, &mut HeaderInjector(&mut out));
+        assert_eq!(
+            out.get("traceparent").and_then(|v| v.to_str().ok()),
+            Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+        );
+    }
+}

@@ -1,0 +1,40 @@
+//! Compiles every `.proto` under `proto/switchyard` with the pure-Rust `protox` (no system
+//! `protoc`), writes the descriptor set for reflection, and generates tonic clients and servers.
+
+use std::{env, fs, path::PathBuf};
+
+use prost::Message;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let root = PathBuf::from(env::var("CARGO_MANIFEST_DIR")?).join("../../proto");
+    let root = root.canonicalize()?;
+    let mut protos = Vec::new();
+    collect_protos(&root.join("switchyard"), &mut protos)?;
+    protos.sort();
+    println!("cargo:rerun-if-changed={}", root.display());
+    for proto in &protos {
+        println!("cargo:rerun-if-changed={}", proto.display());
+    }
+
+    let fds = protox::compile(&protos, [&root])?;
+    let out_dir = PathBuf::from(env::var("OUT_DIR")?);
+    fs::write(out_dir.join("switchyard_descriptor.bin"), fds.encode_to_vec())?;
+
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_fds(fds)?;
+    Ok(())
+}
+
+fn collect_protos(dir: &std::path::Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    for entry in fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            collect_protos(&path, out)?;
+        } else if path.extension().is_some_and(|ext| ext == "proto") {
+            out.push(path);
+        }
+    }
+    Ok(())
+}

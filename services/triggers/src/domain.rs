@@ -1,0 +1,290 @@
+//! Domain types that validate on construction, so nothing invalid travels inward: role ids,
+//! triggers (with their regexes compiled once to prove they are sound), queries, and limits.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::TriggersError;
+
+/// The source name of a role's own (non-domain) triggers.
+pub const CUSTOM_SOURCE: &str = "custom";
+
+/// Size limits that keep requests and the compiled matcher bounded.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Longest query accepted, in bytes.
+    pub max_query_bytes: usize,
+    /// Most custom triggers one role may register.
+    pub max_custom_triggers: usize,
+    /// Longest trigger pattern, in bytes.
+    pub max_pattern_bytes: usize,
+    /// Largest compiled form of one regex trigger, in bytes (rejects "catastrophic" regexes
+    /// such as `\w{1000}{1000}` whose automaton would explode).
+    pub max_regex_bytes: usize,
+    /// Most distinct triggers across all roles (bounds the matcher's memory).
+    pub max_registry_triggers: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_query_bytes: 16 * 1024,
+            max_custom_triggers: 1000,
+            max_pattern_bytes: 512,
+            max_regex_bytes: 256 * 1024,
+            max_registry_triggers: 200_000,
+        }
+    }
+}
+
+/// A role id: a slug such as `finance-expert`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct RoleId(String);
+
+impl RoleId {
+    pub const MAX_LEN: usize = 64;
+
+    /// Lowercase letters, digits, `-`, `_`, `.`; starting with a letter or digit.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        if text.is_empty() {
+            return Err("must not be empty".into());
+        }
+        if text.len() > Self::MAX_LEN {
+            return Err(format!("must be at most {} characters, got {}", Self::MAX_LEN, text.len()));
+        }
+        let mut chars = text.chars();
+        let first_ok = chars.next().is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+        let rest_ok = text.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '_' | '.'));
+        if !first_ok || !rest_ok {
+            return Err(format!(
+                "`{text}` is not a role id: use lowercase letters, digits, '-', '_' or '.', starting with a letter or digit"
+            ));
+        }
+        Ok(Self(text.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for RoleId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl TryFrom<String> for RoleId {
+    type Error = String;
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        Self::parse(&value)
+    }
+}
+
+impl From<RoleId> for String {
+    fn from(value: RoleId) -> Self {
+        value.0
+    }
+}
+
+/// How a trigger's pattern is matched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TriggerKind {
+    Keyword,
+    Phrase,
+    Regex,
+}
+
+impl TriggerKind {
+    pub const ALL: [TriggerKind; 3] = [TriggerKind::Keyword, TriggerKind::Phrase, TriggerKind::Regex];
+
+    /// A bit per kind, for counting distinct kinds matched.
+    pub fn bit(self) -> u8 {
+        match self {
+            Self::Keyword => 1,
+            Self::Phrase => 2,
+            Self::Regex => 4,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Keyword => "keyword",
+            Self::Phrase => "phrase",
+            Self::Regex => "regex",
+        }
+    }
+}
+
+impl fmt::Display for TriggerKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+pub const MIN_PRIORITY: u32 = 1;
+pub const MAX_PRIORITY: u32 = 100;
+
+/// A validated trigger. Keywords and phrases are stored normalised (lowercase, single spaces);
+/// regexes are stored as written, after proving they compile within the limits.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Trigger {
+    pub pattern: String,
+    pub kind: TriggerKind,
+    pub priority: u32,
+}
+
+impl Trigger {
+    /// Validates a trigger; errors name `field` (e.g. `custom_triggers[3]`).
+    pub fn new(pattern: &str, kind: TriggerKind, priority: u32, limits: &Limits, field: &str) -> Result<Self, TriggersError> {
+        let invalid = |sub: &str, reason: String| TriggersError::invalid(format!("{field}.{sub}"), reason);
+        if !(MIN_PRIORITY..=MAX_PRIORITY).contains(&priority) {
+            return Err(invalid("priority", format!("must be between {MIN_PRIORITY} and {MAX_PRIORITY}, got {priority}")));
+        }
+        if pattern.len() > limits.max_pattern_bytes {
+            return Err(invalid(
+                "pattern",
+                format!("is {} bytes, over the limit of {} bytes", pattern.len(), limits.max_pattern_bytes),
+            ));
+        }
+        let pattern = match kind {
+            TriggerKind::Keyword => {
+                let normalized = normalize(pattern);
+                if normalized.is_empty() {
+                    return Err(invalid("pattern", "must not be empty".into()));
+                }
+                if normalized.contains(' ') {
+                    return Err(invalid("pattern", format!("keyword `{pattern}` has spaces; use kind PHRASE for several words")));
+                }
+                if !normalized.chars().any(char::is_alphanumeric) {
+                    return Err(invalid("pattern", format!("keyword `{pattern}` has no letter or digit")));
+                }
+                normalized
+            }
+            TriggerKind::Phrase => {
+                let normalized = normalize(pattern);
+                if normalized.split(' ').filter(|w| !w.is_empty()).count() < 2 {
+                    return Err(invalid("pattern", format!("phrase `{pattern}` needs at least two words; use kind KEYWORD for one")));
+                }
+                normalized
+            }
+            TriggerKind::Regex => {
+                crate::matcher::validate_regex(pattern, limits).map_err(|reason| invalid("pattern", reason))?;
+                pattern.to_owned()
+            }
+        };
+        Ok(Self { pattern, kind, priority })
+    }
+}
+
+/// What a role registers: the domain packs it draws from and its own triggers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoleRegistration {
+    pub role_id: RoleId,
+    pub domains: Vec<String>,
+    pub custom_triggers: Vec<Trigger>,
+    pub updated_at: chrono::DateTime<chrono::Utc>,
+}
+
+/// A user query, checked for emptiness and size.
+#[derive(Debug, Clone, Copy)]
+pub struct Query<'a>(&'a str);
+
+impl<'a> Query<'a> {
+    pub fn new(text: &'a str, limits: &Limits) -> Result<Self, TriggersError> {
+        if text.trim().is_empty() {
+            return Err(TriggersError::invalid("query", "must not be empty".into()));
+        }
+        if text.len() > limits.max_query_bytes {
+            return Err(TriggersError::invalid(
+                "query",
+                format!("is {} bytes, over the limit of {} bytes", text.len(), limits.max_query_bytes),
+            ));
+        }
+        Ok(Self(text))
+    }
+
+    pub fn as_str(&self) -> &'a str {
+        self.0
+    }
+}
+
+/// Lowercases (per character, so results do not depend on context) and collapses every run
+/// of white space to one space, trimming the ends. Queries and literal patterns both go
+/// through this, so matching is case-insensitive and indifferent to spacing.
+pub fn normalize(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut pending_space = false;
+    for c in text.chars() {
+        if c.is_whitespace() {
+            pending_space = !out.is_empty();
+            continue;
+        }
+        if pending_space {
+            out.push(' ');
+            pending_space = false;
+        }
+        if c.is_ascii() {
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.extend(c.to_lowercase());
+        }
+    }
+    out
+}
+
+/// Characters that make up words for whole-word matching.
+pub fn is_word_char(c: char) -> bool {
+    c.is_alphanumeric() || c == '_'
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalize_lowercases_unicode_and_collapses_space() {
+        assert_eq!(normalize("  Hello\t\n  WORLD  "), "hello world");
+        assert_eq!(normalize("ÉCOLE Straße"), "école straße");
+        assert_eq!(normalize("ΣΟΦΟΣ"), "σοφοσ");
+        assert_eq!(normalize(""), "");
+    }
+
+    #[test]
+    fn role_ids_are_slugs() {
+        assert!(RoleId::parse("finance-expert").is_ok());
+        assert!(RoleId::parse("a.b_c-1").is_ok());
+        assert!(RoleId::parse("").is_err());
+        assert!(RoleId::parse("Finance").is_err());
+        assert!(RoleId::parse("-x").is_err());
+        assert!(RoleId::parse(&"x".repeat(65)).is_err());
+    }
+
+    #[test]
+    fn triggers_validate_kind_and_priority() {
+        let limits = Limits::default();
+        let keyword = Trigger::new("  Budget ", TriggerKind::Keyword, 3, &limits, "t").expect("valid");
+        assert_eq!(keyword.pattern, "budget");
+        let err = Trigger::new("two words", TriggerKind::Keyword, 3, &limits, "custom_triggers[0]").unwrap_err();
+        assert!(err.to_string().starts_with("custom_triggers[0].pattern:"), "{err}");
+        assert!(Trigger::new("one", TriggerKind::Phrase, 3, &limits, "t").is_err());
+        assert!(Trigger::new("x", TriggerKind::Keyword, 0, &limits, "t").is_err());
+        assert!(Trigger::new("x", TriggerKind::Keyword, 101, &limits, "t").is_err());
+        assert!(Trigger::new("!!", TriggerKind::Keyword, 1, &limits, "t").is_err());
+        let long = "a".repeat(limits.max_pattern_bytes + 1);
+        let err = Trigger::new(&long, TriggerKind::Keyword, 1, &limits, "t").unwrap_err();
+        assert!(err.to_string().contains("over the limit of 512 bytes"), "{err}");
+    }
+
+    #[test]
+    fn queries_must_be_non_empty_and_bounded() {
+        let limits = Limits { max_query_bytes: 10, ..Limits::default() };
+        assert!(Query::new("hello", &limits).is_ok());
+        assert!(Query::new("   ", &limits).unwrap_err().to_string().starts_with("query: must not be empty"));
+        let err = Query::new("hello world!", &limits).unwrap_err();
+        assert_eq!(err.to_string(), "query: is 12 bytes, over the limit of 10 bytes");
+    }
+}

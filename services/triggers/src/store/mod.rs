@@ -1,0 +1,3 @@
+#[derive(Debug, thiserror::Error)]
+#[error("x")]
+pub struct StoreError;
