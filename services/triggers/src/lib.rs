@@ -1,6 +1,85 @@
-//! Trigger detection (spec "Context Switching": TriggerService).
+//! The triggers service (spec "Context Switching", TriggerService): detects which expert role
+//! a query belongs to from domain trigger packs and custom patterns, scores roles (priorities
+//! summed plus a diversity bonus) and picks the best one with hysteresis.
+//!
+//! `TriggerRegistry` is the service; `grpc` adapts it to `switchyard.triggers.v1`.
+
+pub mod config;
 pub mod domain;
 pub mod error;
+pub mod grpc;
+pub mod hysteresis;
 pub mod matcher;
 pub mod packs;
+pub mod registry;
 pub mod store;
+
+use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
+
+use anyhow::Context;
+use switchyard_kit::GrpcServer;
+use switchyard_proto::triggers::v1::trigger_service_server::TriggerServiceServer;
+
+pub use config::TriggersConfig;
+pub use registry::TriggerRegistry;
+
+use crate::{
+    packs::DomainPacks,
+    store::{MemoryStore, PostgresStore, TriggerStore},
+};
+
+/// A triggers server bound to its port, ready to serve.
+pub struct TriggersServer {
+    server: GrpcServer,
+    registry: Arc<TriggerRegistry>,
+}
+
+impl TriggersServer {
+    /// Opens the store named by `config` (Postgres, or memory), loads the registry and binds.
+    pub async fn bind(config: &TriggersConfig) -> anyhow::Result<Self> {
+        let store: Arc<dyn TriggerStore> = match (&config.database_url, config.in_memory) {
+            (_, true) => Arc::new(MemoryStore::default()),
+            (Some(url), false) => Arc::new(
+                PostgresStore::connect(url, &config.db_schema, config.sync_interval)
+                    .await
+                    .context("opening the trigger registry in Postgres")?,
+            ),
+            (None, false) => anyhow::bail!("DATABASE_URL (or --database-url) is required; pass --in-memory for a throwaway registry"),
+        };
+        Self::bind_with_store(config, store).await
+    }
+
+    /// Binds with a given store (tests, and `switchyard dev`).
+    pub async fn bind_with_store(config: &TriggersConfig, store: Arc<dyn TriggerStore>) -> anyhow::Result<Self> {
+        let registry_config = config.registry_config().map_err(anyhow::Error::msg)?;
+        let packs = Arc::new(DomainPacks::builtin()?);
+        let registry = TriggerRegistry::open(store, packs, registry_config).await?;
+        registry.spawn_follower(config.sync_interval);
+
+        let mut server = GrpcServer::bind(config.listen, config.server.clone()).await?;
+        let max = config.server.max_message_bytes;
+        server.add_service(
+            TriggerServiceServer::new(grpc::TriggersGrpc::new(registry.clone()))
+                .max_decoding_message_size(max)
+                .max_encoding_message_size(max),
+        );
+        let probe_registry = registry.clone();
+        server.health().spawn_probe(Duration::from_secs(2), move || {
+            let registry = probe_registry.clone();
+            async move { registry.ping().await.map_err(|err| err.to_string()) }
+        });
+        Ok(Self { server, registry })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.server.local_addr()
+    }
+
+    pub fn registry(&self) -> Arc<TriggerRegistry> {
+        self.registry.clone()
+    }
+
+    pub async fn serve(self, shutdown: impl Future<Output = ()> + Send) -> anyhow::Result<()> {
+        self.server.serve(shutdown).await
+    }
+}

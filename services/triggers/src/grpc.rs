@@ -1,0 +1,188 @@
+//! The gRPC adapter: proto ⇄ domain conversion and error mapping, nothing else.
+
+use std::sync::Arc;
+
+use switchyard_kit::to_status;
+use switchyard_proto::triggers::v1::{self as pb, trigger_service_server::TriggerService};
+use tonic::{Request, Response, Status};
+
+use crate::{
+    domain::{RoleRegistration, Trigger, TriggerKind},
+    error::TriggersError,
+    hysteresis::BestRoleReason,
+    matcher::{MatchedTrigger, RoleScore},
+    registry::{TriggerInput, TriggerRegistry},
+};
+
+pub struct TriggersGrpc {
+    registry: Arc<TriggerRegistry>,
+}
+
+impl TriggersGrpc {
+    pub fn new(registry: Arc<TriggerRegistry>) -> Self {
+        Self { registry }
+    }
+}
+
+fn status(err: TriggersError) -> Status {
+    to_status(&err)
+}
+
+fn kind_to_proto(kind: TriggerKind) -> pb::TriggerKind {
+    match kind {
+        TriggerKind::Keyword => pb::TriggerKind::Keyword,
+        TriggerKind::Phrase => pb::TriggerKind::Phrase,
+        TriggerKind::Regex => pb::TriggerKind::Regex,
+    }
+}
+
+fn kind_from_proto(kind: i32) -> Option<TriggerKind> {
+    match pb::TriggerKind::try_from(kind).ok()? {
+        pb::TriggerKind::Keyword => Some(TriggerKind::Keyword),
+        pb::TriggerKind::Phrase => Some(TriggerKind::Phrase),
+        pb::TriggerKind::Regex => Some(TriggerKind::Regex),
+        pb::TriggerKind::Unspecified => None,
+    }
+}
+
+fn trigger_to_proto(trigger: &Trigger) -> pb::Trigger {
+    pb::Trigger { pattern: trigger.pattern.clone(), kind: kind_to_proto(trigger.kind).into(), priority: trigger.priority }
+}
+
+fn timestamp(time: chrono::DateTime<chrono::Utc>) -> prost_types::Timestamp {
+    prost_types::Timestamp { seconds: time.timestamp(), nanos: i32::try_from(time.timestamp_subsec_nanos()).unwrap_or(0) }
+}
+
+fn role_to_proto(registration: &RoleRegistration, trigger_count: u32) -> pb::RoleTriggers {
+    pb::RoleTriggers {
+        role_id: registration.role_id.to_string(),
+        domains: registration.domains.clone(),
+        custom_triggers: registration.custom_triggers.iter().map(trigger_to_proto).collect(),
+        trigger_count,
+        updated_at: Some(timestamp(registration.updated_at)),
+    }
+}
+
+fn matched_to_proto(trigger: &MatchedTrigger) -> pb::MatchedTrigger {
+    pb::MatchedTrigger {
+        pattern: trigger.pattern.to_string(),
+        kind: kind_to_proto(trigger.kind).into(),
+        priority: trigger.priority,
+        source: trigger.source.to_string(),
+    }
+}
+
+/// Converts scores for the wire; also used by callers embedding the same message.
+pub fn scores_to_proto(scores: &[RoleScore]) -> Vec<pb::RoleMatch> {
+    scores
+        .iter()
+        .map(|score| pb::RoleMatch {
+            role_id: score.role_id.to_string(),
+            score: score.score,
+            base_score: score.base_score,
+            diversity_bonus: score.diversity_bonus,
+            matched_triggers: score.matched.iter().map(matched_to_proto).collect(),
+        })
+        .collect()
+}
+
+#[tonic::async_trait]
+impl TriggerService for TriggersGrpc {
+    async fn register_role_triggers(
+        &self,
+        request: Request<pb::RegisterRoleTriggersRequest>,
+    ) -> Result<Response<pb::RegisterRoleTriggersResponse>, Status> {
+        let request = request.into_inner();
+        let custom: Vec<TriggerInput> = request
+            .custom_triggers
+            .iter()
+            .map(|t| TriggerInput { pattern: t.pattern.clone(), kind: kind_from_proto(t.kind), priority: t.priority })
+            .collect();
+        let (registration, version) =
+            self.registry.register(&request.role_id, &request.domains, &custom).await.map_err(status)?;
+        let page = self.registry.list(registration.role_id.as_str(), 0, "").map_err(status)?;
+        let trigger_count = page.roles.first().map_or(0, |(_, count)| *count);
+        Ok(Response::new(pb::RegisterRoleTriggersResponse {
+            role: Some(role_to_proto(&registration, trigger_count)),
+            registry_version: version,
+        }))
+    }
+
+    async fn unregister_role(
+        &self,
+        request: Request<pb::UnregisterRoleRequest>,
+    ) -> Result<Response<pb::UnregisterRoleResponse>, Status> {
+        let version = self.registry.unregister(&request.into_inner().role_id).await.map_err(status)?;
+        Ok(Response::new(pb::UnregisterRoleResponse { registry_version: version }))
+    }
+
+    async fn list_role_triggers(
+        &self,
+        request: Request<pb::ListRoleTriggersRequest>,
+    ) -> Result<Response<pb::ListRoleTriggersResponse>, Status> {
+        let request = request.into_inner();
+        let page = self.registry.list(&request.role_id, request.page_size, &request.page_token).map_err(status)?;
+        Ok(Response::new(pb::ListRoleTriggersResponse {
+            roles: page.roles.iter().map(|(r, count)| role_to_proto(r, *count)).collect(),
+            next_page_token: page.next_page_token.unwrap_or_default(),
+            registry_version: page.version,
+        }))
+    }
+
+    async fn list_domains(
+        &self,
+        request: Request<pb::ListDomainsRequest>,
+    ) -> Result<Response<pb::ListDomainsResponse>, Status> {
+        let include = request.into_inner().include_triggers;
+        let domains = self
+            .registry
+            .packs()
+            .iter()
+            .map(|pack| pb::Domain {
+                name: pack.name.clone(),
+                description: pack.description.clone(),
+                trigger_count: u32::try_from(pack.triggers.len()).unwrap_or(u32::MAX),
+                triggers: if include { pack.triggers.iter().map(trigger_to_proto).collect() } else { Vec::new() },
+            })
+            .collect();
+        Ok(Response::new(pb::ListDomainsResponse { domains }))
+    }
+
+    async fn detect_triggers(
+        &self,
+        request: Request<pb::DetectTriggersRequest>,
+    ) -> Result<Response<pb::DetectTriggersResponse>, Status> {
+        let (scores, version) = self.registry.detect(&request.get_ref().query).map_err(status)?;
+        Ok(Response::new(pb::DetectTriggersResponse { matches: scores_to_proto(&scores), registry_version: version }))
+    }
+
+    async fn get_best_role(
+        &self,
+        request: Request<pb::GetBestRoleRequest>,
+    ) -> Result<Response<pb::GetBestRoleResponse>, Status> {
+        let request = request.into_inner();
+        let (best, scores, version) = self
+            .registry
+            .best_role(&request.query, &request.current_role_id, request.hysteresis_ratio)
+            .map_err(status)?;
+        let reason = match best.reason {
+            BestRoleReason::TopScore => pb::BestRoleReason::TopScore,
+            BestRoleReason::CurrentIsTop => pb::BestRoleReason::CurrentIsTop,
+            BestRoleReason::KeptByHysteresis => pb::BestRoleReason::KeptByHysteresis,
+            BestRoleReason::NoMatch => pb::BestRoleReason::NoMatch,
+        };
+        let (top_role_id, top_score) = best.top.map(|(role, score)| (role.to_string(), score)).unwrap_or_default();
+        Ok(Response::new(pb::GetBestRoleResponse {
+            role_id: best.role_id.map(|r| r.to_string()).unwrap_or_default(),
+            kept_current: best.kept_current,
+            reason: reason.into(),
+            explanation: best.explanation,
+            top_score,
+            top_role_id,
+            current_score: best.current_score,
+            hysteresis_ratio: best.hysteresis_ratio,
+            matches: scores_to_proto(&scores),
+            registry_version: version,
+        }))
+    }
+}

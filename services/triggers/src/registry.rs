@@ -1,0 +1,322 @@
+//! The trigger registry: validates registrations, persists them, and keeps one compiled
+//! matcher current. Writes go to the store first; the matcher is rebuilt on a blocking thread
+//! and swapped in atomically, so detection never waits for a rebuild and always sees one whole
+//! registry version. Changes made by other replicas arrive through the store's version channel.
+
+use std::{
+    collections::{BTreeMap, HashSet},
+    sync::Arc,
+    time::Duration,
+};
+
+use arc_swap::ArcSwap;
+use chrono::Utc;
+
+use crate::{
+    domain::{Limits, Query, RoleId, RoleRegistration, Trigger, TriggerKind},
+    error::TriggersError,
+    hysteresis::{self, BestRole},
+    matcher::{Matcher, RoleScore, Scoring},
+    packs::DomainPacks,
+    store::{Snapshot, TriggerStore},
+};
+
+/// Registry behaviour.
+#[derive(Debug, Clone)]
+pub struct RegistryConfig {
+    pub limits: Limits,
+    pub scoring: Scoring,
+    /// Default hysteresis ratio for `best_role` (0.8 in the spec).
+    pub hysteresis_ratio: f64,
+}
+
+impl Default for RegistryConfig {
+    fn default() -> Self {
+        Self { limits: Limits::default(), scoring: Scoring::default(), hysteresis_ratio: 0.8 }
+    }
+}
+
+/// A trigger as a caller submits it, before validation.
+#[derive(Debug, Clone)]
+pub struct TriggerInput {
+    pub pattern: String,
+    /// `None` when the caller left the kind unspecified.
+    pub kind: Option<TriggerKind>,
+    pub priority: u32,
+}
+
+/// One registry version, compiled.
+pub struct Compiled {
+    pub version: u64,
+    pub roles: BTreeMap<RoleId, RoleRegistration>,
+    pub matcher: Matcher,
+}
+
+pub struct TriggerRegistry {
+    store: Arc<dyn TriggerStore>,
+    packs: Arc<DomainPacks>,
+    config: RegistryConfig,
+    current: ArcSwap<Compiled>,
+    rebuild_lock: tokio::sync::Mutex<()>,
+}
+
+/// A page of registrations.
+pub struct RolePage {
+    pub roles: Vec<(RoleRegistration, u32)>,
+    pub next_page_token: Option<String>,
+    pub version: u64,
+}
+
+impl TriggerRegistry {
+    /// Loads the store and compiles the first matcher.
+    pub async fn open(
+        store: Arc<dyn TriggerStore>,
+        packs: Arc<DomainPacks>,
+        config: RegistryConfig,
+    ) -> Result<Arc<Self>, TriggersError> {
+        let snapshot = store.load().await.map_err(TriggersError::StoreUnavailable)?;
+        let compiled = compile(snapshot, packs.clone(), config.scoring).await?;
+        tracing::info!(version = compiled.version, roles = compiled.roles.len(), "trigger registry loaded");
+        Ok(Arc::new(Self {
+            store,
+            packs,
+            config,
+            current: ArcSwap::from_pointee(compiled),
+            rebuild_lock: tokio::sync::Mutex::new(()),
+        }))
+    }
+
+    pub fn config(&self) -> &RegistryConfig {
+        &self.config
+    }
+
+    pub fn packs(&self) -> &DomainPacks {
+        &self.packs
+    }
+
+    /// The compiled registry detection is currently using.
+    pub fn current(&self) -> Arc<Compiled> {
+        self.current.load_full()
+    }
+
+    pub async fn ping(&self) -> Result<(), TriggersError> {
+        self.store.ping().await.map_err(TriggersError::StoreUnavailable)
+    }
+
+    /// Reloads from the store and swaps in a new matcher if the version moved.
+    pub async fn refresh(&self) -> Result<u64, TriggersError> {
+        let _one_rebuild_at_a_time = self.rebuild_lock.lock().await;
+        let snapshot = self.store.load().await.map_err(TriggersError::StoreUnavailable)?;
+        let known = self.current.load().version;
+        if snapshot.version == known {
+            return Ok(known);
+        }
+        let compiled = compile(snapshot, self.packs.clone(), self.config.scoring).await?;
+        let version = compiled.version;
+        tracing::info!(from = known, to = version, roles = compiled.roles.len(), triggers = compiled.matcher.trigger_count(), "matcher rebuilt");
+        self.current.store(Arc::new(compiled));
+        Ok(version)
+    }
+
+    /// Follows the store's version channel, rebuilding when another replica (or this one)
+    /// changes the registry; retries every `retry` while the store is unreachable.
+    pub fn spawn_follower(self: &Arc<Self>, retry: Duration) -> tokio::task::JoinHandle<()> {
+        let registry = Arc::downgrade(self);
+        let mut versions = self.store.versions();
+        tokio::spawn(async move {
+            loop {
+                if versions.changed().await.is_err() {
+                    return;
+                }
+                loop {
+                    let Some(registry) = registry.upgrade() else { return };
+                    let wanted = *versions.borrow_and_update();
+                    if registry.current.load().version == wanted {
+                        break;
+                    }
+                    match registry.refresh().await {
+                        Ok(_) => break,
+                        Err(err) => {
+                            tracing::warn!(%err, "registry refresh failed, retrying");
+                            drop(registry);
+                            tokio::time::sleep(retry).await;
+                        }
+                    }
+                }
+            }
+        })
+    }
+
+    /// Validates and stores a role's triggers (replacing earlier ones); returns the stored
+    /// registration and the registry version that contains it, already compiled here.
+    pub async fn register(
+        &self,
+        role_id: &str,
+        domains: &[String],
+        custom_triggers: &[TriggerInput],
+    ) -> Result<(RoleRegistration, u64), TriggersError> {
+        let registration = self.validate(role_id, domains, custom_triggers)?;
+        let current = self.current.load();
+        let previous = current.roles.get(&registration.role_id).map_or(0, |r| r.custom_triggers.len());
+        let would_hold = current.matcher.trigger_count() + registration.custom_triggers.len().saturating_sub(previous);
+        if would_hold > self.config.limits.max_registry_triggers {
+            return Err(TriggersError::RegistryFull { would_hold, limit: self.config.limits.max_registry_triggers });
+        }
+        drop(current);
+        let version = self.store.upsert(&registration).await.map_err(TriggersError::StoreUnavailable)?;
+        self.refresh().await?;
+        tracing::info!(role_id = %registration.role_id, version, domains = ?registration.domains, custom = registration.custom_triggers.len(), "role triggers registered");
+        Ok((registration, version))
+    }
+
+    fn validate(&self, role_id: &str, domains: &[String], custom: &[TriggerInput]) -> Result<RoleRegistration, TriggersError> {
+        let limits = &self.config.limits;
+        let role_id = RoleId::parse(role_id).map_err(|reason| TriggersError::invalid("role_id", reason))?;
+        let mut unique_domains = Vec::new();
+        for (index, domain) in domains.iter().enumerate() {
+            let name = domain.trim().to_lowercase();
+            if self.packs.get(&name).is_none() {
+                let known: Vec<_> = self.packs.names().collect();
+                return Err(TriggersError::invalid(
+                    format!("domains[{index}]"),
+                    format!("unknown domain `{domain}` (known: {})", known.join(", ")),
+                ));
+            }
+            if !unique_domains.contains(&name) {
+                unique_domains.push(name);
+            }
+        }
+        if custom.len() > limits.max_custom_triggers {
+            return Err(TriggersError::invalid(
+                "custom_triggers",
+                format!("{} triggers given, over the limit of {} per role", custom.len(), limits.max_custom_triggers),
+            ));
+        }
+        let mut triggers: Vec<Trigger> = Vec::with_capacity(custom.len());
+        let mut seen = HashSet::new();
+        for (index, input) in custom.iter().enumerate() {
+            let field = format!("custom_triggers[{index}]");
+            let kind = input.kind.ok_or_else(|| {
+                TriggersError::invalid(format!("{field}.kind"), "must be KEYWORD, PHRASE or REGEX".into())
+            })?;
+            let trigger = Trigger::new(&input.pattern, kind, input.priority, limits, &field)?;
+            if seen.insert((trigger.kind, trigger.pattern.clone())) {
+                triggers.push(trigger);
+            } else if let Some(existing) = triggers.iter_mut().find(|t| t.kind == trigger.kind && t.pattern == trigger.pattern) {
+                existing.priority = existing.priority.max(trigger.priority);
+            }
+        }
+        Ok(RoleRegistration { role_id, domains: unique_domains, custom_triggers: triggers, updated_at: Utc::now() })
+    }
+
+    /// Removes a role; NOT_FOUND when it is not registered.
+    pub async fn unregister(&self, role_id: &str) -> Result<u64, TriggersError> {
+        let role = RoleId::parse(role_id).map_err(|reason| TriggersError::invalid("role_id", reason))?;
+        let version = self
+            .store
+            .remove(&role)
+            .await
+            .map_err(TriggersError::StoreUnavailable)?
+            .ok_or_else(|| TriggersError::RoleNotFound(role.to_string()))?;
+        self.refresh().await?;
+        tracing::info!(role_id = %role, version, "role unregistered");
+        Ok(version)
+    }
+
+    /// Registrations ordered by role id, a page at a time (the token is the last id seen).
+    pub fn list(&self, role_filter: &str, page_size: u32, page_token: &str) -> Result<RolePage, TriggersError> {
+        const DEFAULT_PAGE: u32 = 100;
+        const MAX_PAGE: u32 = 1000;
+        if page_size > MAX_PAGE {
+            return Err(TriggersError::invalid("page_size", format!("must be at most {MAX_PAGE}, got {page_size}")));
+        }
+        let page_size = if page_size == 0 { DEFAULT_PAGE } else { page_size } as usize;
+        let current = self.current.load();
+        if !role_filter.is_empty() {
+            let role = RoleId::parse(role_filter).map_err(|reason| TriggersError::invalid("role_id", reason))?;
+            let registration = current.roles.get(&role).ok_or_else(|| TriggersError::RoleNotFound(role.to_string()))?;
+            return Ok(RolePage {
+                roles: vec![(registration.clone(), self.trigger_count(registration))],
+                next_page_token: None,
+                version: current.version,
+            });
+        }
+        let after = if page_token.is_empty() {
+            None
+        } else {
+            Some(RoleId::parse(page_token).map_err(|_| TriggersError::invalid("page_token", "is not a token this service issued".into()))?)
+        };
+        let range = match &after {
+            Some(after) => current.roles.range::<RoleId, _>((std::ops::Bound::Excluded(after), std::ops::Bound::Unbounded)),
+            None => current.roles.range::<RoleId, _>(..),
+        };
+        let mut roles: Vec<_> = range.take(page_size + 1).map(|(_, r)| (r.clone(), self.trigger_count(r))).collect();
+        let next_page_token = if roles.len() > page_size {
+            roles.truncate(page_size);
+            roles.last().map(|(r, _)| r.role_id.to_string())
+        } else {
+            None
+        };
+        Ok(RolePage { roles, next_page_token, version: current.version })
+    }
+
+    /// Distinct triggers a role matches with: its domains' plus its own.
+    fn trigger_count(&self, registration: &RoleRegistration) -> u32 {
+        let mut distinct: HashSet<(TriggerKind, &str)> = HashSet::new();
+        for domain in &registration.domains {
+            if let Some(pack) = self.packs.get(domain) {
+                distinct.extend(pack.triggers.iter().map(|t| (t.kind, t.pattern.as_str())));
+            }
+        }
+        distinct.extend(registration.custom_triggers.iter().map(|t| (t.kind, t.pattern.as_str())));
+        u32::try_from(distinct.len()).unwrap_or(u32::MAX)
+    }
+
+    /// Scores a query against every role (hot path: no I/O, no locks, no allocation beyond
+    /// the result).
+    pub fn detect(&self, query: &str) -> Result<(Vec<RoleScore>, u64), TriggersError> {
+        let query = Query::new(query, &self.config.limits)?;
+        let current = self.current.load();
+        Ok((current.matcher.detect(query.as_str()), current.version))
+    }
+
+    /// The best role for a query with hysteresis towards `current_role_id`.
+    pub fn best_role(
+        &self,
+        query: &str,
+        current_role_id: &str,
+        hysteresis_ratio: Option<f64>,
+    ) -> Result<(BestRole, Vec<RoleScore>, u64), TriggersError> {
+        let query = Query::new(query, &self.config.limits)?;
+        let ratio = match hysteresis_ratio {
+            Some(ratio) if !(0.0..=1.0).contains(&ratio) || ratio.is_nan() => {
+                return Err(TriggersError::invalid("hysteresis_ratio", format!("must be between 0 and 1, got {ratio}")));
+            }
+            Some(ratio) => ratio,
+            None => self.config.hysteresis_ratio,
+        };
+        let current = self.current.load();
+        let current_role = if current_role_id.is_empty() {
+            None
+        } else {
+            let role = RoleId::parse(current_role_id).map_err(|reason| TriggersError::invalid("current_role_id", reason))?;
+            if !current.roles.contains_key(&role) {
+                return Err(TriggersError::RoleNotFound(role.to_string()));
+            }
+            Some(role)
+        };
+        let scores = current.matcher.detect(query.as_str());
+        let best = hysteresis::best_role(&scores, current_role.as_ref(), ratio);
+        Ok((best, scores, current.version))
+    }
+}
+
+async fn compile(snapshot: Snapshot, packs: Arc<DomainPacks>, scoring: Scoring) -> Result<Compiled, TriggersError> {
+    tokio::task::spawn_blocking(move || {
+        let matcher = Matcher::build(&snapshot.roles, &packs, scoring).map_err(TriggersError::Matcher)?;
+        let roles = snapshot.roles.into_iter().map(|r| (r.role_id.clone(), r)).collect();
+        Ok(Compiled { version: snapshot.version, roles, matcher })
+    })
+    .await
+    .map_err(|err| TriggersError::Matcher(format!("matcher build task failed: {err}")))?
+}

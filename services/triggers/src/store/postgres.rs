@@ -1,0 +1,227 @@
+//! Registrations in Postgres, in the service's own schema (so services sharing a database do
+//! not share migration bookkeeping). Every change bumps a registry version and NOTIFYs it;
+//! each replica LISTENs, and also polls the version, so a lost notification (say, during a
+//! reconnect) delays convergence by at most one poll interval.
+
+use std::{str::FromStr, sync::Arc, time::Duration};
+
+use async_trait::async_trait;
+use sqlx::{
+    Row,
+    postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions},
+    types::Json,
+};
+use tokio::{sync::watch, task::JoinHandle};
+
+use super::{Snapshot, StoreError, TriggerStore};
+use crate::domain::{RoleId, RoleRegistration, Trigger};
+
+pub struct PostgresStore {
+    pool: PgPool,
+    channel: String,
+    versions: Arc<watch::Sender<u64>>,
+    follower: JoinHandle<()>,
+}
+
+impl Drop for PostgresStore {
+    fn drop(&mut self) {
+        self.follower.abort();
+    }
+}
+
+/// A schema name we are willing to interpolate into SQL.
+fn checked_schema(schema: &str) -> Result<&str, StoreError> {
+    let valid = !schema.is_empty()
+        && schema.len() <= 63
+        && schema.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+        && schema.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if valid {
+        Ok(schema)
+    } else {
+        Err(StoreError::Config(format!(
+            "schema `{schema}` must be 1 to 63 lowercase letters, digits or '_', not starting with a digit"
+        )))
+    }
+}
+
+impl PostgresStore {
+    /// Connects, creates the schema if needed, runs migrations, and starts following changes
+    /// made by other replicas (checking the version every `poll_interval` as well).
+    pub async fn connect(url: &str, schema: &str, poll_interval: Duration) -> Result<Self, StoreError> {
+        let schema = checked_schema(schema)?;
+        let base = PgConnectOptions::from_str(url)?;
+        create_schema(&base, schema).await?;
+        let options = base.options([("search_path", schema)]);
+        let pool = PgPoolOptions::new()
+            .max_connections(8)
+            .acquire_timeout(Duration::from_secs(3))
+            .connect_with(options)
+            .await?;
+        sqlx::migrate!("./migrations").run(&pool).await?;
+
+        let version = current_version(&pool).await?;
+        let versions = Arc::new(watch::Sender::new(version));
+        let channel = format!("{schema}_registry_changed");
+        let follower = tokio::spawn(follow_changes(pool.clone(), channel.clone(), versions.clone(), poll_interval));
+        Ok(Self { pool, channel, versions, follower })
+    }
+}
+
+async fn create_schema(options: &PgConnectOptions, schema: &str) -> Result<(), StoreError> {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect_with(options).await?;
+    let statement = format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\"");
+    if let Err(err) = sqlx::query(sqlx::AssertSqlSafe(statement)).execute(&mut conn).await {
+        // Two replicas creating the schema at once: one loses the race; fine if it exists.
+        let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)")
+            .bind(schema)
+            .fetch_one(&mut conn)
+            .await?;
+        if !exists {
+            return Err(err.into());
+        }
+    }
+    conn.close().await?;
+    Ok(())
+}
+
+async fn current_version(pool: &PgPool) -> Result<u64, StoreError> {
+    let version: i64 = sqlx::query_scalar("SELECT version FROM registry_version").fetch_one(pool).await?;
+    Ok(u64::try_from(version).unwrap_or(0))
+}
+
+fn publish(versions: &watch::Sender<u64>, version: u64) {
+    versions.send_if_modified(|known| {
+        let changed = *known != version;
+        *known = version;
+        changed
+    });
+}
+
+async fn follow_changes(pool: PgPool, channel: String, versions: Arc<watch::Sender<u64>>, poll_interval: Duration) {
+    let mut ticker = tokio::time::interval(poll_interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let mut listener = match PgListener::connect_with(&pool).await {
+            Ok(listener) => listener,
+            Err(err) => {
+                tracing::warn!(%err, "cannot listen for registry changes, polling only");
+                ticker.tick().await;
+                if let Ok(version) = current_version(&pool).await {
+                    publish(&versions, version);
+                }
+                continue;
+            }
+        };
+        if let Err(err) = listener.listen(&channel).await {
+            tracing::warn!(%err, %channel, "LISTEN failed");
+            ticker.tick().await;
+            continue;
+        }
+        loop {
+            tokio::select! {
+                notification = listener.try_recv() => match notification {
+                    Ok(Some(notification)) => {
+                        if let Ok(version) = notification.payload().parse() {
+                            publish(&versions, version);
+                        }
+                    }
+                    // The connection dropped; `try_recv` reconnects on the next call. Catch
+                    // up on anything missed meanwhile.
+                    Ok(None) => {
+                        if let Ok(version) = current_version(&pool).await {
+                            publish(&versions, version);
+                        }
+                    }
+                    Err(err) => {
+                        tracing::warn!(%err, "registry change listener failed, reconnecting");
+                        break;
+                    }
+                },
+                _ = ticker.tick() => {
+                    match current_version(&pool).await {
+                        Ok(version) => publish(&versions, version),
+                        Err(err) => tracing::debug!(%err, "registry version poll failed"),
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl TriggerStore for PostgresStore {
+    async fn load(&self) -> Result<Snapshot, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        // One consistent view of the version and the rows.
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY").execute(&mut *tx).await?;
+        let version: i64 = sqlx::query_scalar("SELECT version FROM registry_version").fetch_one(&mut *tx).await?;
+        let rows = sqlx::query("SELECT role_id, domains, custom_triggers, updated_at FROM role_triggers ORDER BY role_id")
+            .fetch_all(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        let mut roles = Vec::with_capacity(rows.len());
+        for row in rows {
+            let role: String = row.try_get("role_id")?;
+            let role_id = RoleId::parse(&role).map_err(|reason| StoreError::Corrupt { role: role.clone(), reason })?;
+            let Json(custom_triggers): Json<Vec<Trigger>> = row.try_get("custom_triggers")?;
+            roles.push(RoleRegistration {
+                role_id,
+                domains: row.try_get("domains")?,
+                custom_triggers,
+                updated_at: row.try_get("updated_at")?,
+            });
+        }
+        Ok(Snapshot { version: u64::try_from(version).unwrap_or(0), roles })
+    }
+
+    async fn upsert(&self, registration: &RoleRegistration) -> Result<u64, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "INSERT INTO role_triggers (role_id, domains, custom_triggers, updated_at) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (role_id) DO UPDATE
+             SET domains = EXCLUDED.domains, custom_triggers = EXCLUDED.custom_triggers, updated_at = EXCLUDED.updated_at",
+        )
+        .bind(registration.role_id.as_str())
+        .bind(&registration.domains)
+        .bind(Json(&registration.custom_triggers))
+        .bind(registration.updated_at)
+        .execute(&mut *tx)
+        .await?;
+        let version = bump_version(&mut tx, &self.channel).await?;
+        tx.commit().await?;
+        publish(&self.versions, version);
+        Ok(version)
+    }
+
+    async fn remove(&self, role: &RoleId) -> Result<Option<u64>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let removed = sqlx::query("DELETE FROM role_triggers WHERE role_id = $1").bind(role.as_str()).execute(&mut *tx).await?;
+        if removed.rows_affected() == 0 {
+            return Ok(None);
+        }
+        let version = bump_version(&mut tx, &self.channel).await?;
+        tx.commit().await?;
+        publish(&self.versions, version);
+        Ok(Some(version))
+    }
+
+    fn versions(&self) -> watch::Receiver<u64> {
+        self.versions.subscribe()
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+}
+
+/// Bumps the version inside the writing transaction and queues the notification, which
+/// Postgres delivers only if the transaction commits.
+async fn bump_version(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>, channel: &str) -> Result<u64, StoreError> {
+    let version: i64 = sqlx::query_scalar("UPDATE registry_version SET version = version + 1 RETURNING version")
+        .fetch_one(&mut **tx)
+        .await?;
+    sqlx::query("SELECT pg_notify($1, $2)").bind(channel).bind(version.to_string()).execute(&mut **tx).await?;
+    Ok(u64::try_from(version).unwrap_or(0))
+}
