@@ -1,6 +1,9 @@
-//! gRPC health that tells the truth: every service starts NOT_SERVING, becomes SERVING only
-//! while its dependencies answer (a probe the service supplies, run periodically), and goes
-//! back to NOT_SERVING as soon as shutdown starts so load balancers stop sending traffic.
+//! gRPC health that tells the truth. Each named service (readiness) starts NOT_SERVING,
+//! becomes SERVING only while its dependencies answer (a probe the service supplies, run
+//! periodically), and goes back to NOT_SERVING as soon as shutdown starts so load balancers
+//! stop sending traffic. The empty service name `""` is liveness: SERVING while the process
+//! runs and is not shutting down, whatever its dependencies do — a Postgres outage must take
+//! pods out of rotation, not get them restarted.
 
 use std::{
     future::Future,
@@ -69,12 +72,13 @@ impl HealthHandle {
 
     pub(crate) async fn apply(&self) {
         let _guard = self.inner.apply_lock.lock().await;
-        let serving = self.inner.ready.load(Ordering::SeqCst) && !self.inner.shutting_down.load(Ordering::SeqCst);
-        let status = if serving { ServingStatus::Serving } else { ServingStatus::NotServing };
+        let alive = !self.inner.shutting_down.load(Ordering::SeqCst);
+        let ready = alive && self.inner.ready.load(Ordering::SeqCst);
+        let as_status = |up: bool| if up { ServingStatus::Serving } else { ServingStatus::NotServing };
         let services = self.services_guard().clone();
-        self.inner.reporter.set_service_status("", status).await;
+        self.inner.reporter.set_service_status("", as_status(alive)).await;
         for service in services {
-            self.inner.reporter.set_service_status(service, status).await;
+            self.inner.reporter.set_service_status(service, as_status(ready)).await;
         }
     }
 
@@ -110,5 +114,47 @@ impl HealthHandle {
                 }
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tonic::Request;
+    use tonic_health::{
+        pb::{HealthCheckRequest, health_check_response::ServingStatus as Wire, health_server::Health},
+        server::HealthService,
+    };
+
+    use super::*;
+
+    async fn status(service: &HealthService, name: &str) -> Wire {
+        let request = Request::new(HealthCheckRequest { service: name.into() });
+        service.check(request).await.expect("known service").into_inner().status()
+    }
+
+    #[tokio::test]
+    async fn liveness_ignores_dependencies_while_readiness_follows_them() {
+        let reporter = HealthReporter::new();
+        let service = HealthService::from_health_reporter(reporter.clone());
+        let handle = HealthHandle::new(reporter);
+        handle.register("svc");
+        handle.apply().await;
+        assert_eq!(status(&service, "").await, Wire::Serving);
+        assert_eq!(status(&service, "svc").await, Wire::NotServing, "not ready until the probe passes");
+
+        handle.set_ready(true).await;
+        assert_eq!(status(&service, "svc").await, Wire::Serving);
+
+        handle.set_ready(false).await;
+        assert_eq!(status(&service, "").await, Wire::Serving, "a dependency outage must not fail liveness");
+        assert_eq!(status(&service, "svc").await, Wire::NotServing);
+
+        handle.set_ready(true).await;
+        handle.begin_shutdown().await;
+        assert_eq!(status(&service, "").await, Wire::NotServing);
+        assert_eq!(status(&service, "svc").await, Wire::NotServing);
+        // A probe passing after shutdown began cannot bring it back.
+        handle.set_ready(true).await;
+        assert_eq!(status(&service, "svc").await, Wire::NotServing);
     }
 }

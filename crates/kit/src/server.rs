@@ -69,12 +69,7 @@ impl GrpcServer {
     /// Adds a generated service (already configured with message size limits).
     pub fn add_service<S>(&mut self, service: S) -> &mut Self
     where
-        S: Service<Request<tonic::body::Body>, Error = Infallible>
-            + NamedService
-            + Clone
-            + Send
-            + Sync
-            + 'static,
+        S: Service<Request<tonic::body::Body>, Error = Infallible> + NamedService + Clone + Send + Sync + 'static,
         S::Response: axum::response::IntoResponse,
         S::Future: Send + 'static,
     {

@@ -41,10 +41,8 @@ pub fn init(service_name: &'static str, args: &TelemetryArgs) -> anyhow::Result<
     let provider = match &args.otlp_endpoint {
         Some(endpoint) => {
             use opentelemetry_otlp::WithExportConfig;
-            let exporter = opentelemetry_otlp::SpanExporter::builder()
-                .with_tonic()
-                .with_endpoint(endpoint.clone())
-                .build()?;
+            let exporter =
+                opentelemetry_otlp::SpanExporter::builder().with_tonic().with_endpoint(endpoint.clone()).build()?;
             SdkTracerProvider::builder()
                 .with_resource(resource)
                 .with_sampler(Sampler::ParentBased(Box::new(Sampler::AlwaysOn)))

@@ -56,7 +56,8 @@ impl RoleId {
         }
         let mut chars = text.chars();
         let first_ok = chars.next().is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
-        let rest_ok = text.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '_' | '.'));
+        let rest_ok =
+            text.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '_' | '.'));
         if !first_ok || !rest_ok {
             return Err(format!(
                 "`{text}` is not a role id: use lowercase letters, digits, '-', '_' or '.', starting with a letter or digit"
@@ -139,10 +140,19 @@ pub struct Trigger {
 
 impl Trigger {
     /// Validates a trigger; errors name `field` (e.g. `custom_triggers[3]`).
-    pub fn new(pattern: &str, kind: TriggerKind, priority: u32, limits: &Limits, field: &str) -> Result<Self, TriggersError> {
+    pub fn new(
+        pattern: &str,
+        kind: TriggerKind,
+        priority: u32,
+        limits: &Limits,
+        field: &str,
+    ) -> Result<Self, TriggersError> {
         let invalid = |sub: &str, reason: String| TriggersError::invalid(format!("{field}.{sub}"), reason);
         if !(MIN_PRIORITY..=MAX_PRIORITY).contains(&priority) {
-            return Err(invalid("priority", format!("must be between {MIN_PRIORITY} and {MAX_PRIORITY}, got {priority}")));
+            return Err(invalid(
+                "priority",
+                format!("must be between {MIN_PRIORITY} and {MAX_PRIORITY}, got {priority}"),
+            ));
         }
         if pattern.len() > limits.max_pattern_bytes {
             return Err(invalid(
@@ -157,7 +167,10 @@ impl Trigger {
                     return Err(invalid("pattern", "must not be empty".into()));
                 }
                 if normalized.contains(' ') {
-                    return Err(invalid("pattern", format!("keyword `{pattern}` has spaces; use kind PHRASE for several words")));
+                    return Err(invalid(
+                        "pattern",
+                        format!("keyword `{pattern}` has spaces; use kind PHRASE for several words"),
+                    ));
                 }
                 if !normalized.chars().any(char::is_alphanumeric) {
                     return Err(invalid("pattern", format!("keyword `{pattern}` has no letter or digit")));
@@ -167,7 +180,10 @@ impl Trigger {
             TriggerKind::Phrase => {
                 let normalized = normalize(pattern);
                 if normalized.split(' ').filter(|w| !w.is_empty()).count() < 2 {
-                    return Err(invalid("pattern", format!("phrase `{pattern}` needs at least two words; use kind KEYWORD for one")));
+                    return Err(invalid(
+                        "pattern",
+                        format!("phrase `{pattern}` needs at least two words; use kind KEYWORD for one"),
+                    ));
                 }
                 normalized
             }

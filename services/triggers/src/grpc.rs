@@ -46,11 +46,18 @@ fn kind_from_proto(kind: i32) -> Option<TriggerKind> {
 }
 
 fn trigger_to_proto(trigger: &Trigger) -> pb::Trigger {
-    pb::Trigger { pattern: trigger.pattern.clone(), kind: kind_to_proto(trigger.kind).into(), priority: trigger.priority }
+    pb::Trigger {
+        pattern: trigger.pattern.clone(),
+        kind: kind_to_proto(trigger.kind).into(),
+        priority: trigger.priority,
+    }
 }
 
 fn timestamp(time: chrono::DateTime<chrono::Utc>) -> prost_types::Timestamp {
-    prost_types::Timestamp { seconds: time.timestamp(), nanos: i32::try_from(time.timestamp_subsec_nanos()).unwrap_or(0) }
+    prost_types::Timestamp {
+        seconds: time.timestamp(),
+        nanos: i32::try_from(time.timestamp_subsec_nanos()).unwrap_or(0),
+    }
 }
 
 fn role_to_proto(registration: &RoleRegistration, trigger_count: u32) -> pb::RoleTriggers {

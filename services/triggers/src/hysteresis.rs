@@ -32,9 +32,8 @@ pub struct BestRole {
 /// Decides between the current role and the top of `scores` (best first, as the matcher
 /// returns them). The current role stays when `current_score ≥ ratio × top_score`.
 pub fn best_role(scores: &[RoleScore], current: Option<&RoleId>, ratio: f64) -> BestRole {
-    let current_score = current
-        .and_then(|current| scores.iter().find(|s| &s.role_id == current))
-        .map_or(0, |s| s.score);
+    let current_score =
+        current.and_then(|current| scores.iter().find(|s| &s.role_id == current)).map_or(0, |s| s.score);
     let Some(top) = scores.first() else {
         let explanation = match current {
             Some(role) => format!("no trigger matched; keeping {role}"),
@@ -61,12 +60,9 @@ pub fn best_role(scores: &[RoleScore], current: Option<&RoleId>, ratio: f64) -> 
         explanation,
     };
     match current {
-        Some(role) if current_score == top.score => decided(
-            role,
-            true,
-            BestRoleReason::CurrentIsTop,
-            format!("{role} has the top score ({current_score})"),
-        ),
+        Some(role) if current_score == top.score => {
+            decided(role, true, BestRoleReason::CurrentIsTop, format!("{role} has the top score ({current_score})"))
+        }
         Some(role) if f64::from(current_score) >= ratio * f64::from(top.score) => decided(
             role,
             true,

@@ -44,7 +44,9 @@ impl TriggersServer {
                     .await
                     .context("opening the trigger registry in Postgres")?,
             ),
-            (None, false) => anyhow::bail!("DATABASE_URL (or --database-url) is required; pass --in-memory for a throwaway registry"),
+            (None, false) => {
+                anyhow::bail!("DATABASE_URL (or --database-url) is required; pass --in-memory for a throwaway registry")
+            }
         };
         Self::bind_with_store(config, store).await
     }

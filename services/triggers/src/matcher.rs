@@ -244,7 +244,17 @@ impl Matcher {
         let anchored = build_regex_set(&anchored_patterns, MatchKind::LeftmostFirst)?;
         let scanned = build_regex_set(&scanned_patterns, MatchKind::All)?;
 
-        Ok(Self { roles: role_ids, slots, literals, literal_targets, anchored, anchored_slots, scanned, scanned_slots, scoring })
+        Ok(Self {
+            roles: role_ids,
+            slots,
+            literals,
+            literal_targets,
+            anchored,
+            anchored_slots,
+            scanned,
+            scanned_slots,
+            scoring,
+        })
     }
 
     /// Number of distinct patterns compiled.
@@ -284,7 +294,9 @@ impl Matcher {
                 if matched_regex == Some(regex) {
                     continue;
                 }
-                let input = Input::new(&text).range(start..).anchored(Anchored::Pattern(PatternID::new_unchecked(regex as usize)));
+                let input = Input::new(&text)
+                    .range(start..)
+                    .anchored(Anchored::Pattern(PatternID::new_unchecked(regex as usize)));
                 if anchored.search_half(&input).is_some() {
                     matched_regex = Some(regex);
                     hits.push(self.anchored_slots[regex as usize]);
@@ -334,7 +346,8 @@ impl Matcher {
                 });
             }
             matched.sort_by(|a, b| b.priority.cmp(&a.priority).then_with(|| a.pattern.cmp(&b.pattern)));
-            let diversity_bonus = self.scoring.diversity_bonus_per_kind.saturating_mul(kinds.count_ones().saturating_sub(1));
+            let diversity_bonus =
+                self.scoring.diversity_bonus_per_kind.saturating_mul(kinds.count_ones().saturating_sub(1));
             scores.push(RoleScore {
                 role_id: self.roles[role as usize].clone(),
                 score: base_score.saturating_add(diversity_bonus),
@@ -344,7 +357,10 @@ impl Matcher {
             });
         }
         scores.sort_by(|a, b| {
-            b.score.cmp(&a.score).then_with(|| b.matched.len().cmp(&a.matched.len())).then_with(|| a.role_id.cmp(&b.role_id))
+            b.score
+                .cmp(&a.score)
+                .then_with(|| b.matched.len().cmp(&a.matched.len()))
+                .then_with(|| a.role_id.cmp(&b.role_id))
         });
         scores
     }

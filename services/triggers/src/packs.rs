@@ -91,7 +91,11 @@ fn parse_pack(expected_name: &str, text: &str, limits: &Limits) -> Result<Domain
     }
     let mut triggers = Vec::new();
     let mut seen = std::collections::HashSet::new();
-    let groups = [(TriggerKind::Keyword, &file.keywords), (TriggerKind::Phrase, &file.phrases), (TriggerKind::Regex, &file.regexes)];
+    let groups = [
+        (TriggerKind::Keyword, &file.keywords),
+        (TriggerKind::Phrase, &file.phrases),
+        (TriggerKind::Regex, &file.regexes),
+    ];
     for (kind, groups) in groups {
         for group in groups {
             for pattern in &group.patterns {

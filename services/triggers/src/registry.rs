@@ -113,7 +113,13 @@ impl TriggerRegistry {
         }
         let compiled = compile(snapshot, self.packs.clone(), self.config.scoring).await?;
         let version = compiled.version;
-        tracing::info!(from = known, to = version, roles = compiled.roles.len(), triggers = compiled.matcher.trigger_count(), "matcher rebuilt");
+        tracing::info!(
+            from = known,
+            to = version,
+            roles = compiled.roles.len(),
+            triggers = compiled.matcher.trigger_count(),
+            "matcher rebuilt"
+        );
         self.current.store(Arc::new(compiled));
         Ok(version)
     }
@@ -169,7 +175,12 @@ impl TriggerRegistry {
         Ok((registration, version))
     }
 
-    fn validate(&self, role_id: &str, domains: &[String], custom: &[TriggerInput]) -> Result<RoleRegistration, TriggersError> {
+    fn validate(
+        &self,
+        role_id: &str,
+        domains: &[String],
+        custom: &[TriggerInput],
+    ) -> Result<RoleRegistration, TriggersError> {
         let limits = &self.config.limits;
         let role_id = RoleId::parse(role_id).map_err(|reason| TriggersError::invalid("role_id", reason))?;
         let mut unique_domains = Vec::new();
@@ -202,7 +213,9 @@ impl TriggerRegistry {
             let trigger = Trigger::new(&input.pattern, kind, input.priority, limits, &field)?;
             if seen.insert((trigger.kind, trigger.pattern.clone())) {
                 triggers.push(trigger);
-            } else if let Some(existing) = triggers.iter_mut().find(|t| t.kind == trigger.kind && t.pattern == trigger.pattern) {
+            } else if let Some(existing) =
+                triggers.iter_mut().find(|t| t.kind == trigger.kind && t.pattern == trigger.pattern)
+            {
                 existing.priority = existing.priority.max(trigger.priority);
             }
         }
@@ -244,10 +257,15 @@ impl TriggerRegistry {
         let after = if page_token.is_empty() {
             None
         } else {
-            Some(RoleId::parse(page_token).map_err(|_| TriggersError::invalid("page_token", "is not a token this service issued".into()))?)
+            Some(
+                RoleId::parse(page_token)
+                    .map_err(|_| TriggersError::invalid("page_token", "is not a token this service issued".into()))?,
+            )
         };
         let range = match &after {
-            Some(after) => current.roles.range::<RoleId, _>((std::ops::Bound::Excluded(after), std::ops::Bound::Unbounded)),
+            Some(after) => {
+                current.roles.range::<RoleId, _>((std::ops::Bound::Excluded(after), std::ops::Bound::Unbounded))
+            }
             None => current.roles.range::<RoleId, _>(..),
         };
         let mut roles: Vec<_> = range.take(page_size + 1).map(|(_, r)| (r.clone(), self.trigger_count(r))).collect();
@@ -290,7 +308,10 @@ impl TriggerRegistry {
         let query = Query::new(query, &self.config.limits)?;
         let ratio = match hysteresis_ratio {
             Some(ratio) if !(0.0..=1.0).contains(&ratio) || ratio.is_nan() => {
-                return Err(TriggersError::invalid("hysteresis_ratio", format!("must be between 0 and 1, got {ratio}")));
+                return Err(TriggersError::invalid(
+                    "hysteresis_ratio",
+                    format!("must be between 0 and 1, got {ratio}"),
+                ));
             }
             Some(ratio) => ratio,
             None => self.config.hysteresis_ratio,
@@ -299,7 +320,8 @@ impl TriggerRegistry {
         let current_role = if current_role_id.is_empty() {
             None
         } else {
-            let role = RoleId::parse(current_role_id).map_err(|reason| TriggersError::invalid("current_role_id", reason))?;
+            let role =
+                RoleId::parse(current_role_id).map_err(|reason| TriggersError::invalid("current_role_id", reason))?;
             if !current.roles.contains_key(&role) {
                 return Err(TriggersError::RoleNotFound(role.to_string()));
             }

@@ -156,9 +156,10 @@ impl TriggerStore for PostgresStore {
         // One consistent view of the version and the rows.
         sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY").execute(&mut *tx).await?;
         let version: i64 = sqlx::query_scalar("SELECT version FROM registry_version").fetch_one(&mut *tx).await?;
-        let rows = sqlx::query("SELECT role_id, domains, custom_triggers, updated_at FROM role_triggers ORDER BY role_id")
-            .fetch_all(&mut *tx)
-            .await?;
+        let rows =
+            sqlx::query("SELECT role_id, domains, custom_triggers, updated_at FROM role_triggers ORDER BY role_id")
+                .fetch_all(&mut *tx)
+                .await?;
         tx.commit().await?;
         let mut roles = Vec::with_capacity(rows.len());
         for row in rows {
@@ -196,7 +197,8 @@ impl TriggerStore for PostgresStore {
 
     async fn remove(&self, role: &RoleId) -> Result<Option<u64>, StoreError> {
         let mut tx = self.pool.begin().await?;
-        let removed = sqlx::query("DELETE FROM role_triggers WHERE role_id = $1").bind(role.as_str()).execute(&mut *tx).await?;
+        let removed =
+            sqlx::query("DELETE FROM role_triggers WHERE role_id = $1").bind(role.as_str()).execute(&mut *tx).await?;
         if removed.rows_affected() == 0 {
             return Ok(None);
         }
