@@ -1,1 +1,85 @@
-fn main() {}
+//! `switchyard-loadgen`: drives one RPC of a Switchyard service with concurrent clients, in a
+//! closed loop or at a target rate, and prints throughput and latency percentiles.
+
+mod cli;
+mod connections;
+mod pacer;
+mod report;
+mod runner;
+mod scenario;
+mod schedule;
+mod stats;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, ensure};
+use clap::Parser;
+
+use crate::cli::{Cli, RunArgs, ScenarioCommand};
+use crate::connections::Connections;
+use crate::report::{Report, RunSetup};
+use crate::runner::RunPlan;
+use crate::scenario::Scenario;
+use crate::scenario::detect_triggers::DetectTriggers;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli).await {
+        Ok(code) => code,
+        Err(error) => {
+            // One line with the whole cause chain; no backtrace, this is a user-facing tool.
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    ensure!(!cli.run.duration.is_zero(), "--duration must be longer than zero");
+    ensure!(!cli.run.timeout.is_zero(), "--timeout must be longer than zero");
+
+    match cli.scenario {
+        ScenarioCommand::DetectTriggers(args) => {
+            let target = args.target.clone();
+            let connections = Connections::open(&target, cli.run.connections.get()).await?;
+            drive(DetectTriggers::new(args, connections), target, &cli.run).await
+        }
+    }
+}
+
+/// Sets the scenario up, runs it, and prints the report. Fails (non-zero exit) when the setup
+/// fails or when not a single call succeeded, so scripts notice a run that measured nothing.
+async fn drive<S: Scenario>(mut scenario: S, target: String, run: &RunArgs) -> anyhow::Result<ExitCode> {
+    scenario.setup().await.with_context(|| format!("setting up scenario {}", S::NAME))?;
+
+    let plan = RunPlan {
+        concurrency: run.concurrency.get(),
+        warmup: run.warmup,
+        duration: run.duration,
+        rate: run.rate,
+        call_timeout: run.timeout,
+    };
+    let outcome = runner::run(Arc::new(scenario), &plan).await?;
+
+    let setup = RunSetup {
+        scenario: S::NAME,
+        target,
+        concurrency: plan.concurrency,
+        connections: run.connections.get(),
+        target_rate: plan.rate,
+    };
+    let report = Report::new(setup, &outcome.stats, outcome.measured);
+    if run.json {
+        println!("{}", report.to_json().context("encoding the report as JSON")?);
+    } else {
+        print!("{report}");
+    }
+
+    if outcome.stats.ok == 0 {
+        eprintln!("error: no call succeeded");
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}

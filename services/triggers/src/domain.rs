@@ -267,6 +267,9 @@ mod tests {
         assert_eq!(normalize("ÉCOLE Straße"), "école straße");
         assert_eq!(normalize("ΣΟΦΟΣ"), "σοφοσ");
         assert_eq!(normalize(""), "");
+        assert_eq!(normalize("a\u{0b}b\u{0c}c\r\nd"), "a b c d", "ASCII white space as char::is_whitespace");
+        assert_eq!(normalize("a\u{a0}\u{2003}b"), "a b", "Unicode white space");
+        assert_eq!(normalize("İstanbul"), "i\u{307}stanbul", "lowercasing may lengthen");
     }
 
     #[test]

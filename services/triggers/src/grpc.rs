@@ -9,7 +9,7 @@ use tonic::{Request, Response, Status};
 use crate::{
     domain::{RoleRegistration, Trigger, TriggerKind},
     error::TriggersError,
-    hysteresis::BestRoleReason,
+    hysteresis::{BestRole, BestRoleReason},
     matcher::{MatchedTrigger, RoleScore},
     registry::{TriggerInput, TriggerRegistry},
 };
@@ -70,7 +70,7 @@ fn role_to_proto(registration: &RoleRegistration, trigger_count: u32) -> pb::Rol
     }
 }
 
-fn matched_to_proto(trigger: &MatchedTrigger) -> pb::MatchedTrigger {
+fn matched_to_proto(trigger: &MatchedTrigger<'_>) -> pb::MatchedTrigger {
     pb::MatchedTrigger {
         pattern: trigger.pattern.to_string(),
         kind: kind_to_proto(trigger.kind).into(),
@@ -80,7 +80,7 @@ fn matched_to_proto(trigger: &MatchedTrigger) -> pb::MatchedTrigger {
 }
 
 /// Converts scores for the wire; also used by callers embedding the same message.
-pub fn scores_to_proto(scores: &[RoleScore]) -> Vec<pb::RoleMatch> {
+pub fn scores_to_proto(scores: &[RoleScore<'_>]) -> Vec<pb::RoleMatch> {
     scores
         .iter()
         .map(|score| pb::RoleMatch {
@@ -159,8 +159,14 @@ impl TriggerService for TriggersGrpc {
         &self,
         request: Request<pb::DetectTriggersRequest>,
     ) -> Result<Response<pb::DetectTriggersResponse>, Status> {
-        let (scores, version) = self.registry.detect(&request.get_ref().query).map_err(status)?;
-        Ok(Response::new(pb::DetectTriggersResponse { matches: scores_to_proto(&scores), registry_version: version }))
+        let response = self
+            .registry
+            .detect(&request.get_ref().query, |scores, version| pb::DetectTriggersResponse {
+                matches: scores_to_proto(scores),
+                registry_version: version,
+            })
+            .map_err(status)?;
+        Ok(Response::new(response))
     }
 
     async fn get_best_role(
@@ -168,28 +174,32 @@ impl TriggerService for TriggersGrpc {
         request: Request<pb::GetBestRoleRequest>,
     ) -> Result<Response<pb::GetBestRoleResponse>, Status> {
         let request = request.into_inner();
-        let (best, scores, version) = self
+        let response = self
             .registry
-            .best_role(&request.query, &request.current_role_id, request.hysteresis_ratio)
+            .best_role(&request.query, &request.current_role_id, request.hysteresis_ratio, best_role_to_proto)
             .map_err(status)?;
-        let reason = match best.reason {
-            BestRoleReason::TopScore => pb::BestRoleReason::TopScore,
-            BestRoleReason::CurrentIsTop => pb::BestRoleReason::CurrentIsTop,
-            BestRoleReason::KeptByHysteresis => pb::BestRoleReason::KeptByHysteresis,
-            BestRoleReason::NoMatch => pb::BestRoleReason::NoMatch,
-        };
-        let (top_role_id, top_score) = best.top.map(|(role, score)| (role.to_string(), score)).unwrap_or_default();
-        Ok(Response::new(pb::GetBestRoleResponse {
-            role_id: best.role_id.map(|r| r.to_string()).unwrap_or_default(),
-            kept_current: best.kept_current,
-            reason: reason.into(),
-            explanation: best.explanation,
-            top_score,
-            top_role_id,
-            current_score: best.current_score,
-            hysteresis_ratio: best.hysteresis_ratio,
-            matches: scores_to_proto(&scores),
-            registry_version: version,
-        }))
+        Ok(Response::new(response))
+    }
+}
+
+fn best_role_to_proto(best: BestRole, scores: &[RoleScore<'_>], version: u64) -> pb::GetBestRoleResponse {
+    let reason = match best.reason {
+        BestRoleReason::TopScore => pb::BestRoleReason::TopScore,
+        BestRoleReason::CurrentIsTop => pb::BestRoleReason::CurrentIsTop,
+        BestRoleReason::KeptByHysteresis => pb::BestRoleReason::KeptByHysteresis,
+        BestRoleReason::NoMatch => pb::BestRoleReason::NoMatch,
+    };
+    let (top_role_id, top_score) = best.top.map(|(role, score)| (role.to_string(), score)).unwrap_or_default();
+    pb::GetBestRoleResponse {
+        role_id: best.role_id.map(|r| r.to_string()).unwrap_or_default(),
+        kept_current: best.kept_current,
+        reason: reason.into(),
+        explanation: best.explanation,
+        top_score,
+        top_role_id,
+        current_score: best.current_score,
+        hysteresis_ratio: best.hysteresis_ratio,
+        matches: scores_to_proto(scores),
+        registry_version: version,
     }
 }

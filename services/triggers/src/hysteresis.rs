@@ -31,9 +31,8 @@ pub struct BestRole {
 
 /// Decides between the current role and the top of `scores` (best first, as the matcher
 /// returns them). The current role stays when `current_score ≥ ratio × top_score`.
-pub fn best_role(scores: &[RoleScore], current: Option<&RoleId>, ratio: f64) -> BestRole {
-    let current_score =
-        current.and_then(|current| scores.iter().find(|s| &s.role_id == current)).map_or(0, |s| s.score);
+pub fn best_role(scores: &[RoleScore<'_>], current: Option<&RoleId>, ratio: f64) -> BestRole {
+    let current_score = current.and_then(|current| scores.iter().find(|s| s.role_id == current)).map_or(0, |s| s.score);
     let Some(top) = scores.first() else {
         let explanation = match current {
             Some(role) => format!("no trigger matched; keeping {role}"),
@@ -75,7 +74,7 @@ pub fn best_role(scores: &[RoleScore], current: Option<&RoleId>, ratio: f64) -> 
             ),
         ),
         Some(role) => decided(
-            &top.role_id,
+            top.role_id,
             false,
             BestRoleReason::TopScore,
             format!(
@@ -86,7 +85,7 @@ pub fn best_role(scores: &[RoleScore], current: Option<&RoleId>, ratio: f64) -> 
             ),
         ),
         None => decided(
-            &top.role_id,
+            top.role_id,
             false,
             BestRoleReason::TopScore,
             format!("{} has the top score ({})", top.role_id, top.score),
@@ -98,9 +97,9 @@ pub fn best_role(scores: &[RoleScore], current: Option<&RoleId>, ratio: f64) -> 
 mod tests {
     use super::*;
 
-    fn score(role: &str, score: u32) -> RoleScore {
+    fn score(role: &'static str, score: u32) -> RoleScore<'static> {
         RoleScore {
-            role_id: RoleId::parse(role).expect("valid"),
+            role_id: Box::leak(Box::new(RoleId::parse(role).expect("valid"))),
             score,
             base_score: score,
             diversity_bonus: 0,

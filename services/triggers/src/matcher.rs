@@ -10,7 +10,7 @@
 
 use std::{collections::HashMap, sync::Arc};
 
-use aho_corasick::{AhoCorasick, MatchKind as AcMatchKind};
+use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind as AcMatchKind};
 use regex_automata::{Anchored, Input, MatchKind, PatternID, PatternSet, meta, util::syntax};
 use regex_syntax::hir::literal::{ExtractKind, Extractor};
 
@@ -19,27 +19,27 @@ use crate::{
     packs::DomainPacks,
 };
 
-/// A trigger that matched a query.
+/// A trigger that matched a query (borrowed from the matcher: no copies on the hot path).
 #[derive(Debug, Clone, PartialEq)]
-pub struct MatchedTrigger {
-    pub pattern: Arc<str>,
+pub struct MatchedTrigger<'m> {
+    pub pattern: &'m str,
     pub kind: TriggerKind,
     pub priority: u32,
     /// The domain pack it came from, or `custom`.
-    pub source: Arc<str>,
+    pub source: &'m str,
 }
 
 /// How one role scored against a query.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RoleScore {
-    pub role_id: RoleId,
+pub struct RoleScore<'m> {
+    pub role_id: &'m RoleId,
     /// `base_score + diversity_bonus`.
     pub score: u32,
     /// Sum of the priorities of the distinct triggers matched.
     pub base_score: u32,
     /// `diversity_bonus_per_kind × (distinct kinds matched − 1)`.
     pub diversity_bonus: u32,
-    pub matched: Vec<MatchedTrigger>,
+    pub matched: Vec<MatchedTrigger<'m>>,
 }
 
 /// Scoring parameters.
@@ -85,15 +85,25 @@ pub struct Matcher {
     literal_targets: Vec<Vec<Target>>,
     anchored: Option<meta::Regex>,
     anchored_slots: Vec<u32>,
+    /// For each byte value, the anchored regexes a match of which can start with it.
+    first_byte_regexes: Vec<Vec<u32>>,
+    has_first_byte_regexes: bool,
     scanned: Option<meta::Regex>,
     scanned_slots: Vec<u32>,
     scoring: Scoring,
 }
 
-/// Shortest prefix literal worth prefiltering on; shorter ones would fire on most queries.
-const MIN_PREFIX_BYTES: usize = 3;
-/// Most prefix literals one regex may contribute.
-const MAX_PREFIXES: usize = 64;
+/// Shortest all-letter prefix literal worth prefiltering on; shorter words ("a", "of") would
+/// fire on most queries. Prefixes with a digit or symbol (`$`, `5`, `q1`) are rare in prose
+/// and qualify at any length.
+const MIN_WORD_PREFIX_BYTES: usize = 3;
+/// Most prefix literals extracted from one regex (a Unicode `\d` alone is several hundred).
+const MAX_PREFIXES: usize = 2048;
+/// Most prefix literals one regex may put into the literal automaton.
+const MAX_AUTOMATON_PREFIXES: usize = 64;
+/// Literal automata up to this many bytes of patterns use Aho-Corasick's DFA (fastest, but
+/// its memory grows with patterns × alphabet); larger ones use the contiguous NFA.
+const MAX_DFA_LITERAL_BYTES: usize = 64 * 1024;
 
 fn regex_syntax_config() -> syntax::Config {
     syntax::Config::new().case_insensitive(true).unicode(true).nest_limit(64)
@@ -127,26 +137,62 @@ pub fn validate_regex(pattern: &str, limits: &Limits) -> Result<(), String> {
     Ok(())
 }
 
-/// The lowercase literals every match of `pattern` starts with, when there is a small set of
-/// them that are long enough to be selective.
-fn prefix_literals(pattern: &str) -> Option<Vec<String>> {
-    let hir = regex_syntax::ParserBuilder::new().unicode(true).build().parse(pattern).ok()?;
-    let seq = Extractor::new().kind(ExtractKind::Prefix).extract(&hir);
-    let literals = seq.literals()?;
-    if literals.is_empty() || literals.len() > MAX_PREFIXES {
-        return None;
+/// How a regex trigger's candidate start positions are found.
+#[derive(Debug, PartialEq)]
+enum RegexRoute {
+    /// Every match starts with one of these (lowercase) literals, all selective: they join
+    /// the literal automaton.
+    Literals(Vec<String>),
+    /// Every match starts with one of these bytes, none an ASCII letter (e.g. `$`, digits,
+    /// lead bytes of non-Latin digits): candidates are the positions holding them.
+    FirstBytes(Vec<u8>),
+    /// No usable start: run with the multi-pattern scan over the whole query.
+    Scan,
+}
+
+fn route_regex(pattern: &str) -> RegexRoute {
+    let Ok(hir) = regex_syntax::ParserBuilder::new().unicode(true).build().parse(pattern) else {
+        return RegexRoute::Scan;
+    };
+    // The extractor's default limits give short, exact-enough prefixes ("mortgag" for
+    // `mortgag(?:e|es|ing)`), which is what the automaton wants.
+    let selective = |t: &String| t.len() >= MIN_WORD_PREFIX_BYTES || t.chars().any(|c| !c.is_alphabetic());
+    // Capping the total makes a cross product of alternations stop early with shorter
+    // prefixes ("write a ", "compose my ") instead of giving up.
+    let mut defaults = Extractor::new();
+    defaults.kind(ExtractKind::Prefix).limit_total(MAX_AUTOMATON_PREFIXES);
+    if let Some(texts) = prefix_texts(&hir, &defaults)
+        && texts.len() <= MAX_AUTOMATON_PREFIXES
+        && texts.iter().all(selective)
+    {
+        return RegexRoute::Literals(texts);
     }
-    let mut out = Vec::with_capacity(literals.len());
-    for literal in literals {
+    // Large classes (a Unicode `\d`) need generous limits to stay finite; only their first
+    // bytes are kept.
+    let mut generous = Extractor::new();
+    generous.kind(ExtractKind::Prefix).limit_class(MAX_PREFIXES).limit_total(MAX_PREFIXES).limit_literal_len(4);
+    let Some(texts) = prefix_texts(&hir, &generous) else { return RegexRoute::Scan };
+    let mut first_bytes: Vec<u8> = texts.iter().map(|t| t.as_bytes()[0]).collect();
+    first_bytes.sort_unstable();
+    first_bytes.dedup();
+    if first_bytes.iter().any(u8::is_ascii_alphabetic) { RegexRoute::Scan } else { RegexRoute::FirstBytes(first_bytes) }
+}
+
+/// The normalised, deduplicated prefix literals of `hir`, when the set is finite and none is
+/// empty.
+fn prefix_texts(hir: &regex_syntax::hir::Hir, extractor: &Extractor) -> Option<Vec<String>> {
+    let seq = extractor.extract(hir);
+    let mut texts = Vec::new();
+    for literal in seq.literals()? {
         let text = normalize(std::str::from_utf8(literal.as_bytes()).ok()?);
-        if text.len() < MIN_PREFIX_BYTES {
+        if text.is_empty() {
             return None;
         }
-        out.push(text);
+        texts.push(text);
     }
-    out.sort();
-    out.dedup();
-    Some(out)
+    texts.sort();
+    texts.dedup();
+    (!texts.is_empty()).then_some(texts)
 }
 
 impl Matcher {
@@ -206,6 +252,7 @@ impl Matcher {
         };
         let (mut anchored_patterns, mut anchored_slots) = (Vec::new(), Vec::new());
         let (mut scanned_patterns, mut scanned_slots) = (Vec::new(), Vec::new());
+        let mut first_byte_regexes: Vec<Vec<u32>> = vec![Vec::new(); 256];
 
         for (slot_index, slot) in slots.iter().enumerate() {
             let slot_index = slot_index as u32;
@@ -215,8 +262,8 @@ impl Matcher {
                     let bound_end = slot.pattern.chars().next_back().is_some_and(is_word_char);
                     add_literal(slot.pattern.clone(), Target::Literal { slot: slot_index, bound_start, bound_end });
                 }
-                TriggerKind::Regex => match prefix_literals(&slot.pattern) {
-                    Some(prefixes) => {
+                TriggerKind::Regex => match route_regex(&slot.pattern) {
+                    RegexRoute::Literals(prefixes) => {
                         let regex = anchored_patterns.len() as u32;
                         anchored_patterns.push(slot.pattern.to_string());
                         anchored_slots.push(slot_index);
@@ -224,7 +271,15 @@ impl Matcher {
                             add_literal(Arc::from(prefix), Target::RegexPrefix { regex });
                         }
                     }
-                    None => {
+                    RegexRoute::FirstBytes(bytes) => {
+                        let regex = anchored_patterns.len() as u32;
+                        anchored_patterns.push(slot.pattern.to_string());
+                        anchored_slots.push(slot_index);
+                        for byte in bytes {
+                            first_byte_regexes[usize::from(byte)].push(regex);
+                        }
+                    }
+                    RegexRoute::Scan => {
                         scanned_patterns.push(slot.pattern.to_string());
                         scanned_slots.push(slot_index);
                     }
@@ -235,8 +290,17 @@ impl Matcher {
         let literals = if literal_texts.is_empty() {
             None
         } else {
+            let literal_bytes: usize = literal_texts.iter().map(|t| t.len()).sum();
+            let kind = (literal_bytes <= MAX_DFA_LITERAL_BYTES).then_some(AhoCorasickKind::DFA);
             let automaton = AhoCorasick::builder()
                 .match_kind(AcMatchKind::Standard)
+                // Queries are searched as typed when they need no normalising (see
+                // `prepare`); patterns are lowercase already.
+                .ascii_case_insensitive(true)
+                .kind(kind)
+                // Patterns start with almost every letter, so a start-byte prefilter would fire
+                // at nearly every position and only add overhead.
+                .prefilter(false)
                 .build(literal_texts.iter().map(|t| t.as_bytes()))
                 .map_err(|err| format!("literal automaton: {err}"))?;
             Some(automaton)
@@ -251,6 +315,8 @@ impl Matcher {
             literal_targets,
             anchored,
             anchored_slots,
+            has_first_byte_regexes: first_byte_regexes.iter().any(|r| !r.is_empty()),
+            first_byte_regexes,
             scanned,
             scanned_slots,
             scoring,
@@ -264,24 +330,33 @@ impl Matcher {
 
     /// Scores `query` against every role; roles with no match are left out. Best first: by
     /// score, then number of distinct triggers matched, then role id.
-    pub fn detect(&self, query: &str) -> Vec<RoleScore> {
-        let text = normalize(query);
+    pub fn detect(&self, query: &str) -> Vec<RoleScore<'_>> {
+        let text = prepare(query);
+        let text = text.as_ref();
         let mut hits: Vec<u32> = Vec::new();
         let mut candidates: Vec<(u32, usize)> = Vec::new();
 
         if let Some(automaton) = &self.literals {
-            for found in automaton.find_overlapping_iter(text.as_str()) {
+            for found in automaton.find_overlapping_iter(text) {
                 for target in &self.literal_targets[found.pattern().as_usize()] {
                     match *target {
                         Target::Literal { slot, bound_start, bound_end } => {
-                            if (!bound_start || word_boundary_before(&text, found.start()))
-                                && (!bound_end || word_boundary_after(&text, found.end()))
+                            if (!bound_start || word_boundary_before(text, found.start()))
+                                && (!bound_end || word_boundary_after(text, found.end()))
                             {
                                 hits.push(slot);
                             }
                         }
                         Target::RegexPrefix { regex } => candidates.push((regex, found.start())),
                     }
+                }
+            }
+        }
+
+        if self.has_first_byte_regexes {
+            for (at, byte) in text.bytes().enumerate() {
+                for &regex in &self.first_byte_regexes[usize::from(byte)] {
+                    candidates.push((regex, at));
                 }
             }
         }
@@ -313,7 +388,7 @@ impl Matcher {
         self.score(hits)
     }
 
-    fn score(&self, mut hits: Vec<u32>) -> Vec<RoleScore> {
+    fn score(&self, mut hits: Vec<u32>) -> Vec<RoleScore<'_>> {
         if hits.is_empty() {
             return Vec::new();
         }
@@ -339,17 +414,17 @@ impl Matcher {
                 base_score = base_score.saturating_add(owner.priority);
                 kinds |= slot.kind.bit();
                 matched.push(MatchedTrigger {
-                    pattern: slot.pattern.clone(),
+                    pattern: &slot.pattern,
                     kind: slot.kind,
                     priority: owner.priority,
-                    source: owner.source.clone(),
+                    source: &owner.source,
                 });
             }
-            matched.sort_by(|a, b| b.priority.cmp(&a.priority).then_with(|| a.pattern.cmp(&b.pattern)));
+            matched.sort_by(|a, b| b.priority.cmp(&a.priority).then_with(|| a.pattern.cmp(b.pattern)));
             let diversity_bonus =
                 self.scoring.diversity_bonus_per_kind.saturating_mul(kinds.count_ones().saturating_sub(1));
             scores.push(RoleScore {
-                role_id: self.roles[role as usize].clone(),
+                role_id: &self.roles[role as usize],
                 score: base_score.saturating_add(diversity_bonus),
                 base_score,
                 diversity_bonus,
@@ -360,7 +435,7 @@ impl Matcher {
             b.score
                 .cmp(&a.score)
                 .then_with(|| b.matched.len().cmp(&a.matched.len()))
-                .then_with(|| a.role_id.cmp(&b.role_id))
+                .then_with(|| a.role_id.cmp(b.role_id))
         });
         scores
     }
@@ -376,6 +451,18 @@ fn build_regex_set(patterns: &[String], kind: MatchKind) -> Result<Option<meta::
         .build_many(patterns)
         .map(Some)
         .map_err(|err| format!("regex set: {err}"))
+}
+
+/// The text to search. Most queries are ASCII with single spaces: they are searched as they
+/// are (the automaton ignores ASCII case, regexes are case-insensitive). Others are
+/// normalised first, which costs a copy.
+fn prepare(query: &str) -> std::borrow::Cow<'_, str> {
+    let irregular_space = query.bytes().any(|b| matches!(b, b'\t'..=b'\r')) || query.contains("  ");
+    if query.is_ascii() && !irregular_space {
+        std::borrow::Cow::Borrowed(query)
+    } else {
+        std::borrow::Cow::Owned(normalize(query))
+    }
 }
 
 fn word_boundary_before(text: &str, at: usize) -> bool {
@@ -455,12 +542,28 @@ mod tests {
             vec![
                 trigger(r"\bmortgag(?:e|es|ing)\b", TriggerKind::Regex, 4),
                 trigger(r"\$\s?\d+", TriggerKind::Regex, 2),
+                trigger(r"\d+ ?mg\b", TriggerKind::Regex, 3),
+                trigger(r"[^\s]+ing\b", TriggerKind::Regex, 1),
             ],
         )]);
-        assert!(prefix_literals(r"\bmortgag(?:e|es|ing)\b").is_some());
-        assert!(prefix_literals(r"\$\s?\d+").is_none());
-        assert_eq!(m.detect("Mortgaging a house for $ 500")[0].base_score, 6);
+        assert_eq!(
+            route_regex(r"\bMortgag(?:e|es|ing)\b"),
+            RegexRoute::Literals(vec!["mortgage".into(), "mortgages".into(), "mortgaging".into()])
+        );
+        assert!(matches!(
+            route_regex(r"\b(?:write|compose) (?:a|an|my) (?:song|poem|story|novel)\b"),
+            RegexRoute::Literals(_)
+        ));
+        assert_eq!(route_regex(r"\$\s?\d+"), RegexRoute::Literals(vec!["$".to_owned()]));
+        assert_eq!(route_regex(r"\bq[1-2]\b"), RegexRoute::Literals(vec!["q1".to_owned(), "q2".to_owned()]));
+        let RegexRoute::FirstBytes(bytes) = route_regex(r"\d+ mg") else { panic!("digits lead") };
+        assert!(bytes.contains(&b'7') && bytes.iter().any(|b| !b.is_ascii()), "Unicode digits too");
+        assert_eq!(route_regex(r"\bq\w"), RegexRoute::Scan, "a one-letter prefix is not selective");
+        assert_eq!(route_regex(r"\w+ing"), RegexRoute::Scan, "no finite prefix set");
+        assert_eq!(m.detect("Mortgaging a house for $ 500")[0].base_score, 7, "4 + 2 + 1 (…ing)");
         assert_eq!(m.detect("mortgages")[0].base_score, 4);
+        assert_eq!(m.detect("take 250mg twice")[0].base_score, 3);
+        assert_eq!(m.detect("take ٢٥٠ mg twice")[0].base_score, 3, "Arabic-Indic digits are digits");
         assert!(m.detect("mortgagee").is_empty());
     }
 
@@ -508,9 +611,9 @@ mod tests {
         )
         .expect("builds");
         let score = &m.detect("investment")[0];
-        let investment: Vec<_> = score.matched.iter().filter(|t| &*t.pattern == "investment").collect();
+        let investment: Vec<_> = score.matched.iter().filter(|t| t.pattern == "investment").collect();
         assert_eq!(investment.len(), 1);
-        assert_eq!((investment[0].priority, &*investment[0].source), (9, "custom"));
+        assert_eq!((investment[0].priority, investment[0].source), (9, "custom"));
     }
 
     #[test]

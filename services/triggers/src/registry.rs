@@ -290,21 +290,29 @@ impl TriggerRegistry {
         u32::try_from(distinct.len()).unwrap_or(u32::MAX)
     }
 
-    /// Scores a query against every role (hot path: no I/O, no locks, no allocation beyond
-    /// the result).
-    pub fn detect(&self, query: &str) -> Result<(Vec<RoleScore>, u64), TriggersError> {
+    /// Scores a query against every role and hands the scores (best first) and the registry
+    /// version to `use_scores`. Hot path: no I/O, no locks; the scores borrow from the current
+    /// matcher, which stays alive for the call.
+    pub fn detect<R>(
+        &self,
+        query: &str,
+        use_scores: impl FnOnce(&[RoleScore<'_>], u64) -> R,
+    ) -> Result<R, TriggersError> {
         let query = Query::new(query, &self.config.limits)?;
         let current = self.current.load();
-        Ok((current.matcher.detect(query.as_str()), current.version))
+        let scores = current.matcher.detect(query.as_str());
+        Ok(use_scores(&scores, current.version))
     }
 
-    /// The best role for a query with hysteresis towards `current_role_id`.
-    pub fn best_role(
+    /// The best role for a query with hysteresis towards `current_role_id`, handed with the
+    /// scores and registry version to `use_decision`.
+    pub fn best_role<R>(
         &self,
         query: &str,
         current_role_id: &str,
         hysteresis_ratio: Option<f64>,
-    ) -> Result<(BestRole, Vec<RoleScore>, u64), TriggersError> {
+        use_decision: impl FnOnce(BestRole, &[RoleScore<'_>], u64) -> R,
+    ) -> Result<R, TriggersError> {
         let query = Query::new(query, &self.config.limits)?;
         let ratio = match hysteresis_ratio {
             Some(ratio) if !(0.0..=1.0).contains(&ratio) || ratio.is_nan() => {
@@ -329,7 +337,7 @@ impl TriggerRegistry {
         };
         let scores = current.matcher.detect(query.as_str());
         let best = hysteresis::best_role(&scores, current_role.as_ref(), ratio);
-        Ok((best, scores, current.version))
+        Ok(use_decision(best, &scores, current.version))
     }
 }
 
