@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::scenario::detect_triggers;
+use crate::scenario::{detect_triggers, health_check};
 
 #[derive(Parser)]
 #[command(
@@ -63,6 +63,8 @@ pub struct RunArgs {
 pub enum ScenarioCommand {
     /// TriggerService.DetectTriggers with one or more queries, sent in turn.
     DetectTriggers(detect_triggers::Args),
+    /// grpc.health.v1.Health/Check: the transport floor, for ratios against other scenarios.
+    HealthCheck(health_check::Args),
 }
 
 /// Parses a duration written as a number and a unit: `500ms`, `10s`, `2m`, `1h`, `1.5s`.

@@ -22,6 +22,7 @@ use crate::report::{Report, RunSetup};
 use crate::runner::RunPlan;
 use crate::scenario::Scenario;
 use crate::scenario::detect_triggers::DetectTriggers;
+use crate::scenario::health_check::HealthCheck;
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -45,6 +46,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let target = args.target.clone();
             let connections = Connections::open(&target, cli.run.connections.get()).await?;
             drive(DetectTriggers::new(args, connections), target, &cli.run).await
+        }
+        ScenarioCommand::HealthCheck(args) => {
+            let connections = Connections::open(&args.target, cli.run.connections.get()).await?;
+            drive(HealthCheck::new(connections), args.target, &cli.run).await
         }
     }
 }

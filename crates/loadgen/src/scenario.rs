@@ -7,6 +7,7 @@
 use tonic::Status;
 
 pub mod detect_triggers;
+pub mod health_check;
 
 pub trait Scenario: Send + Sync + 'static {
     /// The scenario's name in the report (its subcommand).

@@ -16,8 +16,16 @@ Kubernetes on AWS. How should we budget the cloud costs against revenue, and whi
 Rust libraries would you use to build a real-time portfolio risk API on a Postgres database, \
 while keeping cash flow healthy and our investors happy ahead of the Series A round?";
 
-/// Roles registered by `--register`: (role id, domain pack).
-const ROLES: [(&str, &str); 2] = [("finance-expert", "finance"), ("tech-expert", "technology")];
+/// Roles registered by `--register`: one expert per built-in domain pack.
+const ROLES: [(&str, &str); 7] = [
+    ("finance-expert", "finance"),
+    ("tech-expert", "technology"),
+    ("healthcare-expert", "healthcare"),
+    ("marketing-expert", "marketing"),
+    ("legal-expert", "legal"),
+    ("education-expert", "education"),
+    ("creative-expert", "creative"),
+];
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -30,9 +38,8 @@ pub struct Args {
     #[arg(long = "query", value_name = "TEXT")]
     pub queries: Vec<String>,
 
-    /// Before the run, register the roles finance-expert (domain finance) and tech-expert
-    /// (domain technology), replacing any existing ones, so that the queries have something to
-    /// match.
+    /// Before the run, register one expert role per built-in domain (finance-expert,
+    /// tech-expert, …), replacing any existing ones, so that the queries have something to match.
     #[arg(long)]
     pub register: bool,
 }
