@@ -628,6 +628,21 @@ mod tests {
     }
 
     #[test]
+    fn spec_example_matches_both_finance_and_technology() {
+        let packs = DomainPacks::builtin().expect("packs");
+        let roles = [role("finance-expert", &["finance"], vec![]), role("tech-expert", &["technology"], vec![])];
+        let m = Matcher::build(&roles, &packs, Scoring::default()).expect("builds");
+        let scores = m.detect("What are the best investment strategies for tech startups?");
+        let ids: Vec<_> = scores.iter().map(|s| s.role_id.as_str()).collect();
+        assert!(ids.contains(&"finance-expert") && ids.contains(&"tech-expert"), "{ids:?}");
+        for score in &scores {
+            assert_eq!(score.base_score, score.matched.iter().map(|t| t.priority).sum::<u32>());
+            let kinds = score.matched.iter().map(|t| t.kind.bit()).fold(0u8, |a, b| a | b).count_ones();
+            assert_eq!(score.diversity_bonus, 2 * (kinds - 1));
+        }
+    }
+
+    #[test]
     fn dangerous_regexes_are_rejected() {
         let limits = Limits::default();
         assert!(validate_regex("a*", &limits).unwrap_err().contains("empty string"));
