@@ -1,0 +1,405 @@
+//! Domain types of the sessions service, validated on construction: tenants, session and role
+//! ids, roles, live sessions, conversation messages and context switch events.
+
+use std::{collections::BTreeMap, fmt, time::Duration};
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// Why a request field is invalid: `(field path, reason)`.
+pub type FieldError = (String, String);
+
+fn field_error(field: &str, reason: impl Into<String>) -> FieldError {
+    (field.to_owned(), reason.into())
+}
+
+/// The tenant a session belongs to (from the `x-tenant-id` metadata the edge sets).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TenantId(String);
+
+impl TenantId {
+    pub const DEFAULT: &'static str = "default";
+
+    /// 1 to 64 characters of `[A-Za-z0-9._-]`.
+    pub fn parse(text: &str) -> Result<Self, FieldError> {
+        let valid = !text.is_empty()
+            && text.len() <= 64
+            && text.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+        if valid {
+            Ok(Self(text.to_owned()))
+        } else {
+            Err(field_error("x-tenant-id", format!("`{text}` must be 1 to 64 characters of [A-Za-z0-9._-]")))
+        }
+    }
+
+    pub fn default_tenant() -> Self {
+        Self(Self::DEFAULT.to_owned())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for TenantId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A session id: caller-chosen or a generated UUID.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SessionId(String);
+
+impl SessionId {
+    pub const MAX_LEN: usize = 128;
+
+    /// 1 to 128 characters of `[A-Za-z0-9._:-]`.
+    pub fn parse(text: &str) -> Result<Self, FieldError> {
+        if text.is_empty() {
+            return Err(field_error("session_id", "must not be empty"));
+        }
+        let valid = text.len() <= Self::MAX_LEN
+            && text.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-'));
+        if valid {
+            Ok(Self(text.to_owned()))
+        } else {
+            Err(field_error("session_id", format!("must be 1 to {} characters of [A-Za-z0-9._:-]", Self::MAX_LEN)))
+        }
+    }
+
+    pub fn generate() -> Self {
+        Self(uuid::Uuid::new_v4().to_string())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for SessionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Where a session lives: its tenant and id. Another tenant's key never finds it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SessionKey {
+    pub tenant: TenantId,
+    pub id: SessionId,
+}
+
+/// A role id: a slug such as `finance-expert` (same rules as the triggers service).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct RoleId(String);
+
+impl RoleId {
+    /// Lowercase letters, digits, `-`, `_`, `.`; starting with a letter or digit; ≤ 64 chars.
+    pub fn parse_field(text: &str, field: &str) -> Result<Self, FieldError> {
+        let first_ok = text.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+        let rest_ok = text.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '_' | '.'));
+        if text.is_empty() {
+            Err(field_error(field, "must not be empty"))
+        } else if text.len() > 64 || !first_ok || !rest_ok {
+            Err(field_error(
+                field,
+                format!("`{text}` is not a role id: 1 to 64 lowercase letters, digits, '-', '_' or '.', starting with a letter or digit"),
+            ))
+        } else {
+            Ok(Self(text.to_owned()))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for RoleId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl TryFrom<String> for RoleId {
+    type Error = String;
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        Self::parse_field(&value, "role_id").map_err(|(_, reason)| reason)
+    }
+}
+
+impl From<RoleId> for String {
+    fn from(value: RoleId) -> Self {
+        value.0
+    }
+}
+
+/// How a custom trigger matches (validated by the triggers service, which owns matching).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TriggerKind {
+    Keyword,
+    Phrase,
+    Regex,
+}
+
+/// A role's own trigger pattern.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CustomTrigger {
+    pub pattern: String,
+    pub kind: TriggerKind,
+    pub priority: u32,
+}
+
+/// An expert role.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Role {
+    pub id: RoleId,
+    pub name: String,
+    pub description: String,
+    /// Built-in trigger domains the role draws from.
+    pub domains: Vec<String>,
+    pub system_prompt: String,
+    pub custom_triggers: Vec<CustomTrigger>,
+    pub preferred_model: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionStatus {
+    Active,
+    Closed,
+}
+
+impl SessionStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Active => "active",
+            Self::Closed => "closed",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "active" => Some(Self::Active),
+            "closed" => Some(Self::Closed),
+            _ => None,
+        }
+    }
+}
+
+/// Who wrote a conversation message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MessageRole {
+    User,
+    Assistant,
+    System,
+    Tool,
+}
+
+impl MessageRole {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::User => "user",
+            Self::Assistant => "assistant",
+            Self::System => "system",
+            Self::Tool => "tool",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "user" => Some(Self::User),
+            "assistant" => Some(Self::Assistant),
+            "system" => Some(Self::System),
+            "tool" => Some(Self::Tool),
+            _ => None,
+        }
+    }
+}
+
+/// One conversation turn.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    /// Position in the session's conversation, from 1.
+    pub seq: u64,
+    pub role: MessageRole,
+    pub content: String,
+    /// The expert role that was active when it was written.
+    pub role_id: String,
+    /// Milliseconds since the Unix epoch.
+    pub created_at_ms: i64,
+}
+
+/// A live session: what Redis holds (and Postgres can rebuild).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LiveSession {
+    pub key: SessionKey,
+    pub role_id: RoleId,
+    pub status: SessionStatus,
+    pub turn_count: u64,
+    pub switch_count: u64,
+    pub message_count: u64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    /// Idle time after which the live copy expires; every update restarts it.
+    pub ttl: Duration,
+    pub metadata: BTreeMap<String, String>,
+    /// The most recent messages (oldest first), at most the configured window.
+    pub recent: Vec<Message>,
+}
+
+/// Why a session has the role it has after a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SwitchReason {
+    Triggered,
+    Forced,
+    KeptByHysteresis,
+    NoTriggerMatched,
+    CurrentIsBest,
+    Manual,
+    /// Trigger detection was unreachable; the current role stays.
+    DetectionUnavailable,
+}
+
+impl SwitchReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Triggered => "triggered",
+            Self::Forced => "forced",
+            Self::KeptByHysteresis => "kept_by_hysteresis",
+            Self::NoTriggerMatched => "no_trigger_matched",
+            Self::CurrentIsBest => "current_is_best",
+            Self::Manual => "manual",
+            Self::DetectionUnavailable => "detection_unavailable",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        Some(match text {
+            "triggered" => Self::Triggered,
+            "forced" => Self::Forced,
+            "kept_by_hysteresis" => Self::KeptByHysteresis,
+            "no_trigger_matched" => Self::NoTriggerMatched,
+            "current_is_best" => Self::CurrentIsBest,
+            "manual" => Self::Manual,
+            "detection_unavailable" => Self::DetectionUnavailable,
+            _ => return None,
+        })
+    }
+}
+
+/// One recorded context switch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SwitchEvent {
+    /// The session's switch count after this switch (1 for the first).
+    pub sequence: u64,
+    pub from_role_id: RoleId,
+    pub to_role_id: RoleId,
+    pub reason: SwitchReason,
+    pub reason_detail: String,
+    pub from_score: u32,
+    pub to_score: u32,
+    pub query_excerpt: String,
+    pub occurred_at: DateTime<Utc>,
+}
+
+/// Limits on requests and on what a session keeps live.
+#[derive(Debug, Clone)]
+pub struct SessionLimits {
+    pub max_query_bytes: usize,
+    /// Recent messages kept in the live session (and loaded on rebuild).
+    pub message_window: usize,
+    pub max_message_bytes: usize,
+    pub max_messages_per_append: usize,
+    pub max_metadata_entries: usize,
+    pub default_ttl: Duration,
+    pub max_ttl: Duration,
+}
+
+impl Default for SessionLimits {
+    fn default() -> Self {
+        Self {
+            max_query_bytes: 16 * 1024,
+            message_window: 20,
+            max_message_bytes: 64 * 1024,
+            max_messages_per_append: 100,
+            max_metadata_entries: 32,
+            default_ttl: Duration::from_secs(24 * 3600),
+            max_ttl: Duration::from_secs(30 * 24 * 3600),
+        }
+    }
+}
+
+/// Validates a query: not blank, within the size limit.
+pub fn check_query(query: &str, limits: &SessionLimits) -> Result<(), FieldError> {
+    if query.trim().is_empty() {
+        return Err(field_error("query", "must not be empty"));
+    }
+    if query.len() > limits.max_query_bytes {
+        return Err(field_error(
+            "query",
+            format!("is {} bytes, over the limit of {} bytes", query.len(), limits.max_query_bytes),
+        ));
+    }
+    Ok(())
+}
+
+/// The first `max_chars` characters of `text`, with an ellipsis when cut.
+pub fn excerpt(text: &str, max_chars: usize) -> String {
+    let mut out: String = text.chars().take(max_chars).collect();
+    if text.chars().nth(max_chars).is_some() {
+        out.push('…');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_validate() {
+        assert!(TenantId::parse("acme-1").is_ok());
+        assert_eq!(TenantId::parse("").unwrap_err().0, "x-tenant-id");
+        assert!(SessionId::parse("3fa85f64-5717-4562-b3fc-2c963f66afa6").is_ok());
+        assert!(SessionId::parse("a b").is_err());
+        assert_eq!(SessionId::parse("").unwrap_err().0, "session_id");
+        assert!(RoleId::parse_field("finance-expert", "role.id").is_ok());
+        assert_eq!(RoleId::parse_field("Finance", "role.id").unwrap_err().0, "role.id");
+    }
+
+    #[test]
+    fn queries_are_checked_and_excerpts_cut() {
+        let limits = SessionLimits { max_query_bytes: 5, ..SessionLimits::default() };
+        assert!(check_query("hi", &limits).is_ok());
+        assert_eq!(check_query(" ", &limits).unwrap_err().1, "must not be empty");
+        assert!(check_query("too long", &limits).unwrap_err().1.contains("limit of 5 bytes"));
+        assert_eq!(excerpt("hello world", 5), "hello…");
+        assert_eq!(excerpt("hello", 5), "hello");
+    }
+
+    #[test]
+    fn enums_round_trip_their_names() {
+        for reason in [
+            SwitchReason::Triggered,
+            SwitchReason::Forced,
+            SwitchReason::KeptByHysteresis,
+            SwitchReason::NoTriggerMatched,
+            SwitchReason::CurrentIsBest,
+            SwitchReason::Manual,
+            SwitchReason::DetectionUnavailable,
+        ] {
+            assert_eq!(SwitchReason::parse(reason.as_str()), Some(reason));
+        }
+        for role in [MessageRole::User, MessageRole::Assistant, MessageRole::System, MessageRole::Tool] {
+            assert_eq!(MessageRole::parse(role.as_str()), Some(role));
+        }
+        assert_eq!(SessionStatus::parse("closed"), Some(SessionStatus::Closed));
+    }
+}

@@ -1,0 +1,3 @@
+//! placeholder
+pub struct MemoryRecordStore;
+pub struct MemoryRoleStore;

@@ -1,0 +1,168 @@
+//! Where sessions and roles live.
+//!
+//! - [`LiveStore`]: the live session (role, counters, a window of recent messages) with a
+//!   sliding TTL — Redis in production. Every update is atomic and conditional on the state
+//!   the caller decided from, so concurrent calls on one session never interleave.
+//! - [`RecordStore`]: the record — session lifecycle, every switch, conversation turns —
+//!   Postgres in production; enough to rebuild a live session Redis lost.
+//! - [`RoleStore`]: the expert roles — Postgres in production.
+//!
+//! Each has an in-memory twin for `switchyard dev`, and one behavioural test suite runs
+//! against both implementations.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use crate::domain::{LiveSession, Message, Role, RoleId, SessionKey, SwitchEvent};
+
+pub mod memory;
+pub mod postgres;
+pub mod redis;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("redis: {0}")]
+    Redis(#[from] ::redis::RedisError),
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("migrating the schema: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("stored data is unreadable: {0}")]
+    Corrupt(String),
+    #[error("invalid store configuration: {0}")]
+    Config(String),
+    #[error("store operation timed out")]
+    Timeout,
+}
+
+/// A conditional update of a live session, made from the state the caller read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnUpdate {
+    /// Applies only while the session still has this role and this switch count; otherwise
+    /// the outcome is [`TurnOutcome::Conflict`] and the caller re-reads and decides again.
+    pub expected_role: RoleId,
+    pub expected_switch_count: u64,
+    /// Switch to this role (incrementing the switch count), or keep the role.
+    pub new_role: Option<RoleId>,
+    /// Count a query turn (ProcessQuery does; a manual SwitchContext does not).
+    pub count_turn: bool,
+    pub now: DateTime<Utc>,
+}
+
+/// What a conditional update did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TurnOutcome {
+    /// Applied; the session after the update (without `recent` messages).
+    Applied(LiveSession),
+    /// The session changed role or switch count since it was read.
+    Conflict,
+    /// No live copy (expired, evicted, never created here, or another tenant's).
+    Missing,
+    /// The session is closed; nothing was changed.
+    Closed,
+}
+
+/// What appending messages did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AppendOutcome {
+    /// Appended; the messages as stored, with the `seq` numbers they were given (continuing
+    /// from the session's `message_count`), and the session's new `message_count`.
+    Applied { messages: Vec<Message>, message_count: u64 },
+    Missing,
+    Closed,
+}
+
+#[async_trait]
+pub trait LiveStore: Send + Sync + 'static {
+    /// Creates a live session (with its `recent` messages, usually none) unless one with the
+    /// same key exists; `false` when it did. Sets the TTL from `session.ttl`.
+    async fn create(&self, session: &LiveSession) -> Result<bool, StoreError>;
+
+    /// Puts back a session rebuilt from the record, unless a live copy appeared meanwhile
+    /// (then `false`, and the caller reads that one).
+    async fn restore(&self, session: &LiveSession) -> Result<bool, StoreError>;
+
+    /// The live session with its recent messages (oldest first), or `None`. Reading does not
+    /// extend the TTL.
+    async fn load(&self, key: &SessionKey) -> Result<Option<LiveSession>, StoreError>;
+
+    /// Applies `update` atomically if the session is active and still in the expected state;
+    /// extends the TTL (by the session's own `ttl`) and sets `updated_at` to `update.now`.
+    async fn apply_turn(&self, key: &SessionKey, update: &TurnUpdate) -> Result<TurnOutcome, StoreError>;
+
+    /// Appends messages atomically (numbering them after the current `message_count`; the
+    /// `seq` passed in is ignored), trims the window to the newest `window` messages, extends
+    /// the TTL and sets `updated_at` to `now`.
+    async fn append_messages(
+        &self,
+        key: &SessionKey,
+        messages: &[Message],
+        window: usize,
+        now: DateTime<Utc>,
+    ) -> Result<AppendOutcome, StoreError>;
+
+    /// Marks the session closed (idempotent) and returns it, or `None` when missing.
+    async fn close(&self, key: &SessionKey, now: DateTime<Utc>) -> Result<Option<LiveSession>, StoreError>;
+
+    async fn ping(&self) -> Result<(), StoreError>;
+}
+
+/// One fact for the record. Writing is idempotent: a record written twice (say, retried after
+/// an ambiguous failure) is stored once.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Record {
+    /// A session was created (`recent` is ignored).
+    SessionCreated(LiveSession),
+    /// Query turns were counted; only the latest count matters.
+    Turns { key: SessionKey, turn_count: u64, at: DateTime<Utc> },
+    /// A switch; also sets the session's current role, switch count and turn count.
+    Switched { key: SessionKey, event: SwitchEvent, turn_count: u64 },
+    /// Messages appended, each with its `seq`; also sets the session's message count.
+    MessagesAppended { key: SessionKey, messages: Vec<Message> },
+    Closed { key: SessionKey, at: DateTime<Utc> },
+}
+
+impl Record {
+    pub fn key(&self) -> &SessionKey {
+        match self {
+            Self::SessionCreated(session) => &session.key,
+            Self::Turns { key, .. }
+            | Self::Switched { key, .. }
+            | Self::MessagesAppended { key, .. }
+            | Self::Closed { key, .. } => key,
+        }
+    }
+}
+
+#[async_trait]
+pub trait RecordStore: Send + Sync + 'static {
+    /// Writes records in order, all or nothing (one transaction).
+    async fn write(&self, records: &[Record]) -> Result<(), StoreError>;
+
+    /// Rebuilds a live session: its row (role, counters, status, times, TTL, metadata) and its
+    /// newest `recent` messages, oldest first. `None` when there is no record of it for that
+    /// tenant.
+    async fn load_session(&self, key: &SessionKey, recent: usize) -> Result<Option<LiveSession>, StoreError>;
+
+    /// Switch events with `sequence > after`, oldest first, at most `limit`.
+    async fn history(&self, key: &SessionKey, after: u64, limit: u32) -> Result<Vec<SwitchEvent>, StoreError>;
+
+    async fn ping(&self) -> Result<(), StoreError>;
+}
+
+#[async_trait]
+pub trait RoleStore: Send + Sync + 'static {
+    /// Every role, ordered by id.
+    async fn list(&self) -> Result<Vec<Role>, StoreError>;
+
+    /// Inserts a role; `false` when the id exists.
+    async fn insert(&self, role: &Role) -> Result<bool, StoreError>;
+
+    /// Replaces a role (keeping `created_at` as stored); `false` when it does not exist.
+    async fn update(&self, role: &Role) -> Result<bool, StoreError>;
+
+    /// Deletes a role; `false` when it does not exist.
+    async fn delete(&self, id: &RoleId) -> Result<bool, StoreError>;
+
+    async fn ping(&self) -> Result<(), StoreError>;
+}
