@@ -1,2 +1,128 @@
+//! The sessions service (spec "Context Switching": ContextSwitchingService, the
+//! `/api/context/*` endpoints): expert roles, live sessions in Redis, context switching with
+//! hysteresis through the triggers service, and the switch history in Postgres.
+//!
+//! `SessionManager` and `RoleCatalog` are the service; `grpc` adapts them to
+//! `switchyard.sessions.v1`.
+
+pub mod config;
+pub mod defaults;
 pub mod domain;
+pub mod error;
+pub mod grpc;
+pub mod manager;
+pub mod recorder;
+pub mod roles;
 pub mod store;
+pub mod transition;
+pub mod triggers;
+
+use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
+
+use anyhow::Context;
+use switchyard_kit::GrpcServer;
+use switchyard_proto::sessions::v1::{
+    role_service_server::RoleServiceServer, session_service_server::SessionServiceServer,
+};
+
+pub use config::SessionsConfig;
+pub use manager::SessionManager;
+
+use crate::{
+    recorder::Recorder,
+    roles::RoleCatalog,
+    store::{
+        LiveStore, RecordStore, RoleStore,
+        memory::{MemoryLiveStore, MemoryRecordStore, MemoryRoleStore},
+        postgres::PostgresStore,
+        redis::RedisLiveStore,
+    },
+    triggers::TriggersClient,
+};
+
+/// The three stores the service runs on.
+pub struct Stores {
+    pub live: Arc<dyn LiveStore>,
+    pub records: Arc<dyn RecordStore>,
+    pub roles: Arc<dyn RoleStore>,
+}
+
+impl Stores {
+    /// Redis and Postgres as configured, or memory with `--in-memory`.
+    pub async fn open(config: &SessionsConfig) -> anyhow::Result<Self> {
+        if config.in_memory {
+            return Ok(Self {
+                live: Arc::new(MemoryLiveStore::default()),
+                records: Arc::new(MemoryRecordStore::default()),
+                roles: Arc::new(MemoryRoleStore::default()),
+            });
+        }
+        let database_url = config
+            .database_url
+            .as_deref()
+            .context("DATABASE_URL (or --database-url) is required; pass --in-memory for throwaway stores")?;
+        let redis_url = config
+            .redis_url
+            .as_deref()
+            .context("REDIS_URL (or --redis-url) is required; pass --in-memory for throwaway stores")?;
+        let postgres =
+            Arc::new(PostgresStore::connect(database_url, &config.db_schema).await.context("opening Postgres")?);
+        let live = Arc::new(RedisLiveStore::connect(redis_url, &config.redis_prefix).await.context("opening Redis")?);
+        Ok(Self { live, records: postgres.clone(), roles: postgres })
+    }
+}
+
+/// A sessions server bound to its port, ready to serve.
+pub struct SessionsServer {
+    server: GrpcServer,
+    manager: Arc<SessionManager>,
+}
+
+impl SessionsServer {
+    pub async fn bind(config: &SessionsConfig) -> anyhow::Result<Self> {
+        let stores = Stores::open(config).await?;
+        Self::bind_with(config, stores).await
+    }
+
+    pub async fn bind_with(config: &SessionsConfig, stores: Stores) -> anyhow::Result<Self> {
+        let triggers = TriggersClient::new(&config.triggers_url)?;
+        let roles = RoleCatalog::open(stores.roles, triggers.clone()).await?;
+        roles.spawn_refresh(config.role_refresh);
+        let recorder = Recorder::start(stores.records.clone(), config.recorder());
+        let live = stores.live.clone();
+        let manager =
+            Arc::new(SessionManager::new(stores.live, stores.records, recorder, roles, triggers, config.limits()));
+
+        let mut server = GrpcServer::bind(config.listen, config.server.clone()).await?;
+        let max = config.server.max_message_bytes;
+        server.add_service(
+            SessionServiceServer::new(grpc::SessionsGrpc::new(manager.clone()))
+                .max_decoding_message_size(max)
+                .max_encoding_message_size(max),
+        );
+        server.add_service(
+            RoleServiceServer::new(grpc::RolesGrpc::new(manager.clone()))
+                .max_decoding_message_size(max)
+                .max_encoding_message_size(max),
+        );
+        // Ready while live sessions can be served; a Postgres outage degrades (records are
+        // buffered) rather than taking the service out of rotation.
+        server.health().spawn_probe(Duration::from_secs(2), move || {
+            let live = live.clone();
+            async move { live.ping().await.map_err(|err| err.to_string()) }
+        });
+        Ok(Self { server, manager })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.server.local_addr()
+    }
+
+    pub fn manager(&self) -> Arc<SessionManager> {
+        self.manager.clone()
+    }
+
+    pub async fn serve(self, shutdown: impl Future<Output = ()> + Send) -> anyhow::Result<()> {
+        self.server.serve(shutdown).await
+    }
+}
