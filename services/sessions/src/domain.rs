@@ -99,13 +99,16 @@ impl RoleId {
     /// Lowercase letters, digits, `-`, `_`, `.`; starting with a letter or digit; ≤ 64 chars.
     pub fn parse_field(text: &str, field: &str) -> Result<Self, FieldError> {
         let first_ok = text.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
-        let rest_ok = text.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '_' | '.'));
+        let rest_ok =
+            text.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '_' | '.'));
         if text.is_empty() {
             Err(field_error(field, "must not be empty"))
         } else if text.len() > 64 || !first_ok || !rest_ok {
             Err(field_error(
                 field,
-                format!("`{text}` is not a role id: 1 to 64 lowercase letters, digits, '-', '_' or '.', starting with a letter or digit"),
+                format!(
+                    "`{text}` is not a role id: 1 to 64 lowercase letters, digits, '-', '_' or '.', starting with a letter or digit"
+                ),
             ))
         } else {
             Ok(Self(text.to_owned()))

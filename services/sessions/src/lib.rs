@@ -90,6 +90,7 @@ impl SessionsServer {
         roles.spawn_refresh(config.role_refresh);
         let recorder = Recorder::start(stores.records.clone(), config.recorder());
         let live = stores.live.clone();
+        let catalog = roles.clone();
         let manager =
             Arc::new(SessionManager::new(stores.live, stores.records, recorder, roles, triggers, config.limits()));
 
@@ -105,11 +106,17 @@ impl SessionsServer {
                 .max_decoding_message_size(max)
                 .max_encoding_message_size(max),
         );
-        // Ready while live sessions can be served; a Postgres outage degrades (records are
-        // buffered) rather than taking the service out of rotation.
-        server.health().spawn_probe(Duration::from_secs(2), move || {
-            let live = live.clone();
-            async move { live.ping().await.map_err(|err| err.to_string()) }
+        // Ready once the roles are registered with the triggers service, and while live
+        // sessions can be served. A Postgres outage degrades (records are buffered) rather
+        // than taking the service out of rotation.
+        server.health().spawn_probe(Duration::from_millis(500), move || {
+            let (live, catalog) = (live.clone(), catalog.clone());
+            async move {
+                if !catalog.is_registered() {
+                    return Err("roles not yet registered with the triggers service".to_owned());
+                }
+                live.ping().await.map_err(|err| err.to_string())
+            }
         });
         Ok(Self { server, manager })
     }

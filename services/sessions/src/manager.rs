@@ -25,6 +25,12 @@ use crate::{
     triggers::{Detection, TriggersClient, TriggersError},
 };
 
+/// The current time at the precision every store keeps (milliseconds), so a session reads
+/// back the same from Redis, Postgres or memory.
+fn now() -> chrono::DateTime<Utc> {
+    chrono::DateTime::from_timestamp_millis(Utc::now().timestamp_millis()).unwrap_or_else(Utc::now)
+}
+
 /// How many times a call re-reads and retries after losing a race on one session.
 const MAX_ATTEMPTS: usize = 64;
 /// Characters of the query kept with a switch event.
@@ -164,7 +170,7 @@ impl SessionManager {
         if !request.session_id.is_empty() && self.load(&key).await.is_ok() {
             return Err(SessionsError::SessionExists(key.id.to_string()));
         }
-        let now = Utc::now();
+        let now = now();
         let session = LiveSession {
             key: key.clone(),
             role_id: role.id.clone(),
@@ -222,7 +228,7 @@ impl SessionManager {
     pub async fn close(&self, tenant: &TenantId, session_id: &str) -> Result<LiveSession, SessionsError> {
         let key = Self::key(tenant, session_id)?;
         self.load(&key).await?;
-        let now = Utc::now();
+        let now = now();
         let session = self
             .live
             .close(&key, now)
@@ -287,7 +293,7 @@ impl SessionManager {
                 expected_switch_count: session.switch_count,
                 new_role: decision.new_role.as_ref().map(|r| r.id.clone()),
                 count_turn: true,
-                now: Utc::now(),
+                now: now(),
             };
             match self
                 .live
@@ -450,7 +456,7 @@ impl SessionManager {
                 expected_switch_count: session.switch_count,
                 new_role: decision.new_role.as_ref().map(|r| r.id.clone()),
                 count_turn: false,
-                now: Utc::now(),
+                now: now(),
             };
             match self
                 .live
@@ -533,7 +539,7 @@ impl SessionManager {
         if session.status == SessionStatus::Closed {
             return Err(SessionsError::SessionClosed(key.id.to_string()));
         }
-        let now = Utc::now();
+        let now = now();
         let mut checked = Vec::with_capacity(messages.len());
         for (index, message) in messages.into_iter().enumerate() {
             let role = message.role.ok_or_else(|| {

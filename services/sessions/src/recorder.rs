@@ -172,6 +172,12 @@ impl Recorder {
         }
     }
 
+    /// A background write, bounded so a connection that stops answering cannot stall the drain.
+    async fn bounded_write(&self, records: &[Record]) -> Result<(), crate::store::StoreError> {
+        let limit = self.config.write_timeout.max(std::time::Duration::from_secs(5));
+        tokio::time::timeout(limit, self.store.write(records)).await.map_err(|_| crate::store::StoreError::Timeout)?
+    }
+
     /// Writes what is waiting, oldest first; returns how many records were written.
     pub async fn flush(&self) -> Result<usize, crate::store::StoreError> {
         let mut written = 0;
@@ -180,7 +186,7 @@ impl Recorder {
             if batch.is_empty() {
                 break;
             }
-            self.store.write(&batch).await?;
+            self.bounded_write(&batch).await?;
             let mut pending = self.pending();
             for _ in 0..batch.len() {
                 pending.queue.pop_front();
@@ -194,7 +200,7 @@ impl Recorder {
         if turns.is_empty() {
             return Ok(written);
         }
-        if let Err(err) = self.store.write(&turns).await {
+        if let Err(err) = self.bounded_write(&turns).await {
             let mut pending = self.pending();
             for record in turns {
                 if let Record::Turns { key, turn_count, at } = record {

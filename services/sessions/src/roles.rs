@@ -7,7 +7,7 @@
 //! the registration is undone (create) or the previous triggers restored (update). The two
 //! services cannot drift apart for long: at start every role is registered again (retrying
 //! in the background until the triggers service answers), and whenever the triggers service
-//! says it does not know a role, the session manager asks [`RoleCatalog::ensure_registered`].
+//! says it does not know a role, [`RoleCatalog::ensure_registered`] registers them all again.
 
 use std::{
     collections::BTreeMap,
@@ -46,6 +46,12 @@ pub struct RoleCatalog {
     triggers: TriggersClient,
     cache: RwLock<BTreeMap<RoleId, Role>>,
     write_lock: tokio::sync::Mutex<()>,
+    /// Serialises full re-registrations; the counter lets callers that waited for one in
+    /// progress return instead of repeating it.
+    resync: tokio::sync::Mutex<()>,
+    resyncs: std::sync::atomic::AtomicU64,
+    /// Every role has been registered with the triggers service since start.
+    registered: std::sync::atomic::AtomicBool,
 }
 
 impl RoleCatalog {
@@ -65,6 +71,9 @@ impl RoleCatalog {
             triggers,
             cache: RwLock::new(roles.into_iter().map(|r| (r.id.clone(), r)).collect()),
             write_lock: tokio::sync::Mutex::new(()),
+            resync: tokio::sync::Mutex::new(()),
+            resyncs: std::sync::atomic::AtomicU64::new(0),
+            registered: std::sync::atomic::AtomicBool::new(false),
         });
         tokio::spawn(register_all(Arc::downgrade(&catalog)));
         Ok(catalog)
@@ -76,6 +85,12 @@ impl RoleCatalog {
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<RoleId, Role>> {
         self.cache.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether every role has been registered with the triggers service since start (the
+    /// service is not ready before: detection would not know the roles).
+    pub fn is_registered(&self) -> bool {
+        self.registered.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     pub fn get(&self, id: &RoleId) -> Option<Role> {
@@ -215,11 +230,27 @@ impl RoleCatalog {
         Ok(())
     }
 
-    /// Registers a role the triggers service has forgotten (it restarted empty, say).
+    /// Called when the triggers service does not know role `id`. If the role exists here, the
+    /// triggers service has lost its registrations (restarted on an empty store, say): every
+    /// role is registered again, so detection sees all of them, not only this one.
     pub async fn ensure_registered(&self, id: &RoleId) -> Result<(), SessionsError> {
-        let role = self.get(id).ok_or_else(|| SessionsError::RoleNotFound(id.to_string()))?;
-        tracing::warn!(role_id = %id, "triggers service did not know the role, registering it again");
-        self.register(&role).await
+        use std::sync::atomic::Ordering;
+        if self.get(id).is_none() {
+            return Err(SessionsError::RoleNotFound(id.to_string()));
+        }
+        let seen = self.resyncs.load(Ordering::SeqCst);
+        let _one_resync = self.resync.lock().await;
+        if self.resyncs.load(Ordering::SeqCst) != seen {
+            // Another call re-registered everything while this one waited.
+            return Ok(());
+        }
+        tracing::warn!(role_id = %id, "triggers service did not know a role, registering every role again");
+        let roles: Vec<Role> = self.read().values().cloned().collect();
+        for role in &roles {
+            self.register(role).await?;
+        }
+        self.resyncs.fetch_add(1, Ordering::SeqCst);
+        Ok(())
     }
 
     async fn register(&self, role: &Role) -> Result<(), SessionsError> {
@@ -262,6 +293,7 @@ async fn register_all(catalog: std::sync::Weak<RoleCatalog>) {
             }
         }
         if failed == 0 {
+            this.registered.store(true, std::sync::atomic::Ordering::SeqCst);
             tracing::info!(roles = roles.len(), "all roles registered with the triggers service");
             return;
         }

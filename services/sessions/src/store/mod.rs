@@ -67,7 +67,10 @@ pub enum TurnOutcome {
 pub enum AppendOutcome {
     /// Appended; the messages as stored, with the `seq` numbers they were given (continuing
     /// from the session's `message_count`), and the session's new `message_count`.
-    Applied { messages: Vec<Message>, message_count: u64 },
+    Applied {
+        messages: Vec<Message>,
+        message_count: u64,
+    },
     Missing,
     Closed,
 }
@@ -114,12 +117,26 @@ pub enum Record {
     /// A session was created (`recent` is ignored).
     SessionCreated(LiveSession),
     /// Query turns were counted; only the latest count matters.
-    Turns { key: SessionKey, turn_count: u64, at: DateTime<Utc> },
+    Turns {
+        key: SessionKey,
+        turn_count: u64,
+        at: DateTime<Utc>,
+    },
     /// A switch; also sets the session's current role, switch count and turn count.
-    Switched { key: SessionKey, event: SwitchEvent, turn_count: u64 },
+    Switched {
+        key: SessionKey,
+        event: SwitchEvent,
+        turn_count: u64,
+    },
     /// Messages appended, each with its `seq`; also sets the session's message count.
-    MessagesAppended { key: SessionKey, messages: Vec<Message> },
-    Closed { key: SessionKey, at: DateTime<Utc> },
+    MessagesAppended {
+        key: SessionKey,
+        messages: Vec<Message>,
+    },
+    Closed {
+        key: SessionKey,
+        at: DateTime<Utc>,
+    },
 }
 
 impl Record {

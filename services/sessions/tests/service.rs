@@ -1,0 +1,443 @@
+//! The sessions service over real gRPC, with the real triggers service, Redis and Postgres.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::Suite;
+use switchyard_proto::{
+    sessions::v1::{
+        AppendMessagesRequest, CloseSessionRequest, ConversationMessage, CreateRoleRequest, CreateSessionRequest,
+        DeleteRoleRequest, GetHistoryRequest, GetRoleRequest, GetSessionRequest, ListRolesRequest, MessageRole,
+        ProcessQueryRequest, Role, SessionStatus, SwitchContextRequest, SwitchReason, UpdateRoleRequest,
+        role_service_client::RoleServiceClient, session_service_client::SessionServiceClient,
+    },
+    triggers::v1::{DetectTriggersRequest, Trigger, TriggerKind, trigger_service_client::TriggerServiceClient},
+};
+use tonic::{Code, Request};
+
+const SPEC_EXAMPLE: &str = "What are the best investment strategies for tech startups?";
+const FINANCE_ONLY: &str = "Should I refinance my mortgage at a 6% interest rate?";
+
+fn create(id: &str, role: &str) -> CreateSessionRequest {
+    CreateSessionRequest { session_id: id.into(), initial_role_id: role.into(), ..Default::default() }
+}
+
+fn process(id: &str, query: &str) -> ProcessQueryRequest {
+    ProcessQueryRequest { session_id: id.into(), query: query.into(), ..Default::default() }
+}
+
+fn as_tenant<T>(tenant: &str, message: T) -> Request<T> {
+    let mut request = Request::new(message);
+    request.metadata_mut().insert("x-tenant-id", tenant.parse().expect("ascii"));
+    request
+}
+
+#[tokio::test]
+async fn spec_usage_example_switches_keeps_by_hysteresis_and_records_history() {
+    let suite = Suite::start().await;
+    let mut sessions = SessionServiceClient::new(suite.channel().await);
+
+    let created = sessions.create_session(create("", "tech-expert")).await.expect("create").into_inner();
+    let session = created.session.expect("session");
+    assert!(!session.session_id.is_empty(), "an id is generated");
+    assert_eq!((session.role_id.as_str(), session.status()), ("tech-expert", SessionStatus::Active));
+    let id = session.session_id;
+
+    // Both domains match; technology leads, so the tech expert stays.
+    let first = sessions.process_query(process(&id, SPEC_EXAMPLE)).await.expect("process").into_inner();
+    let scored: Vec<_> = first.scores.iter().map(|m| m.role_id.as_str()).collect();
+    assert!(scored.contains(&"finance-expert") && scored.contains(&"tech-expert"), "{scored:?}");
+    assert_eq!((first.role_id.as_str(), first.switched), ("tech-expert", false));
+    assert_eq!(first.reason(), SwitchReason::CurrentIsBest);
+    assert!(first.transition_context.is_empty());
+    assert!(first.system_prompt.starts_with(&first.role.as_ref().expect("role").system_prompt));
+
+    // A finance-only question switches to the finance expert, with a transition context.
+    let second = sessions.process_query(process(&id, FINANCE_ONLY)).await.expect("process").into_inner();
+    assert_eq!((second.role_id.as_str(), second.switched), ("finance-expert", true));
+    assert_eq!((second.previous_role_id.as_str(), second.reason()), ("tech-expert", SwitchReason::Triggered));
+    assert!(
+        second.transition_context.contains("from Technology Expert (tech-expert)"),
+        "{}",
+        second.transition_context
+    );
+    assert!(second.system_prompt.contains(&second.transition_context));
+
+    // A follow-up mixing both: technology scores higher, but finance is within 80 %: kept.
+    let third = sessions.process_query(process(&id, SPEC_EXAMPLE)).await.expect("process").into_inner();
+    assert_eq!((third.role_id.as_str(), third.switched), ("finance-expert", false));
+    assert_eq!(third.reason(), SwitchReason::KeptByHysteresis, "{}", third.reason_detail);
+
+    let history = sessions.get_history(GetHistoryRequest { session_id: id.clone(), ..Default::default() }).await;
+    let events = history.expect("history").into_inner().events;
+    assert_eq!(events.len(), 1);
+    let event = &events[0];
+    assert_eq!(
+        (event.sequence, event.from_role_id.as_str(), event.to_role_id.as_str()),
+        (1, "tech-expert", "finance-expert")
+    );
+    assert_eq!(event.reason(), SwitchReason::Triggered);
+    assert!(event.to_score > event.from_score);
+    assert_eq!(event.query_excerpt, FINANCE_ONLY);
+    assert!(event.occurred_at.is_some());
+
+    let got = sessions.get_session(GetSessionRequest { session_id: id.clone(), include_messages: false }).await;
+    let got = got.expect("get").into_inner().session.expect("session");
+    assert_eq!((got.turn_count, got.switch_count, got.role_id.as_str()), (3, 1, "finance-expert"));
+    suite.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_concurrent_queries_on_one_session_leave_consistent_state_and_history() {
+    let suite = Suite::start().await;
+    let channel = suite.channel().await;
+    let mut sessions = SessionServiceClient::new(channel.clone());
+    sessions.create_session(create("busy", "general-assistant")).await.expect("create");
+
+    let queries = [FINANCE_ONLY, "How do I fix a segfault in my Rust program?", SPEC_EXAMPLE, "hello there"];
+    let mut calls = Vec::new();
+    for index in 0..50 {
+        let mut client = SessionServiceClient::new(channel.clone());
+        let query = queries[index % queries.len()];
+        calls.push(tokio::spawn(
+            async move { client.process_query(process("busy", query)).await.map(|r| r.into_inner()) },
+        ));
+    }
+    let mut switched = 0;
+    for call in calls {
+        let response = call.await.expect("task").expect("every call succeeds");
+        switched += usize::from(response.switched);
+    }
+
+    let session = sessions.get_session(GetSessionRequest { session_id: "busy".into(), include_messages: false }).await;
+    let session = session.expect("get").into_inner().session.expect("session");
+    assert_eq!(session.turn_count, 50, "every query counted once");
+    assert_eq!(session.switch_count as usize, switched, "every reported switch counted once");
+
+    let events = sessions
+        .get_history(GetHistoryRequest { session_id: "busy".into(), page_size: 500, ..Default::default() })
+        .await
+        .expect("history")
+        .into_inner()
+        .events;
+    assert_eq!(events.len(), switched, "every switch recorded once");
+    let mut role = "general-assistant".to_owned();
+    for (index, event) in events.iter().enumerate() {
+        assert_eq!(event.sequence as usize, index + 1, "sequences have no gaps");
+        assert_eq!(event.from_role_id, role, "each switch starts where the previous ended");
+        role = event.to_role_id.clone();
+    }
+    assert_eq!(session.role_id, role, "the live role is where the history ends");
+    suite.stop().await;
+}
+
+#[tokio::test]
+async fn a_session_redis_lost_is_rebuilt_from_postgres() {
+    let suite = Suite::start().await;
+    let mut sessions = SessionServiceClient::new(suite.channel().await);
+    sessions.create_session(create("lost", "tech-expert")).await.expect("create");
+    sessions.process_query(process("lost", FINANCE_ONLY)).await.expect("process");
+    let messages = vec![
+        ConversationMessage { role: MessageRole::User.into(), content: FINANCE_ONLY.into(), ..Default::default() },
+        ConversationMessage {
+            role: MessageRole::Assistant.into(),
+            content: "Compare the rates first.".into(),
+            ..Default::default()
+        },
+    ];
+    let appended = sessions
+        .append_messages(AppendMessagesRequest { session_id: "lost".into(), messages })
+        .await
+        .expect("append")
+        .into_inner();
+    assert_eq!(appended.message_count, 2);
+    let before = sessions.get_session(GetSessionRequest { session_id: "lost".into(), include_messages: true }).await;
+    let before = before.expect("get").into_inner();
+
+    assert!(common::delete_redis_keys(&suite.prefix).await >= 1, "the live session was in Redis");
+
+    let after = sessions.get_session(GetSessionRequest { session_id: "lost".into(), include_messages: true }).await;
+    let after = after.expect("rebuilt").into_inner();
+    let (b, a) = (before.session.expect("session"), after.session.clone().expect("session"));
+    assert_eq!((a.role_id.as_str(), a.switch_count, a.turn_count), ("finance-expert", 1, 1));
+    assert_eq!((a.role_id, a.switch_count, a.created_at), (b.role_id, b.switch_count, b.created_at));
+    let contents = |r: &[ConversationMessage]| {
+        r.iter().map(|m| (m.role, m.content.clone(), m.role_id.clone())).collect::<Vec<_>>()
+    };
+    assert_eq!(contents(&after.recent_messages), contents(&before.recent_messages));
+    assert_eq!(after.recent_messages[1].role_id, "finance-expert");
+
+    // And it carries on: the next message continues the numbering.
+    let more =
+        vec![ConversationMessage { role: MessageRole::User.into(), content: "And fees?".into(), ..Default::default() }];
+    let appended = sessions.append_messages(AppendMessagesRequest { session_id: "lost".into(), messages: more }).await;
+    assert_eq!(appended.expect("append").into_inner().message_count, 3);
+    let history = sessions.get_history(GetHistoryRequest { session_id: "lost".into(), ..Default::default() }).await;
+    assert_eq!(history.expect("history").into_inner().events.len(), 1);
+    suite.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_postgres_cut_queries_keep_serving_and_records_arrive_after() {
+    let proxy = common::proxy::TcpProxy::start(common::database_addr()).await;
+    let triggers = common::start_triggers().await;
+    let (mut config, schema, prefix) =
+        common::sessions_config(&triggers.url(), &common::database_url_via(proxy.addr()));
+    config.record_write_timeout = Duration::from_millis(300);
+    config.record_buffer = 3;
+    let (server, manager) = common::start_sessions(&config).await;
+    let channel = tonic::transport::Endpoint::from_shared(server.url()).expect("url").connect().await.expect("connect");
+    let mut sessions = SessionServiceClient::new(channel);
+    sessions.create_session(create("outage", "tech-expert")).await.expect("create");
+
+    proxy.cut();
+    let switched =
+        sessions.process_query(process("outage", FINANCE_ONLY)).await.expect("serves from Redis").into_inner();
+    assert!(switched.switched, "switching works with Postgres down");
+    let back = sessions.process_query(process("outage", "How do I fix a segfault in my Rust program?")).await;
+    assert!(back.expect("serves").into_inner().switched);
+    assert!(manager.recorder().backlog() >= 2, "the switches wait in the buffer");
+    // Over the bound: further records are dropped, counted.
+    for query in [FINANCE_ONLY, "How do I fix a segfault in my Rust program?", FINANCE_ONLY] {
+        sessions.process_query(process("outage", query)).await.expect("still serving");
+    }
+    assert!(manager.recorder().dropped() >= 1, "records past the bound are counted as dropped");
+    let history = sessions.get_history(GetHistoryRequest { session_id: "outage".into(), ..Default::default() }).await;
+    assert_eq!(history.unwrap_err().code(), Code::Unavailable, "history needs Postgres");
+
+    proxy.restore();
+    let restored = Instant::now();
+    while manager.recorder().backlog() > 0 {
+        assert!(restored.elapsed() < Duration::from_secs(15), "buffer drained after Postgres returned");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let events = sessions
+        .get_history(GetHistoryRequest { session_id: "outage".into(), ..Default::default() })
+        .await
+        .expect("history")
+        .into_inner()
+        .events;
+    assert!(events.len() >= 2, "the buffered switches were written: {events:?}");
+    assert_eq!((events[0].from_role_id.as_str(), events[0].to_role_id.as_str()), ("tech-expert", "finance-expert"));
+    server.stop().await;
+    triggers.stop().await;
+    common::drop_schema(&schema).await;
+    common::delete_redis_keys(&prefix).await;
+}
+
+#[tokio::test]
+async fn bad_input_and_missing_things_get_clear_errors_and_tenants_are_isolated() {
+    let suite = Suite::start().await;
+    let mut sessions = SessionServiceClient::new(suite.channel().await);
+    sessions.create_session(create("mine", "tech-expert")).await.expect("create");
+
+    let err = sessions.create_session(create("mine", "tech-expert")).await.unwrap_err();
+    assert_eq!(err.code(), Code::AlreadyExists);
+    let err = sessions.create_session(create("x", "no-such-role")).await.unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+    let err = sessions.create_session(create("bad id!", "tech-expert")).await.unwrap_err();
+    assert_eq!((err.code(), err.message().starts_with("session_id:")), (Code::InvalidArgument, true));
+
+    for (query, field) in [("   ", "query:"), (&*"q".repeat(16 * 1024 + 1), "query:")] {
+        let err = sessions.process_query(process("mine", query)).await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument);
+        assert!(err.message().starts_with(field), "{}", err.message());
+    }
+    let err = sessions.process_query(process("nobody", "hello")).await.unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+    let forced = ProcessQueryRequest { force_role_id: Some("ghost".into()), ..process("mine", "hello") };
+    assert_eq!(sessions.process_query(forced).await.unwrap_err().code(), Code::NotFound);
+    let switch = SwitchContextRequest { session_id: "mine".into(), new_role_id: "ghost".into(), reason: String::new() };
+    assert_eq!(sessions.switch_context(switch).await.unwrap_err().code(), Code::NotFound);
+    let empty = AppendMessagesRequest { session_id: "mine".into(), messages: vec![] };
+    assert_eq!(sessions.append_messages(empty).await.unwrap_err().code(), Code::InvalidArgument);
+    let unspecified = AppendMessagesRequest {
+        session_id: "mine".into(),
+        messages: vec![ConversationMessage { content: "x".into(), ..Default::default() }],
+    };
+    let err = sessions.append_messages(unspecified).await.unwrap_err();
+    assert!(err.message().starts_with("messages[0].role:"), "{}", err.message());
+
+    // Another tenant sees nothing; a malformed tenant is refused.
+    let err = sessions
+        .get_session(as_tenant("acme", GetSessionRequest { session_id: "mine".into(), include_messages: false }))
+        .await;
+    assert_eq!(err.unwrap_err().code(), Code::NotFound);
+    let err = sessions.process_query(as_tenant("acme", process("mine", "hello"))).await.unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+    sessions.create_session(as_tenant("acme", create("mine", "legal-expert"))).await.expect("same id, other tenant");
+    let theirs = sessions
+        .get_session(as_tenant("acme", GetSessionRequest { session_id: "mine".into(), include_messages: false }))
+        .await;
+    assert_eq!(theirs.expect("get").into_inner().session.expect("s").role_id, "legal-expert");
+    let err = sessions
+        .get_session(as_tenant("bad tenant!", GetSessionRequest { session_id: "mine".into(), include_messages: false }))
+        .await;
+    assert_eq!(err.unwrap_err().code(), Code::InvalidArgument);
+
+    // Manual switch, forced role, then closing.
+    let manual =
+        SwitchContextRequest { session_id: "mine".into(), new_role_id: "legal-expert".into(), reason: String::new() };
+    let manual = sessions.switch_context(manual).await.expect("switch").into_inner();
+    assert!(manual.switched && manual.transition_context.contains("Legal Expert"));
+    let forced = ProcessQueryRequest { force_role_id: Some("creative-expert".into()), ..process("mine", "hello") };
+    let forced = sessions.process_query(forced).await.expect("forced").into_inner();
+    assert_eq!((forced.role_id.as_str(), forced.reason()), ("creative-expert", SwitchReason::Forced));
+    let events =
+        sessions.get_history(GetHistoryRequest { session_id: "mine".into(), page_size: 1, ..Default::default() }).await;
+    let page = events.expect("history").into_inner();
+    assert_eq!((page.events.len(), page.events[0].reason()), (1, SwitchReason::Manual));
+    assert_eq!(page.events[0].reason_detail, "Manual switch by user");
+    let rest = sessions
+        .get_history(GetHistoryRequest { session_id: "mine".into(), page_size: 1, page_token: page.next_page_token })
+        .await
+        .expect("page 2")
+        .into_inner();
+    assert_eq!(rest.events[0].reason(), SwitchReason::Forced);
+
+    sessions.close_session(CloseSessionRequest { session_id: "mine".into() }).await.expect("close");
+    let err = sessions.process_query(process("mine", "hello")).await.unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    let err = sessions
+        .append_messages(AppendMessagesRequest {
+            session_id: "mine".into(),
+            messages: vec![ConversationMessage {
+                role: MessageRole::User.into(),
+                content: "x".into(),
+                ..Default::default()
+            }],
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    suite.stop().await;
+}
+
+fn role(id: &str, keyword: &str) -> Role {
+    Role {
+        id: id.into(),
+        name: "Space Expert".into(),
+        description: "Rockets".into(),
+        domains: vec![],
+        system_prompt: "You are a rocket scientist.".into(),
+        custom_triggers: vec![Trigger { pattern: keyword.into(), kind: TriggerKind::Keyword.into(), priority: 9 }],
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn roles_are_seeded_managed_and_always_registered_with_triggers() {
+    let suite = Suite::start().await;
+    let channel = suite.channel().await;
+    let mut roles = RoleServiceClient::new(channel.clone());
+    let mut sessions = SessionServiceClient::new(channel);
+    let mut triggers = TriggerServiceClient::new(
+        tonic::transport::Endpoint::from_shared(suite.triggers.url()).expect("url").connect().await.expect("connect"),
+    );
+
+    let listed = roles.list_roles(ListRolesRequest::default()).await.expect("list").into_inner().roles;
+    let ids: Vec<_> = listed.iter().map(|r| r.id.as_str()).collect();
+    for expected in [
+        "creative-expert",
+        "education-expert",
+        "finance-expert",
+        "general-assistant",
+        "healthcare-expert",
+        "legal-expert",
+        "marketing-expert",
+        "tech-expert",
+    ] {
+        assert!(ids.contains(&expected), "{expected} seeded: {ids:?}");
+    }
+    let finance = roles.list_roles(ListRolesRequest { domain: "finance".into(), ..Default::default() }).await;
+    assert_eq!(
+        finance.expect("list").into_inner().roles.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+        ["finance-expert"]
+    );
+
+    let created =
+        roles.create_role(CreateRoleRequest { role: Some(role("space-expert", "rocketry")) }).await.expect("create");
+    assert_eq!(created.into_inner().role.expect("role").custom_triggers.len(), 1);
+    let detected =
+        triggers.detect_triggers(DetectTriggersRequest { query: "a rocketry question".into() }).await.expect("detect");
+    assert_eq!(detected.into_inner().matches[0].role_id, "space-expert", "registered with the triggers service");
+    assert_eq!(
+        roles.create_role(CreateRoleRequest { role: Some(role("space-expert", "x")) }).await.unwrap_err().code(),
+        Code::AlreadyExists
+    );
+
+    // A pattern the triggers service rejects fails the write and names the field.
+    let mut bad = role("bad-regex", "x");
+    bad.custom_triggers[0] = Trigger { pattern: "(".into(), kind: TriggerKind::Regex.into(), priority: 3 };
+    let err = roles.create_role(CreateRoleRequest { role: Some(bad) }).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().starts_with("role.custom_triggers[0].pattern:"), "{}", err.message());
+    assert_eq!(
+        roles.get_role(GetRoleRequest { role_id: "bad-regex".into() }).await.unwrap_err().code(),
+        Code::NotFound
+    );
+
+    // Update only the prompt; the triggers stay.
+    let mut changed = role("space-expert", "ignored");
+    changed.system_prompt = "You are a rocket engineer.".into();
+    let mask = prost_types::FieldMask { paths: vec!["system_prompt".into()] };
+    let updated =
+        roles.update_role(UpdateRoleRequest { role: Some(changed), update_mask: Some(mask) }).await.expect("update");
+    let updated = updated.into_inner().role.expect("role");
+    assert_eq!(
+        (updated.system_prompt.as_str(), updated.custom_triggers[0].pattern.as_str()),
+        ("You are a rocket engineer.", "rocketry")
+    );
+    let bad_mask = prost_types::FieldMask { paths: vec!["id".into()] };
+    let err = roles
+        .update_role(UpdateRoleRequest { role: Some(role("space-expert", "x")), update_mask: Some(bad_mask) })
+        .await;
+    assert!(err.unwrap_err().message().starts_with("update_mask.paths[0]:"));
+
+    // A query with the custom trigger switches a session to the new role.
+    sessions.create_session(create("space", "general-assistant")).await.expect("create");
+    let turn = sessions.process_query(process("space", "Tell me about rocketry")).await.expect("process").into_inner();
+    assert_eq!((turn.role_id.as_str(), turn.switched), ("space-expert", true));
+
+    roles.delete_role(DeleteRoleRequest { role_id: "space-expert".into() }).await.expect("delete");
+    assert_eq!(
+        roles.delete_role(DeleteRoleRequest { role_id: "space-expert".into() }).await.unwrap_err().code(),
+        Code::NotFound
+    );
+    let detected = triggers.detect_triggers(DetectTriggersRequest { query: "rocketry".into() }).await.expect("detect");
+    assert!(detected.into_inner().matches.is_empty(), "unregistered with the role");
+    // The session on the deleted role can still move on.
+    let moved = sessions.process_query(process("space", FINANCE_ONLY)).await.expect("process").into_inner();
+    assert_eq!(moved.role_id, "finance-expert");
+    suite.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn role_writes_fail_while_triggers_is_down_and_forgotten_roles_are_registered_again() {
+    let triggers = common::start_triggers().await;
+    let triggers_addr = triggers.addr;
+    let (config, schema, prefix) = common::sessions_config(&triggers.url(), &common::database_url());
+    let (server, _manager) = common::start_sessions(&config).await;
+    let channel = tonic::transport::Endpoint::from_shared(server.url()).expect("url").connect().await.expect("connect");
+    let mut roles = RoleServiceClient::new(channel.clone());
+    let mut sessions = SessionServiceClient::new(channel);
+    sessions.create_session(create("s1", "tech-expert")).await.expect("create");
+
+    triggers.stop().await;
+    let err = roles.create_role(CreateRoleRequest { role: Some(role("orphan", "orphanage")) }).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "the write fails when triggers cannot be registered");
+    assert_eq!(roles.get_role(GetRoleRequest { role_id: "orphan".into() }).await.unwrap_err().code(), Code::NotFound);
+    // Queries keep working, keeping the role, and say why.
+    let kept = sessions.process_query(process("s1", FINANCE_ONLY)).await.expect("degraded").into_inner();
+    assert_eq!((kept.role_id.as_str(), kept.reason()), ("tech-expert", SwitchReason::DetectionUnavailable));
+
+    // Triggers comes back empty (in memory): the current role is registered again on demand.
+    let triggers = common::start_triggers_on(triggers_addr).await;
+    let turn = sessions.process_query(process("s1", FINANCE_ONLY)).await.expect("process").into_inner();
+    assert_eq!(turn.reason(), SwitchReason::Triggered, "{}", turn.reason_detail);
+    server.stop().await;
+    triggers.stop().await;
+    common::drop_schema(&schema).await;
+    common::delete_redis_keys(&prefix).await;
+}
