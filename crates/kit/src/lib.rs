@@ -6,6 +6,7 @@ pub mod client;
 pub mod config;
 pub mod error;
 pub mod health;
+pub mod postgres;
 pub mod server;
 pub mod telemetry;
 

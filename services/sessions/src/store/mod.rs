@@ -35,6 +35,15 @@ pub enum StoreError {
     Timeout,
 }
 
+impl From<switchyard_kit::postgres::SchemaPoolError> for StoreError {
+    fn from(err: switchyard_kit::postgres::SchemaPoolError) -> Self {
+        match err {
+            switchyard_kit::postgres::SchemaPoolError::Database(err) => Self::Database(err),
+            invalid => Self::Config(invalid.to_string()),
+        }
+    }
+}
+
 /// A conditional update of a live session, made from the state the caller read.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TurnUpdate {

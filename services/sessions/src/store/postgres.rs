@@ -3,13 +3,13 @@
 //! `GREATEST` and sequence checks, so a batch retried after an ambiguous failure, or replayed
 //! out of order, never moves a session backwards.
 
-use std::{collections::BTreeMap, str::FromStr, time::Duration};
+use std::{collections::BTreeMap, time::Duration};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::{
     Postgres, Row, Transaction,
-    postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow},
+    postgres::{PgPool, PgRow},
     types::Json,
 };
 
@@ -19,61 +19,19 @@ use crate::domain::{
     SwitchReason,
 };
 
-/// How long a request waits for a pooled connection: during an outage requests fail after this
-/// rather than queueing behind connection attempts.
-const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
-
 /// Sessions, their switches and messages, and roles — one pool for both [`RecordStore`] and
 /// [`RoleStore`].
 pub struct PostgresStore {
     pool: PgPool,
 }
 
-/// A schema name we are willing to interpolate into SQL.
-fn checked_schema(schema: &str) -> Result<&str, StoreError> {
-    let valid = !schema.is_empty()
-        && schema.len() <= 63
-        && schema.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
-        && schema.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    if valid {
-        Ok(schema)
-    } else {
-        Err(StoreError::Config(format!(
-            "schema `{schema}` must be 1 to 63 lowercase letters, digits or '_', not starting with a digit"
-        )))
-    }
-}
-
 impl PostgresStore {
     /// Connects, creates `schema` if needed and runs the migrations in it.
     pub async fn connect(url: &str, schema: &str) -> Result<Self, StoreError> {
-        let schema = checked_schema(schema)?;
-        let base = PgConnectOptions::from_str(url)?;
-        create_schema(&base, schema).await?;
-        let options = base.options([("search_path", schema), ("statement_timeout", "5000")]);
-        let pool =
-            PgPoolOptions::new().max_connections(8).acquire_timeout(ACQUIRE_TIMEOUT).connect_with(options).await?;
+        let pool = switchyard_kit::postgres::connect_in_schema(url, schema, 8).await?;
         sqlx::migrate!("./migrations").run(&pool).await?;
         Ok(Self { pool })
     }
-}
-
-async fn create_schema(options: &PgConnectOptions, schema: &str) -> Result<(), StoreError> {
-    use sqlx::Connection;
-    let mut conn = sqlx::PgConnection::connect_with(options).await?;
-    let statement = format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\"");
-    if let Err(err) = sqlx::query(sqlx::AssertSqlSafe(statement)).execute(&mut conn).await {
-        // Two replicas creating the schema at once: one loses the race; fine if it exists.
-        let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)")
-            .bind(schema)
-            .fetch_one(&mut conn)
-            .await?;
-        if !exists {
-            return Err(err.into());
-        }
-    }
-    conn.close().await?;
-    Ok(())
 }
 
 /// A value that does not fit its column; refused before anything of the batch is committed.
@@ -460,15 +418,6 @@ impl RoleStore for PostgresStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn schema_names_are_checked_before_use_in_sql() {
-        assert!(checked_schema("sessions").is_ok());
-        assert!(checked_schema("_t_0123").is_ok());
-        for bad in ["", "9lives", "Sessions", "a\"b", "a-b", &"x".repeat(64)] {
-            assert!(matches!(checked_schema(bad), Err(StoreError::Config(_))), "{bad:?} accepted");
-        }
-    }
 
     #[test]
     fn out_of_range_values_are_refused() {

@@ -25,6 +25,15 @@ pub enum StoreError {
     Config(String),
 }
 
+impl From<switchyard_kit::postgres::SchemaPoolError> for StoreError {
+    fn from(err: switchyard_kit::postgres::SchemaPoolError) -> Self {
+        match err {
+            switchyard_kit::postgres::SchemaPoolError::Database(err) => Self::Database(err),
+            invalid => Self::Config(invalid.to_string()),
+        }
+    }
+}
+
 /// All registrations at one version.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {

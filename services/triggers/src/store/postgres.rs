@@ -3,12 +3,12 @@
 //! each replica LISTENs, and also polls the version, so a lost notification (say, during a
 //! reconnect) delays convergence by at most one poll interval.
 
-use std::{str::FromStr, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use sqlx::{
     Row,
-    postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions},
+    postgres::{PgListener, PgPool},
     types::Json,
 };
 use tokio::{sync::watch, task::JoinHandle};
@@ -29,34 +29,11 @@ impl Drop for PostgresStore {
     }
 }
 
-/// A schema name we are willing to interpolate into SQL.
-fn checked_schema(schema: &str) -> Result<&str, StoreError> {
-    let valid = !schema.is_empty()
-        && schema.len() <= 63
-        && schema.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
-        && schema.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    if valid {
-        Ok(schema)
-    } else {
-        Err(StoreError::Config(format!(
-            "schema `{schema}` must be 1 to 63 lowercase letters, digits or '_', not starting with a digit"
-        )))
-    }
-}
-
 impl PostgresStore {
     /// Connects, creates the schema if needed, runs migrations, and starts following changes
     /// made by other replicas (checking the version every `poll_interval` as well).
     pub async fn connect(url: &str, schema: &str, poll_interval: Duration) -> Result<Self, StoreError> {
-        let schema = checked_schema(schema)?;
-        let base = PgConnectOptions::from_str(url)?;
-        create_schema(&base, schema).await?;
-        let options = base.options([("search_path", schema)]);
-        let pool = PgPoolOptions::new()
-            .max_connections(8)
-            .acquire_timeout(Duration::from_secs(3))
-            .connect_with(options)
-            .await?;
+        let pool = switchyard_kit::postgres::connect_in_schema(url, schema, 8).await?;
         sqlx::migrate!("./migrations").run(&pool).await?;
 
         let version = current_version(&pool).await?;
@@ -65,24 +42,6 @@ impl PostgresStore {
         let follower = tokio::spawn(follow_changes(pool.clone(), channel.clone(), versions.clone(), poll_interval));
         Ok(Self { pool, channel, versions, follower })
     }
-}
-
-async fn create_schema(options: &PgConnectOptions, schema: &str) -> Result<(), StoreError> {
-    use sqlx::Connection;
-    let mut conn = sqlx::PgConnection::connect_with(options).await?;
-    let statement = format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\"");
-    if let Err(err) = sqlx::query(sqlx::AssertSqlSafe(statement)).execute(&mut conn).await {
-        // Two replicas creating the schema at once: one loses the race; fine if it exists.
-        let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)")
-            .bind(schema)
-            .fetch_one(&mut conn)
-            .await?;
-        if !exists {
-            return Err(err.into());
-        }
-    }
-    conn.close().await?;
-    Ok(())
 }
 
 async fn current_version(pool: &PgPool) -> Result<u64, StoreError> {
