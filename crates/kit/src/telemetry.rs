@@ -1,9 +1,9 @@
 //! Logging and tracing: `tracing` with an env filter (text or JSON lines), an OpenTelemetry
 //! layer so every span has a W3C trace context, and OTLP export when an endpoint is set.
 //!
-//! The OpenTelemetry layer is installed even without an exporter: spans are then not sampled
-//! (cheap, never recorded) but trace ids still flow through `traceparent` from hop to hop, so
-//! logs of one request can be correlated across services.
+//! The OpenTelemetry layer is installed only when traces are exported: without an exporter
+//! it would cost every request span some work and show nothing. Configure the OTLP endpoint
+//! on every service of a deployment so one request is one trace across all of them.
 
 use http::HeaderMap;
 use opentelemetry::{
@@ -55,7 +55,8 @@ pub fn init(service_name: &'static str, args: &TelemetryArgs) -> anyhow::Result<
             .build(),
     };
     opentelemetry::global::set_tracer_provider(provider.clone());
-    let otel = tracing_opentelemetry::layer().with_tracer(provider.tracer(service_name));
+    let otel =
+        args.otlp_endpoint.is_some().then(|| tracing_opentelemetry::layer().with_tracer(provider.tracer(service_name)));
 
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let registry = tracing_subscriber::registry().with(filter).with(otel);

@@ -23,6 +23,8 @@ use crate::runner::RunPlan;
 use crate::scenario::Scenario;
 use crate::scenario::detect_triggers::DetectTriggers;
 use crate::scenario::health_check::HealthCheck;
+use crate::scenario::process_query::ProcessQuery;
+use crate::scenario::sessions_redis_floor::SessionsRedisFloor;
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -46,6 +48,15 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let target = args.target.clone();
             let connections = Connections::open(&target, cli.run.connections.get()).await?;
             drive(DetectTriggers::new(args, connections), target, &cli.run).await
+        }
+        ScenarioCommand::ProcessQuery(args) => {
+            let target = args.target.clone();
+            let connections = Connections::open(&target, cli.run.connections.get()).await?;
+            drive(ProcessQuery::new(args, connections), target, &cli.run).await
+        }
+        ScenarioCommand::SessionsRedisFloor(args) => {
+            let target = args.redis_url.clone();
+            drive(SessionsRedisFloor::new(args), target, &cli.run).await
         }
         ScenarioCommand::HealthCheck(args) => {
             let connections = Connections::open(&args.target, cli.run.connections.get()).await?;

@@ -8,6 +8,8 @@ use tonic::Status;
 
 pub mod detect_triggers;
 pub mod health_check;
+pub mod process_query;
+pub mod sessions_redis_floor;
 
 pub trait Scenario: Send + Sync + 'static {
     /// The scenario's name in the report (its subcommand).

@@ -36,6 +36,38 @@ const MAX_ATTEMPTS: usize = 64;
 /// Characters of the query kept with a switch event.
 const EXCERPT_CHARS: usize = 200;
 
+/// This replica's last known (role, switch count) per session: a hint that lets a turn that
+/// keeps the role skip reading the session first. Bounded: when full it starts over (a
+/// missing hint only means one extra read).
+#[derive(Default)]
+struct SessionHints {
+    known: std::sync::Mutex<std::collections::HashMap<SessionKey, (RoleId, u64)>>,
+}
+
+impl SessionHints {
+    const CAPACITY: usize = 100_000;
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<SessionKey, (RoleId, u64)>> {
+        self.known.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn get(&self, key: &SessionKey) -> Option<(RoleId, u64)> {
+        self.lock().get(key).cloned()
+    }
+
+    fn remember(&self, key: &SessionKey, role: RoleId, switch_count: u64) {
+        let mut known = self.lock();
+        if known.len() >= Self::CAPACITY && !known.contains_key(key) {
+            known.clear();
+        }
+        known.insert(key.clone(), (role, switch_count));
+    }
+
+    fn forget(&self, key: &SessionKey) {
+        self.lock().remove(key);
+    }
+}
+
 /// A new session as a caller asks for it.
 #[derive(Debug, Clone, Default)]
 pub struct NewSession {
@@ -74,6 +106,7 @@ pub struct SessionManager {
     roles: Arc<RoleCatalog>,
     triggers: TriggersClient,
     limits: SessionLimits,
+    hints: SessionHints,
 }
 
 /// What the manager decided for one attempt.
@@ -95,7 +128,7 @@ impl SessionManager {
         triggers: TriggersClient,
         limits: SessionLimits,
     ) -> Self {
-        Self { live, records, recorder, roles, triggers, limits }
+        Self { live, records, recorder, roles, triggers, limits, hints: SessionHints::default() }
     }
 
     pub fn roles(&self) -> &Arc<RoleCatalog> {
@@ -263,31 +296,40 @@ impl SessionManager {
             Some(id) => Some(self.roles.require(id, "force_role_id")?),
             None => None,
         };
+        // Fast path: from this replica's last known state of the session, decide and apply a
+        // turn that keeps the role in one conditional update — no read first. A stale hint
+        // only costs a Conflict and the full path below.
+        if let Some((role_id, switch_count)) = self.hints.get(&key) {
+            let current = self.roles.get(&role_id);
+            if let Some(current) = current {
+                let decision = self.decision(query, &current, forced.as_ref()).await?;
+                if decision.new_role.is_none() {
+                    let update = TurnUpdate {
+                        expected_role: role_id,
+                        expected_switch_count: switch_count,
+                        new_role: None,
+                        count_turn: true,
+                        now: now(),
+                    };
+                    match self.apply(&key, &update).await? {
+                        TurnOutcome::Applied(updated) => {
+                            return Ok(self
+                                .finish(Vec::new(), updated, current, decision, query, custom_instructions)
+                                .await);
+                        }
+                        TurnOutcome::Closed => return Err(SessionsError::SessionClosed(key.id.to_string())),
+                        TurnOutcome::Conflict | TurnOutcome::Missing => self.hints.forget(&key),
+                    }
+                }
+            }
+        }
         for _ in 0..MAX_ATTEMPTS {
             let session = self.load(&key).await?;
             if session.status == SessionStatus::Closed {
                 return Err(SessionsError::SessionClosed(key.id.to_string()));
             }
             let current = self.role_of(&session)?;
-            let decision = match &forced {
-                Some(role) if role.id != current.id => Decision {
-                    new_role: Some(role.clone()),
-                    reason: SwitchReason::Forced,
-                    detail: format!("forced to {}", role.id),
-                    scores: Vec::new(),
-                    from_score: 0,
-                    to_score: 0,
-                },
-                Some(_) => Decision {
-                    new_role: None,
-                    reason: SwitchReason::Forced,
-                    detail: format!("forced to {}, which is already active", current.id),
-                    scores: Vec::new(),
-                    from_score: 0,
-                    to_score: 0,
-                },
-                None => self.decide(query, &current).await?,
-            };
+            let decision = self.decision(query, &current, forced.as_ref()).await?;
             let update = TurnUpdate {
                 expected_role: session.role_id.clone(),
                 expected_switch_count: session.switch_count,
@@ -295,20 +337,53 @@ impl SessionManager {
                 count_turn: true,
                 now: now(),
             };
-            match self
-                .live
-                .apply_turn(&key, &update)
-                .await
-                .map_err(|err| SessionsError::unavailable("updating the session", err))?
-            {
+            match self.apply(&key, &update).await? {
                 TurnOutcome::Applied(updated) => {
-                    return Ok(self.finish(session, updated, current, decision, query, custom_instructions).await);
+                    return Ok(self
+                        .finish(session.recent, updated, current, decision, query, custom_instructions)
+                        .await);
                 }
                 TurnOutcome::Conflict | TurnOutcome::Missing => continue,
                 TurnOutcome::Closed => return Err(SessionsError::SessionClosed(key.id.to_string())),
             }
         }
         Err(SessionsError::Unavailable(format!("session `{}` is too busy: retry", key.id)))
+    }
+
+    /// A conditional update; an applied one refreshes this replica's hint for the session.
+    async fn apply(&self, key: &SessionKey, update: &TurnUpdate) -> Result<TurnOutcome, SessionsError> {
+        let outcome = self
+            .live
+            .apply_turn(key, update)
+            .await
+            .map_err(|err| SessionsError::unavailable("updating the session", err))?;
+        if let TurnOutcome::Applied(session) = &outcome {
+            self.hints.remember(key, session.role_id.clone(), session.switch_count);
+        }
+        Ok(outcome)
+    }
+
+    /// What to do with `query` while `current` is active: the forced role, or detection.
+    async fn decision(&self, query: &str, current: &Role, forced: Option<&Role>) -> Result<Decision, SessionsError> {
+        Ok(match forced {
+            Some(role) if role.id != current.id => Decision {
+                new_role: Some(role.clone()),
+                reason: SwitchReason::Forced,
+                detail: format!("forced to {}", role.id),
+                scores: Vec::new(),
+                from_score: 0,
+                to_score: 0,
+            },
+            Some(_) => Decision {
+                new_role: None,
+                reason: SwitchReason::Forced,
+                detail: format!("forced to {}, which is already active", current.id),
+                scores: Vec::new(),
+                from_score: 0,
+                to_score: 0,
+            },
+            None => self.decide(query, current).await?,
+        })
     }
 
     /// Asks the triggers service for the best role, re-registering the current role if the
@@ -367,7 +442,7 @@ impl SessionManager {
     /// Records the outcome of an applied update and builds the answer.
     async fn finish(
         &self,
-        before: LiveSession,
+        recent: Vec<Message>,
         after: LiveSession,
         previous: Role,
         decision: Decision,
@@ -391,7 +466,7 @@ impl SessionManager {
                 let record = Record::Switched { key: after.key.clone(), event, turn_count: after.turn_count };
                 self.durable(self.recorder.record(vec![record]).await, "context switch");
                 tracing::info!(session_id = %after.key.id, from = %previous.id, to = %next.id, reason = reason.as_str(), "context switched");
-                let transition = transition_context(&previous, &next, reason, &detail, &before.recent, Some(query));
+                let transition = transition_context(&previous, &next, reason, &detail, &recent, Some(query));
                 (next, transition)
             }
             None => {
@@ -402,7 +477,7 @@ impl SessionManager {
         let switched = role.id != previous.id;
         let prompt = system_prompt(&role, &transition, custom_instructions);
         let mut session = after;
-        session.recent = before.recent;
+        session.recent = recent;
         Turn {
             session,
             role,
@@ -458,14 +533,9 @@ impl SessionManager {
                 count_turn: false,
                 now: now(),
             };
-            match self
-                .live
-                .apply_turn(&key, &update)
-                .await
-                .map_err(|err| SessionsError::unavailable("updating the session", err))?
-            {
+            match self.apply(&key, &update).await? {
                 TurnOutcome::Applied(updated) => {
-                    return Ok(self.finish_manual(session, updated, current, decision).await);
+                    return Ok(self.finish_manual(session.recent, updated, current, decision).await);
                 }
                 TurnOutcome::Conflict | TurnOutcome::Missing => continue,
                 TurnOutcome::Closed => return Err(SessionsError::SessionClosed(key.id.to_string())),
@@ -474,8 +544,14 @@ impl SessionManager {
         Err(SessionsError::Unavailable(format!("session `{}` is too busy: retry", key.id)))
     }
 
-    async fn finish_manual(&self, before: LiveSession, after: LiveSession, previous: Role, decision: Decision) -> Turn {
-        let mut turn = self.finish(before, after, previous, decision, "", None).await;
+    async fn finish_manual(
+        &self,
+        recent: Vec<Message>,
+        after: LiveSession,
+        previous: Role,
+        decision: Decision,
+    ) -> Turn {
+        let mut turn = self.finish(recent, after, previous, decision, "", None).await;
         // A manual switch has no query to quote.
         turn.transition_context = turn.transition_context.replace("\nThe user now asks: ", "");
         turn
