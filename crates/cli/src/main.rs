@@ -1,12 +1,8 @@
 //! `switchyard`: the whole suite in one process for development and demos.
 
-use std::net::SocketAddr;
-
-use anyhow::Context;
 use clap::{Parser, Subcommand};
+use switchyard_cli::{DevPorts, DevStack};
 use switchyard_kit::{TelemetryArgs, shutdown_signal, telemetry};
-use switchyard_sessions::{SessionsConfig, SessionsServer};
-use switchyard_triggers::{TriggersConfig, TriggersServer};
 
 #[derive(Parser)]
 #[command(name = "switchyard", version, about = "Context-aware routing for LLM applications")]
@@ -49,29 +45,13 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn dev(args: DevArgs) -> anyhow::Result<()> {
-    let triggers_config = TriggersConfig::in_memory(SocketAddr::new(args.host, args.triggers_port));
-    let triggers = TriggersServer::bind(&triggers_config).await.context("starting triggers")?;
-    let triggers_url = format!("http://{}", triggers.local_addr());
-    let sessions_config = SessionsConfig::in_memory(SocketAddr::new(args.host, args.sessions_port), &triggers_url);
-    let sessions = SessionsServer::bind(&sessions_config).await.context("starting sessions")?;
-
-    tracing::info!(triggers = %triggers.local_addr(), sessions = %sessions.local_addr(), "switchyard dev: services up (in-memory stores)");
+    let stack =
+        DevStack::start(DevPorts { host: args.host, triggers: args.triggers_port, sessions: args.sessions_port })
+            .await?;
+    tracing::info!(triggers = %stack.triggers_addr(), sessions = %stack.sessions_addr(), "switchyard dev: services up");
     println!("switchyard dev is running (in-memory stores; nothing survives exit):");
-    println!("  triggers  grpc://{}  switchyard.triggers.v1.TriggerService", triggers.local_addr());
-    println!("  sessions  grpc://{}  switchyard.sessions.v1.SessionService, RoleService", sessions.local_addr());
+    println!("  triggers  grpc://{}  switchyard.triggers.v1.TriggerService", stack.triggers_addr());
+    println!("  sessions  grpc://{}  switchyard.sessions.v1.SessionService, RoleService", stack.sessions_addr());
     println!("Press Ctrl-C to stop.");
-
-    // One signal stops every service; each drains its own in-flight calls.
-    let (stop, _) = tokio::sync::broadcast::channel::<()>(1);
-    let stopped = |mut rx: tokio::sync::broadcast::Receiver<()>| async move {
-        let _ = rx.recv().await;
-    };
-    let servers = tokio::spawn({
-        let (a, b) = (stop.subscribe(), stop.subscribe());
-        async move { tokio::try_join!(triggers.serve(stopped(a)), sessions.serve(stopped(b))) }
-    });
-    shutdown_signal().await;
-    let _ = stop.send(());
-    servers.await.context("dev servers")??;
-    Ok(())
+    stack.serve(shutdown_signal()).await
 }

@@ -1,0 +1,122 @@
+//! The README's grpcurl examples, run verbatim (only the ports differ) with the real `grpcurl`
+//! binary against the `switchyard dev` stack. A command followed by `# ERROR: Code: X` in the
+//! README must fail with that code. grpcurl comes from `scripts/install-tools.sh`
+//! (`.tools/bin/grpcurl`), `$GRPCURL`, or PATH; the test fails when it is missing.
+
+use std::{path::PathBuf, process::Command, time::Duration};
+
+use switchyard_cli::{DevPorts, DevStack};
+use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
+
+fn grpcurl() -> PathBuf {
+    if let Ok(path) = std::env::var("GRPCURL") {
+        return PathBuf::from(path);
+    }
+    let tools = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.tools/bin/grpcurl");
+    if tools.exists() {
+        return tools;
+    }
+    assert!(
+        Command::new("grpcurl").arg("-version").output().is_ok(),
+        "grpcurl not found: run scripts/install-tools.sh (or set GRPCURL) — this test never skips"
+    );
+    PathBuf::from("grpcurl")
+}
+
+/// The grpcurl command lines of the README's `sh` blocks, each with the error it documents.
+fn readme_examples() -> Vec<(String, Option<String>)> {
+    let readme = include_str!("../../../README.md");
+    let mut examples: Vec<(String, Option<String>)> = Vec::new();
+    let mut in_sh = false;
+    for line in readme.lines() {
+        match line.trim() {
+            "```sh" => in_sh = true,
+            "```" => in_sh = false,
+            text if in_sh && text.starts_with("grpcurl ") => examples.push((text.to_owned(), None)),
+            text if in_sh && text.starts_with("# ERROR: Code: ") => {
+                let code = text.trim_start_matches("# ERROR: Code: ").split_whitespace().next().unwrap_or("");
+                if let Some(last) = examples.last_mut() {
+                    last.1 = Some(code.to_owned());
+                }
+            }
+            _ => {}
+        }
+    }
+    examples
+}
+
+async fn wait_ready(addr: std::net::SocketAddr, service: &str) {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .expect("url")
+        .connect()
+        .await
+        .expect("connect");
+    let mut health = HealthClient::new(channel);
+    for _ in 0..400 {
+        let status =
+            health.check(HealthCheckRequest { service: service.into() }).await.map(|r| r.into_inner().status());
+        if matches!(status, Ok(ServingStatus::Serving)) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("{service} never became ready");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readme_grpcurl_examples_work_verbatim_against_switchyard_dev() {
+    let loopback = "127.0.0.1".parse().expect("ip");
+    let stack = DevStack::start(DevPorts { host: loopback, triggers: 0, sessions: 0 }).await.expect("dev stack");
+    let (triggers, sessions) = (stack.triggers_addr(), stack.sessions_addr().0);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(stack.serve(async move {
+        let _ = stopped.await;
+    }));
+    wait_ready(sessions, "switchyard.sessions.v1.SessionService").await;
+
+    let result = tokio::task::spawn_blocking(move || {
+        let examples = readme_examples();
+        for rpc in [
+            "TriggerService/RegisterRoleTriggers",
+            "TriggerService/UnregisterRole",
+            "TriggerService/ListRoleTriggers",
+            "TriggerService/ListDomains",
+            "TriggerService/DetectTriggers",
+            "TriggerService/GetBestRole",
+            "SessionService/CreateSession",
+            "SessionService/GetSession",
+            "SessionService/CloseSession",
+            "SessionService/ProcessQuery",
+            "SessionService/SwitchContext",
+            "SessionService/GetHistory",
+            "SessionService/AppendMessages",
+            "RoleService/CreateRole",
+            "RoleService/GetRole",
+            "RoleService/ListRoles",
+            "RoleService/UpdateRole",
+            "RoleService/DeleteRole",
+        ] {
+            assert!(examples.iter().any(|(command, _)| command.contains(rpc)), "README has no example of {rpc}");
+        }
+        for (command, expected_error) in examples {
+            let command = command
+                .replace("127.0.0.1:50051", &triggers.to_string())
+                .replace("127.0.0.1:50052", &sessions.to_string())
+                .replacen("grpcurl", &grpcurl().display().to_string(), 1);
+            let output = Command::new("sh").arg("-c").arg(&command).output().expect("run sh");
+            let text =
+                format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+            match expected_error {
+                None => assert!(output.status.success(), "`{command}` failed: {text}"),
+                Some(code) => {
+                    assert!(!output.status.success(), "`{command}` should fail with {code}");
+                    assert!(text.contains(&format!("Code: {code}")), "`{command}` should fail with {code}: {text}");
+                }
+            }
+        }
+    })
+    .await;
+    let _ = stop.send(());
+    serving.await.expect("serving task").expect("served cleanly");
+    result.expect("README examples");
+}
