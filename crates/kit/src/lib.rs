@@ -7,9 +7,11 @@ pub mod config;
 pub mod error;
 pub mod health;
 pub mod postgres;
+pub mod role_id;
 pub mod server;
 pub mod telemetry;
 
 pub use config::{ServerArgs, TelemetryArgs};
 pub use error::{ErrorCode, ServiceError, to_status};
+pub use role_id::RoleId;
 pub use server::{GrpcServer, shutdown_signal};

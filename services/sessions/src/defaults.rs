@@ -108,7 +108,7 @@ pub fn default_roles() -> Vec<Role> {
         .iter()
         .filter_map(|role| {
             Some(Role {
-                id: RoleId::parse_field(role.id, "id").ok()?,
+                id: RoleId::parse(role.id).ok()?,
                 name: role.name.to_owned(),
                 description: role.description.to_owned(),
                 domains: role.domain.map(|d| vec![d.to_owned()]).unwrap_or_default(),

@@ -90,53 +90,11 @@ pub struct SessionKey {
     pub id: SessionId,
 }
 
-/// A role id: a slug such as `finance-expert` (same rules as the triggers service).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
-pub struct RoleId(String);
+pub use switchyard_kit::RoleId;
 
-impl RoleId {
-    /// Lowercase letters, digits, `-`, `_`, `.`; starting with a letter or digit; ≤ 64 chars.
-    pub fn parse_field(text: &str, field: &str) -> Result<Self, FieldError> {
-        let first_ok = text.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
-        let rest_ok =
-            text.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '_' | '.'));
-        if text.is_empty() {
-            Err(field_error(field, "must not be empty"))
-        } else if text.len() > 64 || !first_ok || !rest_ok {
-            Err(field_error(
-                field,
-                format!(
-                    "`{text}` is not a role id: 1 to 64 lowercase letters, digits, '-', '_' or '.', starting with a letter or digit"
-                ),
-            ))
-        } else {
-            Ok(Self(text.to_owned()))
-        }
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for RoleId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl TryFrom<String> for RoleId {
-    type Error = String;
-    fn try_from(value: String) -> Result<Self, Self::Error> {
-        Self::parse_field(&value, "role_id").map_err(|(_, reason)| reason)
-    }
-}
-
-impl From<RoleId> for String {
-    fn from(value: RoleId) -> Self {
-        value.0
-    }
+/// A role id from a request; errors name `field`.
+pub fn parse_role_id(text: &str, field: &str) -> Result<RoleId, FieldError> {
+    RoleId::parse(text).map_err(|reason| field_error(field, reason))
 }
 
 /// How a custom trigger matches (validated by the triggers service, which owns matching).
@@ -373,8 +331,8 @@ mod tests {
         assert!(SessionId::parse("3fa85f64-5717-4562-b3fc-2c963f66afa6").is_ok());
         assert!(SessionId::parse("a b").is_err());
         assert_eq!(SessionId::parse("").unwrap_err().0, "session_id");
-        assert!(RoleId::parse_field("finance-expert", "role.id").is_ok());
-        assert_eq!(RoleId::parse_field("Finance", "role.id").unwrap_err().0, "role.id");
+        assert!(parse_role_id("finance-expert", "role.id").is_ok());
+        assert_eq!(parse_role_id("Finance", "role.id").unwrap_err().0, "role.id");
     }
 
     #[test]

@@ -15,7 +15,7 @@ use switchyard_proto::triggers::v1::{BestRoleReason, RoleMatch};
 use crate::{
     domain::{
         LiveSession, Message, MessageRole, Role, RoleId, SessionId, SessionKey, SessionLimits, SessionStatus,
-        SwitchEvent, SwitchReason, TenantId, check_query, excerpt,
+        SwitchEvent, SwitchReason, TenantId, check_query, excerpt, parse_role_id,
     },
     error::SessionsError,
     recorder::{Durability, Recorder},
@@ -419,7 +419,7 @@ impl SessionManager {
             }
         };
         let chosen = detection.role_id.as_deref().filter(|id| *id != current.id.as_str());
-        let target = chosen.and_then(|id| RoleId::parse_field(id, "role_id").ok()).and_then(|id| self.roles.get(&id));
+        let target = chosen.and_then(|id| RoleId::parse(id).ok()).and_then(|id| self.roles.get(&id));
         if chosen.is_some() && target.is_none() {
             tracing::warn!(role_id = ?chosen, "triggers chose a role this service does not know; keeping the current role");
         }
@@ -633,7 +633,7 @@ impl SessionManager {
             let role_id = if message.role_id.is_empty() {
                 session.role_id.to_string()
             } else {
-                RoleId::parse_field(&message.role_id, &format!("messages[{index}].role_id"))?.to_string()
+                parse_role_id(&message.role_id, &format!("messages[{index}].role_id"))?.to_string()
             };
             checked.push(Message {
                 seq: 0,

@@ -19,7 +19,7 @@ use chrono::Utc;
 
 use crate::{
     defaults,
-    domain::{CustomTrigger, Role, RoleId, TriggerKind},
+    domain::{CustomTrigger, Role, RoleId, TriggerKind, parse_role_id},
     error::SessionsError,
     store::RoleStore,
     triggers::{TriggersClient, TriggersError},
@@ -99,7 +99,7 @@ impl RoleCatalog {
 
     /// A role by id as a caller wrote it; errors name `field`.
     pub fn require(&self, id: &str, field: &str) -> Result<Role, SessionsError> {
-        let id = RoleId::parse_field(id, field)?;
+        let id = parse_role_id(id, field)?;
         self.get(&id).ok_or_else(|| SessionsError::RoleNotFound(id.to_string()))
     }
 
@@ -120,7 +120,7 @@ impl RoleCatalog {
             None
         } else {
             Some(
-                RoleId::parse_field(page_token, "page_token")
+                parse_role_id(page_token, "page_token")
                     .map_err(|_| SessionsError::invalid("page_token", "is not a token this service issued"))?,
             )
         };
@@ -167,7 +167,7 @@ impl RoleCatalog {
     /// Applies the fields named in `mask` (every field when empty) from `input`.
     pub async fn update(&self, input: RoleInput, mask: &[String]) -> Result<Role, SessionsError> {
         let _one_writer = self.write_lock.lock().await;
-        let id = RoleId::parse_field(&input.id, "role.id")?;
+        let id = parse_role_id(&input.id, "role.id")?;
         let current = self.get(&id).ok_or_else(|| SessionsError::RoleNotFound(id.to_string()))?;
         for (index, path) in mask.iter().enumerate() {
             if !UPDATABLE.contains(&path.as_str()) {
@@ -214,7 +214,7 @@ impl RoleCatalog {
 
     pub async fn delete(&self, id: &str) -> Result<(), SessionsError> {
         let _one_writer = self.write_lock.lock().await;
-        let id = RoleId::parse_field(id, "role_id")?;
+        let id = parse_role_id(id, "role_id")?;
         let deleted =
             self.store.delete(&id).await.map_err(|err| SessionsError::unavailable("deleting the role", err))?;
         if !deleted {
@@ -309,7 +309,7 @@ fn validate(
     created_at: chrono::DateTime<Utc>,
     updated_at: chrono::DateTime<Utc>,
 ) -> Result<Role, SessionsError> {
-    let id = RoleId::parse_field(&input.id, "role.id")?;
+    let id = parse_role_id(&input.id, "role.id")?;
     let text = |field: &str, value: &str, required: bool, max: usize| -> Result<String, SessionsError> {
         let value = value.trim();
         if required && value.is_empty() {

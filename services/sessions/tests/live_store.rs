@@ -60,7 +60,7 @@ async fn live_store_suite(store: Arc<dyn LiveStore>) {
 // ---- helpers ----
 
 fn role(id: &str) -> RoleId {
-    RoleId::parse_field(id, "role").unwrap()
+    RoleId::parse(id).unwrap()
 }
 
 fn new_key(tenant: &str) -> SessionKey {

@@ -35,7 +35,7 @@ fn key(tenant: &str, id: &str) -> SessionKey {
 }
 
 fn role(id: &str) -> RoleId {
-    RoleId::parse_field(id, "role_id").unwrap()
+    RoleId::parse(id).unwrap()
 }
 
 fn session(key: &SessionKey) -> LiveSession {

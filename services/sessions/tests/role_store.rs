@@ -17,7 +17,7 @@ fn at(secs: i64) -> DateTime<Utc> {
 }
 
 fn role_id(id: &str) -> RoleId {
-    RoleId::parse_field(id, "role.id").unwrap()
+    RoleId::parse(id).unwrap()
 }
 
 fn role(id: &str) -> Role {

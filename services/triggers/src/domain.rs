@@ -38,57 +38,7 @@ impl Default for Limits {
     }
 }
 
-/// A role id: a slug such as `finance-expert`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
-pub struct RoleId(String);
-
-impl RoleId {
-    pub const MAX_LEN: usize = 64;
-
-    /// Lowercase letters, digits, `-`, `_`, `.`; starting with a letter or digit.
-    pub fn parse(text: &str) -> Result<Self, String> {
-        if text.is_empty() {
-            return Err("must not be empty".into());
-        }
-        if text.len() > Self::MAX_LEN {
-            return Err(format!("must be at most {} characters, got {}", Self::MAX_LEN, text.len()));
-        }
-        let mut chars = text.chars();
-        let first_ok = chars.next().is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
-        let rest_ok =
-            text.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '_' | '.'));
-        if !first_ok || !rest_ok {
-            return Err(format!(
-                "`{text}` is not a role id: use lowercase letters, digits, '-', '_' or '.', starting with a letter or digit"
-            ));
-        }
-        Ok(Self(text.to_owned()))
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for RoleId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl TryFrom<String> for RoleId {
-    type Error = String;
-    fn try_from(value: String) -> Result<Self, Self::Error> {
-        Self::parse(&value)
-    }
-}
-
-impl From<RoleId> for String {
-    fn from(value: RoleId) -> Self {
-        value.0
-    }
-}
+pub use switchyard_kit::RoleId;
 
 /// How a trigger's pattern is matched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -270,16 +220,6 @@ mod tests {
         assert_eq!(normalize("a\u{0b}b\u{0c}c\r\nd"), "a b c d", "ASCII white space as char::is_whitespace");
         assert_eq!(normalize("a\u{a0}\u{2003}b"), "a b", "Unicode white space");
         assert_eq!(normalize("İstanbul"), "i\u{307}stanbul", "lowercasing may lengthen");
-    }
-
-    #[test]
-    fn role_ids_are_slugs() {
-        assert!(RoleId::parse("finance-expert").is_ok());
-        assert!(RoleId::parse("a.b_c-1").is_ok());
-        assert!(RoleId::parse("").is_err());
-        assert!(RoleId::parse("Finance").is_err());
-        assert!(RoleId::parse("-x").is_err());
-        assert!(RoleId::parse(&"x".repeat(65)).is_err());
     }
 
     #[test]

@@ -40,7 +40,7 @@ pub struct SessionsRedisFloor {
 impl SessionsRedisFloor {
     pub fn new(args: Args) -> Self {
         // A constant, valid slug.
-        let role = RoleId::parse_field("tech-expert", "role").unwrap_or_else(|_| unreachable!("valid role id"));
+        let role = RoleId::parse("tech-expert").unwrap_or_else(|_| unreachable!("valid role id"));
         Self { args, store: None, keys: Vec::new(), role }
     }
 }

@@ -300,7 +300,7 @@ fn score(row: &PgRow, column: &str) -> Result<u32, StoreError> {
 }
 
 fn parse_role_id(text: &str) -> Result<RoleId, StoreError> {
-    RoleId::parse_field(text, "role_id").map_err(|(_, reason)| StoreError::Corrupt(reason))
+    RoleId::parse(text).map_err(StoreError::Corrupt)
 }
 
 fn message_from_row(row: &PgRow) -> Result<Message, StoreError> {

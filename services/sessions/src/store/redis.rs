@@ -427,8 +427,7 @@ fn parse_session(
     let hash = HashMap::<String, String>::from_iter(pairs(flat));
     let corrupt = |what: String| StoreError::Corrupt(format!("{hash_key}: {what}"));
     let role_text = parse_field::<String>(&hash, "role", hash_key)?;
-    let role_id =
-        RoleId::parse_field(&role_text, "role").map_err(|(_, reason)| corrupt(format!("field `role`: {reason}")))?;
+    let role_id = RoleId::parse(&role_text).map_err(|reason| corrupt(format!("field `role`: {reason}")))?;
     let status_text = parse_field::<String>(&hash, "status", hash_key)?;
     let status = SessionStatus::parse(&status_text)
         .ok_or_else(|| corrupt(format!("field `status` is malformed: `{status_text}`")))?;
