@@ -1,0 +1,56 @@
+//! `switchyard-tool-eval` on a small fixture whose figures can be worked out by hand.
+
+use std::{fs, process::Command};
+
+fn write(dir: &std::path::Path, name: &str, lines: &[&str]) -> String {
+    let path = dir.join(name);
+    fs::write(&path, lines.join("\n")).expect("write fixture");
+    path.display().to_string()
+}
+
+#[test]
+fn prints_recall_and_mrr_per_method_as_json() {
+    let dir = std::env::temp_dir().join(format!("tool-eval-{}", std::process::id()));
+    fs::create_dir_all(&dir).expect("temp dir");
+    let tools = write(
+        &dir,
+        "tools.jsonl",
+        &[
+            r#"{"name": "WeatherNow", "description": "Current weather and forecasts for any city."}"#,
+            r#"{"name": "FlightFinder", "description": "Search and compare airline tickets."}"#,
+            r#"{"name": "RecipeBox", "description": "Cooking recipes by ingredient."}"#,
+        ],
+    );
+    // The second query names no word of its tool's text: only history can find it.
+    let queries = write(
+        &dir,
+        "queries.jsonl",
+        &[
+            r#"{"query": "Will it rain in Paris tomorrow? weather please", "tool": "WeatherNow"}"#,
+            r#"{"query": "cheapest way to get to Rome by plane", "tool": "FlightFinder"}"#,
+            r#"{"query": "no such tool here", "tool": "Missing"}"#,
+        ],
+    );
+    let history = write(&dir, "history.jsonl", &[r#"{"query": "get to Lisbon by plane", "tool": "FlightFinder"}"#]);
+
+    let output = Command::new(env!("CARGO_BIN_EXE_switchyard-tool-eval"))
+        .args([&tools, &queries, &history])
+        .output()
+        .expect("run");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
+    assert_eq!((report["tools"].as_u64(), report["queries"].as_u64()), (Some(3), Some(2)));
+    assert_eq!(report["queries_with_unknown_tool"], 1);
+    let bm25 = &report["methods"]["bm25"];
+    assert_eq!(bm25["recall@1"], 0.5, "only the weather query is found from tool text: {report}");
+    let prior = &report["methods"]["bm25+usage_prior"];
+    assert_eq!(
+        (prior["recall@1"].as_f64(), prior["mrr"].as_f64()),
+        (Some(1.0), Some(1.0)),
+        "history finds the flight: {report}"
+    );
+
+    let usage = Command::new(env!("CARGO_BIN_EXE_switchyard-tool-eval")).arg(&tools).output().expect("run");
+    assert!(!usage.status.success() && String::from_utf8_lossy(&usage.stderr).contains("usage:"));
+    fs::remove_dir_all(&dir).ok();
+}
