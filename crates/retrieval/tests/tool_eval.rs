@@ -1,4 +1,5 @@
-//! `switchyard-tool-eval` on a small fixture whose figures can be worked out by hand.
+//! `switchyard-tool-eval` on a small fixture whose figures can be worked out by hand. Needs the
+//! model from `scripts/fetch-models.sh` (the test fails without it).
 
 use std::{fs, process::Command};
 
@@ -43,6 +44,10 @@ fn prints_recall_and_mrr_per_method_as_json() {
     assert_eq!(report["queries_with_unknown_tool"], 1);
     let bm25 = &report["methods"]["bm25"];
     assert_eq!(bm25["recall@1"], 0.5, "only the weather query is found from tool text: {report}");
+    for method in ["embedding", "hybrid", "hybrid+usage_prior"] {
+        assert!(report["methods"][method]["recall@5"].is_f64(), "{method} measured: {report}");
+    }
+    assert_eq!(report["methods"]["embedding"]["recall@1"], 1.0, "MiniLM finds both by meaning: {report}");
     let prior = &report["methods"]["bm25+usage_prior"];
     assert_eq!(
         (prior["recall@1"].as_f64(), prior["mrr"].as_f64()),

@@ -1,0 +1,37 @@
+//! The real all-MiniLM-L6-v2 (fetched by `scripts/fetch-models.sh`; `SWITCHYARD_MODEL_DIR`
+//! overrides the folder). The test fails, never skips, when the model is missing.
+
+use std::path::PathBuf;
+
+use switchyard_models::{Embedder, cosine};
+
+fn model_dir() -> PathBuf {
+    std::env::var("SWITCHYARD_MODEL_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/all-MiniLM-L6-v2"))
+}
+
+#[test]
+fn embeddings_are_unit_length_batch_independent_and_semantic() {
+    let embedder = Embedder::load(&model_dir()).expect("model present: run scripts/fetch-models.sh");
+    assert_eq!(embedder.dimensions(), 384);
+    let texts =
+        ["How do I book a cheap flight to Rome?", "Search and compare airline tickets.", "A chocolate cake recipe"];
+    let batch = embedder.embed(&texts).expect("embed");
+    assert_eq!(batch.len(), 3);
+    for vector in &batch {
+        assert_eq!(vector.len(), 384);
+        assert!((cosine(vector, vector) - 1.0).abs() < 1e-4, "unit length");
+    }
+    let alone = embedder.embed(&texts[..1]).expect("embed one");
+    assert!(cosine(&alone[0], &batch[0]) > 0.9999, "padding in a batch does not change an embedding");
+    let (flight, cake) = (cosine(&batch[0], &batch[1]), cosine(&batch[0], &batch[2]));
+    assert!(flight > cake + 0.2, "the flight question is nearer airline tickets ({flight}) than cake ({cake})");
+    assert!(embedder.embed(&[]).expect("empty").is_empty());
+}
+
+#[test]
+fn a_missing_model_folder_says_how_to_get_it() {
+    let err = Embedder::load(std::path::Path::new("/nonexistent")).err().expect("fails");
+    assert!(err.to_string().contains("scripts/fetch-models.sh"), "{err}");
+}
