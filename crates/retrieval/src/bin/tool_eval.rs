@@ -31,8 +31,11 @@ struct QueryLine {
 /// `SWITCHYARD_EVAL_NEIGHBOURS` and `SWITCHYARD_EVAL_PRIOR_WEIGHT` override them for tuning.
 const NEIGHBOURS: usize = 10;
 const PRIOR_WEIGHT: f32 = 3.0;
-/// The embedding signal's weight against BM25 in the hybrid (`SWITCHYARD_EVAL_SEMANTIC_WEIGHT`).
-const SEMANTIC_WEIGHT: f32 = 1.0;
+/// The embedding signal's weight against BM25: without history it must outweigh BM25 (3×
+/// measured best of 1× and 3×); with history, where the prior already carries meaning, 1×
+/// (`SWITCHYARD_EVAL_SEMANTIC_WEIGHT` overrides both).
+const COLD_START_SEMANTIC_WEIGHT: f32 = 3.0;
+const WITH_HISTORY_SEMANTIC_WEIGHT: f32 = 1.0;
 
 fn tuning<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -109,15 +112,15 @@ fn main() -> anyhow::Result<()> {
     let tool_embeddings = embed_all(&embedder, &documents.iter().map(String::as_str).collect::<Vec<_>>())?;
     let query_embeddings = embed_all(&embedder, &queries.iter().map(|(q, _)| q.as_str()).collect::<Vec<_>>())?;
     let weights = |lexical, semantic, usage_prior| Weights { lexical, semantic, usage_prior };
-    let semantic_weight = tuning("SWITCHYARD_EVAL_SEMANTIC_WEIGHT", SEMANTIC_WEIGHT);
 
     let mut methods = serde_json::Map::new();
     let bm25 = ToolRanker::new(&texts, weights(1.0, 0.0, 0.0));
     methods.insert("bm25".into(), measure(&bm25, &queries, None));
     let embedding = ToolRanker::new(&texts, weights(0.0, 1.0, 0.0)).with_tool_embeddings(tool_embeddings.clone());
     methods.insert("embedding".into(), measure(&embedding, &queries, Some(&query_embeddings)));
+    let cold_start_semantic = tuning("SWITCHYARD_EVAL_SEMANTIC_WEIGHT", COLD_START_SEMANTIC_WEIGHT);
     let hybrid =
-        ToolRanker::new(&texts, weights(1.0, semantic_weight, 0.0)).with_tool_embeddings(tool_embeddings.clone());
+        ToolRanker::new(&texts, weights(1.0, cold_start_semantic, 0.0)).with_tool_embeddings(tool_embeddings.clone());
     methods.insert("hybrid".into(), measure(&hybrid, &queries, Some(&query_embeddings)));
     if let Some(history_path) = args.get(2) {
         let (history, _) = known(read_lines(Path::new(history_path))?);
@@ -127,7 +130,8 @@ fn main() -> anyhow::Result<()> {
             ToolRanker::new(&texts, weights(1.0, 0.0, prior_weight)).with_history(&history, None, neighbours);
         methods.insert("bm25+usage_prior".into(), measure(&lexical_prior, &queries, None));
         let history_embeddings = embed_all(&embedder, &history.iter().map(|(q, _)| q.as_str()).collect::<Vec<_>>())?;
-        let full = ToolRanker::new(&texts, weights(1.0, semantic_weight, prior_weight))
+        let with_history_semantic = tuning("SWITCHYARD_EVAL_SEMANTIC_WEIGHT", WITH_HISTORY_SEMANTIC_WEIGHT);
+        let full = ToolRanker::new(&texts, weights(1.0, with_history_semantic, prior_weight))
             .with_tool_embeddings(tool_embeddings)
             .with_history(&history, Some(history_embeddings), neighbours);
         methods.insert("hybrid+usage_prior".into(), measure(&full, &queries, Some(&query_embeddings)));
