@@ -314,7 +314,7 @@ impl SessionManager {
                     match self.apply(&key, &update).await? {
                         TurnOutcome::Applied(updated) => {
                             return Ok(self
-                                .finish(Vec::new(), updated, current, decision, query, custom_instructions)
+                                .finish(Vec::new(), updated, current, decision, Some(query), custom_instructions)
                                 .await);
                         }
                         TurnOutcome::Closed => return Err(SessionsError::SessionClosed(key.id.to_string())),
@@ -340,7 +340,7 @@ impl SessionManager {
             match self.apply(&key, &update).await? {
                 TurnOutcome::Applied(updated) => {
                     return Ok(self
-                        .finish(session.recent, updated, current, decision, query, custom_instructions)
+                        .finish(session.recent, updated, current, decision, Some(query), custom_instructions)
                         .await);
                 }
                 TurnOutcome::Conflict | TurnOutcome::Missing => continue,
@@ -446,7 +446,8 @@ impl SessionManager {
         after: LiveSession,
         previous: Role,
         decision: Decision,
-        query: &str,
+        // The query that caused the turn; `None` for a manual switch, which has none to quote.
+        query: Option<&str>,
         custom_instructions: Option<&str>,
     ) -> Turn {
         let Decision { new_role, reason, detail, scores, from_score, to_score } = decision;
@@ -460,13 +461,13 @@ impl SessionManager {
                     reason_detail: detail.clone(),
                     from_score,
                     to_score,
-                    query_excerpt: excerpt(query, EXCERPT_CHARS),
+                    query_excerpt: excerpt(query.unwrap_or_default(), EXCERPT_CHARS),
                     occurred_at: after.updated_at,
                 };
                 let record = Record::Switched { key: after.key.clone(), event, turn_count: after.turn_count };
                 self.durable(self.recorder.record(vec![record]).await, "context switch");
                 tracing::info!(session_id = %after.key.id, from = %previous.id, to = %next.id, reason = reason.as_str(), "context switched");
-                let transition = transition_context(&previous, &next, reason, &detail, &recent, Some(query));
+                let transition = transition_context(&previous, &next, reason, &detail, &recent, query);
                 (next, transition)
             }
             None => {
@@ -535,26 +536,13 @@ impl SessionManager {
             };
             match self.apply(&key, &update).await? {
                 TurnOutcome::Applied(updated) => {
-                    return Ok(self.finish_manual(session.recent, updated, current, decision).await);
+                    return Ok(self.finish(session.recent, updated, current, decision, None, None).await);
                 }
                 TurnOutcome::Conflict | TurnOutcome::Missing => continue,
                 TurnOutcome::Closed => return Err(SessionsError::SessionClosed(key.id.to_string())),
             }
         }
         Err(SessionsError::Unavailable(format!("session `{}` is too busy: retry", key.id)))
-    }
-
-    async fn finish_manual(
-        &self,
-        recent: Vec<Message>,
-        after: LiveSession,
-        previous: Role,
-        decision: Decision,
-    ) -> Turn {
-        let mut turn = self.finish(recent, after, previous, decision, "", None).await;
-        // A manual switch has no query to quote.
-        turn.transition_context = turn.transition_context.replace("\nThe user now asks: ", "");
-        turn
     }
 
     /// Switch events, oldest first, a page at a time (the token is the last sequence seen).

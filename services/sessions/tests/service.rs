@@ -281,6 +281,7 @@ async fn bad_input_and_missing_things_get_clear_errors_and_tenants_are_isolated(
         SwitchContextRequest { session_id: "mine".into(), new_role_id: "legal-expert".into(), reason: String::new() };
     let manual = sessions.switch_context(manual).await.expect("switch").into_inner();
     assert!(manual.switched && manual.transition_context.contains("Legal Expert"));
+    assert!(!manual.transition_context.contains("The user now asks"), "a manual switch quotes no query");
     let forced = ProcessQueryRequest { force_role_id: Some("creative-expert".into()), ..process("mine", "hello") };
     let forced = sessions.process_query(forced).await.expect("forced").into_inner();
     assert_eq!((forced.role_id.as_str(), forced.reason()), ("creative-expert", SwitchReason::Forced));
