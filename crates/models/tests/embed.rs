@@ -31,6 +31,25 @@ fn embeddings_are_unit_length_batch_independent_and_semantic() {
 }
 
 #[test]
+fn batches_of_mixed_lengths_keep_their_order_and_values() {
+    let embedder = Embedder::load(&model_dir()).expect("model present: run scripts/fetch-models.sh");
+    // Long and short texts interleaved: the embedder regroups them by length (and runs short
+    // calls on its column-major copy), which must change neither order nor values.
+    let texts = [
+        "Search and compare airline tickets across hundreds of airlines and travel agencies, with price alerts.",
+        "hi",
+        "A chocolate cake recipe",
+        "Real-time stock quotes, historical prices, company fundamentals, earnings calendars and analyst ratings.",
+        "weather",
+    ];
+    let batch = embedder.embed(&texts).expect("embed");
+    for (text, vector) in texts.iter().zip(&batch) {
+        let alone = embedder.embed(&[text]).expect("embed one");
+        assert!(cosine(&alone[0], vector) > 0.9999, "{text}: batched and alone differ");
+    }
+}
+
+#[test]
 fn a_missing_model_folder_says_how_to_get_it() {
     let err = Embedder::load(std::path::Path::new("/nonexistent")).err().expect("fails");
     assert!(err.to_string().contains("scripts/fetch-models.sh"), "{err}");
