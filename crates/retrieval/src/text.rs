@@ -26,6 +26,12 @@ pub fn terms(text: &str) -> Vec<String> {
     out
 }
 
+/// A tool name as words for a language model: "ResearchHelper" → "Research Helper",
+/// "AI2sql" → "AI 2 sql" (a model's tokenizer splits "ResearchHelper" into meaningless pieces).
+pub fn name_words(name: &str) -> String {
+    split_words(name).join(" ")
+}
+
 /// Words: runs of letters and digits, with camel-case boundaries ("AI2sql" → AI, 2, sql).
 fn split_words(text: &str) -> Vec<&str> {
     let mut words = Vec::new();
@@ -85,5 +91,7 @@ mod tests {
         assert_eq!(terms("Can I find academic research papers?"), ["find", "academic", "research", "paper"]);
         assert_eq!(terms("booking flights and hotels"), ["book", "flight", "hotel"]);
         assert_eq!(terms("class glass"), ["class", "glass"]);
+        assert_eq!(name_words("ResearchHelper"), "Research Helper");
+        assert_eq!(name_words("AI2sql"), "AI 2 sql");
     }
 }

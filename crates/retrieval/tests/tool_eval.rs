@@ -55,6 +55,21 @@ fn prints_recall_and_mrr_per_method_as_json() {
         "history finds the flight: {report}"
     );
 
+    // With a cache the second run reads every embedding from the file and reports the same.
+    let cache = dir.join("embeddings.bin");
+    let cached = || {
+        let output = Command::new(env!("CARGO_BIN_EXE_switchyard-tool-eval"))
+            .args(["--embedding-cache", &cache.display().to_string(), &tools, &queries, &history])
+            .output()
+            .expect("run");
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        serde_json::from_slice::<serde_json::Value>(&output.stdout).expect("json")
+    };
+    let (first, second) = (cached(), cached());
+    assert!(cache.is_file(), "the cache file is written");
+    assert_eq!(first, report, "a cache changes no figure");
+    assert_eq!(second, report, "a cache changes no figure");
+
     let usage = Command::new(env!("CARGO_BIN_EXE_switchyard-tool-eval")).arg(&tools).output().expect("run");
     assert!(!usage.status.success() && String::from_utf8_lossy(&usage.stderr).contains("usage:"));
     fs::remove_dir_all(&dir).ok();

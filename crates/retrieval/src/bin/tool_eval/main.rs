@@ -6,14 +6,25 @@
 //! vote for the tools they used) and `bm25+usage_prior` (no model, neighbours by shared words).
 //! The model folder is `SWITCHYARD_MODEL_DIR`, else `models/all-MiniLM-L6-v2` of the
 //! workspace (`scripts/fetch-models.sh`).
+//!
+//! `--embedding-cache PATH` (or `SWITCHYARD_EMBEDDING_CACHE`) keeps the embeddings in a file
+//! between runs, keyed by the model's files and the exact text, so a tuning sweep runs the model
+//! once.
 
-use std::{collections::HashMap, fs, path::Path};
+mod cache;
+
+use std::{
+    collections::HashMap,
+    fs,
+    path::{Path, PathBuf},
+};
 
 use anyhow::{Context, bail};
+use cache::EmbeddingCache;
 use serde::Deserialize;
 use serde_json::json;
 use switchyard_models::Embedder;
-use switchyard_retrieval::{ToolRanker, ToolText, Weights, tool_document};
+use switchyard_retrieval::{Fusion, PriorParams, ToolRanker, ToolText, Votes, Weights, tool_document};
 
 #[derive(Deserialize)]
 struct ToolLine {
@@ -27,16 +38,17 @@ struct QueryLine {
     tool: String,
 }
 
-/// Past queries that vote for each new one, and the prior's weight against the tool text;
-/// `SWITCHYARD_EVAL_NEIGHBOURS` and `SWITCHYARD_EVAL_PRIOR_WEIGHT` override them for tuning.
-const NEIGHBOURS: usize = 10;
-const PRIOR_WEIGHT: f32 = 3.0;
-/// The embedding signal's weight against BM25: without history it must outweigh BM25 (3×
-/// measured best of 1× and 3×); with history, where the prior already carries meaning, 1×
-/// (`SWITCHYARD_EVAL_SEMANTIC_WEIGHT` overrides both).
-const COLD_START_SEMANTIC_WEIGHT: f32 = 3.0;
-const WITH_HISTORY_SEMANTIC_WEIGHT: f32 = 1.0;
+/// Past queries that vote for each new one in `bm25+usage_prior` (neighbours by shared words,
+/// voting their BM25 score; 10 measured best of 5–40), and that prior's weight. The
+/// `hybrid` methods use the library's defaults ([`Weights::cold_start`],
+/// [`Weights::with_history`], [`PriorParams::default`]).
+const LEXICAL_NEIGHBOURS: usize = 10;
+const LEXICAL_PRIOR_WEIGHT: f32 = 3.0;
 
+/// Tuning overrides, read from the environment: `SWITCHYARD_EVAL_` + `SEMANTIC_WEIGHT` (both
+/// hybrids), `HISTORY_LEXICAL_WEIGHT`, `PRIOR_WEIGHT`, `NEIGHBOURS`, `TEMPERATURE`,
+/// `CONFIDENCE_FLOOR`, `CONFIDENCE_FULL`, `CENTROID_WEIGHT`, `VOTES` (`sum`, `best`) and
+/// `FUSION` (`minmax`, `zscore`, `rrf`).
 fn tuning<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
@@ -50,15 +62,26 @@ fn read_lines<T: for<'de> Deserialize<'de>>(path: &Path) -> anyhow::Result<Vec<T
         .collect()
 }
 
-/// Texts embedded per model call.
-const BATCH: usize = 64;
+const USAGE: &str = "usage: switchyard-tool-eval [--embedding-cache PATH] TOOLS QUERIES [HISTORY]";
 
-fn embed_all(embedder: &Embedder, texts: &[&str]) -> anyhow::Result<Vec<Vec<f32>>> {
-    let mut out = Vec::with_capacity(texts.len());
-    for chunk in texts.chunks(BATCH) {
-        out.extend(embedder.embed(chunk)?);
+/// The positional arguments and the cache file, if any.
+fn parse_args() -> anyhow::Result<(Vec<String>, Option<PathBuf>)> {
+    let mut positional = Vec::new();
+    let mut cache = std::env::var_os("SWITCHYARD_EMBEDDING_CACHE").map(PathBuf::from);
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        if arg == "--embedding-cache" {
+            cache = Some(args.next().map(PathBuf::from).context(USAGE)?);
+        } else if let Some(path) = arg.strip_prefix("--embedding-cache=") {
+            cache = Some(PathBuf::from(path));
+        } else {
+            positional.push(arg);
+        }
     }
-    Ok(out)
+    if !(2..=3).contains(&positional.len()) {
+        bail!(USAGE);
+    }
+    Ok((positional, cache))
 }
 
 fn measure(ranker: &ToolRanker, queries: &[(String, usize)], embeddings: Option<&[Vec<f32>]>) -> serde_json::Value {
@@ -84,10 +107,7 @@ fn measure(ranker: &ToolRanker, queries: &[(String, usize)], embeddings: Option<
 }
 
 fn main() -> anyhow::Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if !(2..=3).contains(&args.len()) {
-        bail!("usage: switchyard-tool-eval TOOLS QUERIES [HISTORY]");
-    }
+    let (args, cache_path) = parse_args()?;
     let tools: Vec<ToolLine> = read_lines(Path::new(&args[0]))?;
     let index_of: HashMap<&str, usize> = tools.iter().enumerate().map(|(i, t)| (t.name.as_str(), i)).collect();
     let known = |lines: Vec<QueryLine>| -> (Vec<(String, usize)>, usize) {
@@ -108,9 +128,10 @@ fn main() -> anyhow::Result<()> {
         .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/all-MiniLM-L6-v2"));
     let embedder = Embedder::load(&model_dir)
         .with_context(|| format!("loading the embedding model from {}", model_dir.display()))?;
+    let mut cache = EmbeddingCache::open(cache_path, cache::fingerprint(&model_dir)?);
     let documents: Vec<String> = texts.iter().map(tool_document).collect();
-    let tool_embeddings = embed_all(&embedder, &documents.iter().map(String::as_str).collect::<Vec<_>>())?;
-    let query_embeddings = embed_all(&embedder, &queries.iter().map(|(q, _)| q.as_str()).collect::<Vec<_>>())?;
+    let tool_embeddings = cache.embed(&embedder, &documents.iter().map(String::as_str).collect::<Vec<_>>())?;
+    let query_embeddings = cache.embed(&embedder, &queries.iter().map(|(q, _)| q.as_str()).collect::<Vec<_>>())?;
     let weights = |lexical, semantic, usage_prior| Weights { lexical, semantic, usage_prior };
 
     let mut methods = serde_json::Map::new();
@@ -118,22 +139,48 @@ fn main() -> anyhow::Result<()> {
     methods.insert("bm25".into(), measure(&bm25, &queries, None));
     let embedding = ToolRanker::new(&texts, weights(0.0, 1.0, 0.0)).with_tool_embeddings(tool_embeddings.clone());
     methods.insert("embedding".into(), measure(&embedding, &queries, Some(&query_embeddings)));
-    let cold_start_semantic = tuning("SWITCHYARD_EVAL_SEMANTIC_WEIGHT", COLD_START_SEMANTIC_WEIGHT);
-    let hybrid =
-        ToolRanker::new(&texts, weights(1.0, cold_start_semantic, 0.0)).with_tool_embeddings(tool_embeddings.clone());
+    let fusion = match std::env::var("SWITCHYARD_EVAL_FUSION").as_deref() {
+        Ok("zscore") => Fusion::ZScore,
+        Ok("rrf") => Fusion::Rrf,
+        _ => Fusion::MinMax,
+    };
+    let cold = Weights::cold_start();
+    let cold = Weights { semantic: tuning("SWITCHYARD_EVAL_SEMANTIC_WEIGHT", cold.semantic), ..cold };
+    let hybrid = ToolRanker::new(&texts, cold).with_fusion(fusion).with_tool_embeddings(tool_embeddings.clone());
     methods.insert("hybrid".into(), measure(&hybrid, &queries, Some(&query_embeddings)));
     if let Some(history_path) = args.get(2) {
         let (history, _) = known(read_lines(Path::new(history_path))?);
-        let neighbours = tuning("SWITCHYARD_EVAL_NEIGHBOURS", NEIGHBOURS);
-        let prior_weight = tuning("SWITCHYARD_EVAL_PRIOR_WEIGHT", PRIOR_WEIGHT);
-        let lexical_prior =
-            ToolRanker::new(&texts, weights(1.0, 0.0, prior_weight)).with_history(&history, None, neighbours);
+        let lexical_prior = ToolRanker::new(&texts, weights(1.0, 0.0, LEXICAL_PRIOR_WEIGHT)).with_history(
+            &history,
+            None,
+            LEXICAL_NEIGHBOURS,
+        );
         methods.insert("bm25+usage_prior".into(), measure(&lexical_prior, &queries, None));
-        let history_embeddings = embed_all(&embedder, &history.iter().map(|(q, _)| q.as_str()).collect::<Vec<_>>())?;
-        let with_history_semantic = tuning("SWITCHYARD_EVAL_SEMANTIC_WEIGHT", WITH_HISTORY_SEMANTIC_WEIGHT);
-        let full = ToolRanker::new(&texts, weights(1.0, with_history_semantic, prior_weight))
+        let history_embeddings =
+            cache.embed(&embedder, &history.iter().map(|(q, _)| q.as_str()).collect::<Vec<_>>())?;
+        let warm = Weights::with_history();
+        let warm = Weights {
+            lexical: tuning("SWITCHYARD_EVAL_HISTORY_LEXICAL_WEIGHT", warm.lexical),
+            semantic: tuning("SWITCHYARD_EVAL_SEMANTIC_WEIGHT", warm.semantic),
+            usage_prior: tuning("SWITCHYARD_EVAL_PRIOR_WEIGHT", warm.usage_prior),
+        };
+        let defaults = PriorParams::default();
+        let params = PriorParams {
+            neighbours: tuning("SWITCHYARD_EVAL_NEIGHBOURS", defaults.neighbours),
+            temperature: tuning("SWITCHYARD_EVAL_TEMPERATURE", defaults.temperature),
+            confidence_floor: tuning("SWITCHYARD_EVAL_CONFIDENCE_FLOOR", defaults.confidence_floor),
+            confidence_full: tuning("SWITCHYARD_EVAL_CONFIDENCE_FULL", defaults.confidence_full),
+            votes: match std::env::var("SWITCHYARD_EVAL_VOTES").as_deref() {
+                Ok("best") => Votes::Best,
+                Ok("sum") => Votes::Sum,
+                _ => defaults.votes,
+            },
+            centroid_weight: tuning("SWITCHYARD_EVAL_CENTROID_WEIGHT", defaults.centroid_weight),
+        };
+        let full = ToolRanker::new(&texts, warm)
+            .with_fusion(fusion)
             .with_tool_embeddings(tool_embeddings)
-            .with_history(&history, Some(history_embeddings), neighbours);
+            .with_history_params(&history, Some(history_embeddings), params);
         methods.insert("hybrid+usage_prior".into(), measure(&full, &queries, Some(&query_embeddings)));
     }
     let report = json!({
@@ -142,6 +189,7 @@ fn main() -> anyhow::Result<()> {
         "queries_with_unknown_tool": unknown_tools,
         "methods": methods,
     });
+    cache.save()?;
     println!("{}", serde_json::to_string_pretty(&report)?);
     Ok(())
 }
