@@ -4,6 +4,11 @@
 //! (`model.safetensors`, `tokenizer.json`, `config.json`; `scripts/fetch-models.sh` puts
 //! all-MiniLM-L6-v2 in `models/`): mean of the token vectors over the attention mask, scaled to
 //! unit length, so a dot product is the cosine similarity.
+//!
+//! Speed: a single text (a query) runs through [`short`], a feature-major encoder that reads
+//! the dense weights in place; several texts are grouped by length ([`batch::plan`]) and run
+//! through candle's BERT with as little padding as possible. candle multiplies matrices on the
+//! rayon pool (`RAYON_NUM_THREADS`, default one thread per core).
 
 use std::path::{Path, PathBuf};
 
@@ -13,12 +18,10 @@ use candle_transformers::models::bert::{BertModel, Config, DTYPE};
 use tokenizers::{Tokenizer, TruncationParams};
 
 pub mod batch;
+mod short;
 
 /// Tokens an input is cut to (MiniLM was trained on 256-token inputs).
 const MAX_TOKENS: usize = 256;
-/// Token positions in a call (texts × padded length) up to which the column-major model is
-/// faster (measured crossover between 16 and 32 rows, see [`column_major`]).
-const SHORT_POSITIONS: usize = 24;
 /// BERT's `[PAD]` id; padded positions are masked out, so its value only has to be valid.
 const PAD_ID: u32 = 0;
 
@@ -33,11 +36,10 @@ pub enum ModelError {
 }
 
 pub struct Embedder {
-    /// The model as stored, for calls over more than [`SHORT_POSITIONS`] token positions.
+    /// candle's BERT, for calls with several texts.
     model: BertModel,
-    /// The same model with its dense layers' weights stored column by column, for short calls
-    /// (see [`column_major`]).
-    short_model: BertModel,
+    /// The same weights run feature-major, for a call with one text (see [`short`]).
+    short: Option<short::ShortEncoder>,
     tokenizer: Tokenizer,
     device: Device,
     dimensions: usize,
@@ -52,22 +54,6 @@ fn file(dir: &Path, name: &str) -> Result<PathBuf, ModelError> {
     }
 }
 
-/// A dense layer's `(out, in)` weight matrix; the token, position and type embedding tables are
-/// looked up by row, not multiplied, and keep their layout.
-fn is_linear_weight(name: &str, tensor: &Tensor) -> bool {
-    name.ends_with(".weight") && tensor.rank() == 2 && !name.contains("embeddings")
-}
-
-/// The same matrix stored column by column. A linear layer multiplies by its weight's
-/// transpose, and with row-major storage the matrix library (gemm) repacks the whole weight
-/// on every call: for a short query that copy cost more than the arithmetic (44 % of a forward
-/// pass, measured with `perf`). Stored transposed, the view it reads is contiguous and is used
-/// in place. With many token rows the repacking pays for itself again (a 1536 × 384 layer:
-/// 0.49 against 0.67 ms at 16 rows, 1.09 against 0.91 ms at 32), hence [`SHORT_POSITIONS`].
-fn column_major(weight: &Tensor) -> candle_core::Result<Tensor> {
-    weight.t()?.contiguous()?.t()
-}
-
 impl Embedder {
     /// Loads a sentence-transformers BERT folder.
     pub fn load(dir: &Path) -> Result<Self, ModelError> {
@@ -76,10 +62,9 @@ impl Embedder {
             .map_err(|err| ModelError::File { path: config_path.clone(), reason: err.to_string() })?;
         let config: Config = serde_json::from_str(&config_text)
             .map_err(|err| ModelError::File { path: config_path.clone(), reason: err.to_string() })?;
-        let dimensions = serde_json::from_str::<serde_json::Value>(&config_text)
-            .ok()
-            .and_then(|v| v["hidden_size"].as_u64())
-            .unwrap_or(384) as usize;
+        let settings: serde_json::Value = serde_json::from_str(&config_text)
+            .map_err(|err| ModelError::File { path: config_path.clone(), reason: err.to_string() })?;
+        let dimensions = settings["hidden_size"].as_u64().unwrap_or(384) as usize;
 
         let tokenizer_path = file(dir, "tokenizer.json")?;
         let mut tokenizer =
@@ -96,16 +81,21 @@ impl Embedder {
         let device = Device::Cpu;
         // Buffered, not memory-mapped: mapping is `unsafe`, and 90 MB read once is cheap.
         let tensors = candle_core::safetensors::load_buffer(&weights, &device)?;
-        let mut transposed = tensors.clone();
-        for (name, tensor) in transposed.iter_mut() {
-            if is_linear_weight(name, tensor) {
-                *tensor = column_major(tensor)?;
-            }
-        }
-        // Tensors share their storage: the two models differ only in the dense layers' copies.
+        // The short path implements BERT with GELU (erf) only, which MiniLM uses.
+        let short = match settings["hidden_act"].as_str() {
+            Some("gelu") => Some(short::ShortEncoder::load(
+                &tensors,
+                &short::Shape {
+                    layers: settings["num_hidden_layers"].as_u64().unwrap_or(0) as usize,
+                    heads: settings["num_attention_heads"].as_u64().unwrap_or(1) as usize,
+                    epsilon: settings["layer_norm_eps"].as_f64().unwrap_or(1e-12),
+                },
+            )?),
+            _ => None,
+        };
+        // Tensors share their storage with the short path's: the weights are in memory once.
         let model = BertModel::load(VarBuilder::from_tensors(tensors, DTYPE, &device), &config)?;
-        let short_model = BertModel::load(VarBuilder::from_tensors(transposed, DTYPE, &device), &config)?;
-        Ok(Self { model, short_model, tokenizer, device, dimensions })
+        Ok(Self { model, short, tokenizer, device, dimensions })
     }
 
     pub fn dimensions(&self) -> usize {
@@ -135,6 +125,11 @@ impl Embedder {
 
     /// One forward pass over token ids, padded to the longest; unit-length mean-pooled rows.
     fn forward(&self, ids: &[&[u32]]) -> Result<Vec<Vec<f32>>, ModelError> {
+        if let (Some(short), [single]) = (&self.short, ids) {
+            let pooled = short.mean_pooled(single)?.unsqueeze(0)?;
+            let norms = pooled.sqr()?.sum_keepdim(1)?.sqrt()?.clamp(1e-12, f64::MAX)?;
+            return Ok(pooled.broadcast_div(&norms)?.to_vec2::<f32>()?);
+        }
         let length = ids.iter().map(|ids| ids.len()).max().unwrap_or(0).max(1);
         let shape = (ids.len(), length);
         let mut flat = vec![PAD_ID; ids.len() * length];
@@ -143,21 +138,20 @@ impl Embedder {
         }
         let input_ids = Tensor::from_vec(flat, shape, &self.device)?;
         let token_types = Tensor::zeros(shape, DType::U32, &self.device)?;
-        let model = if ids.len() * length <= SHORT_POSITIONS { &self.short_model } else { &self.model };
         let padded = ids.iter().any(|ids| ids.len() < length);
         let pooled = if padded {
             let mask: Vec<u32> =
                 ids.iter().flat_map(|ids| (0..length).map(move |at| u32::from(at < ids.len()))).collect();
             let attention = Tensor::from_vec(mask, shape, &self.device)?;
-            let hidden = model.forward(&input_ids, &token_types, Some(&attention))?;
+            let hidden = self.model.forward(&input_ids, &token_types, Some(&attention))?;
             // Mean over real tokens only (padding excluded).
             let weights = attention.to_dtype(DType::F32)?.unsqueeze(2)?;
             let summed = hidden.broadcast_mul(&weights)?.sum(1)?;
             summed.broadcast_div(&weights.sum(1)?.clamp(1.0, f64::MAX)?)?
         } else {
-            // Nothing padded (always so for a single text): every position is a real token,
-            // so the model needs no mask and the mean is a plain one.
-            model.forward(&input_ids, &token_types, None)?.mean(1)?
+            // Nothing padded: every position is a real token, so the model needs no mask and
+            // the mean is a plain one.
+            self.model.forward(&input_ids, &token_types, None)?.mean(1)?
         };
         let norms = pooled.sqr()?.sum_keepdim(1)?.sqrt()?.clamp(1e-12, f64::MAX)?;
         Ok(pooled.broadcast_div(&norms)?.to_vec2::<f32>()?)
