@@ -4,6 +4,7 @@
 use std::net::{IpAddr, SocketAddr};
 
 use anyhow::Context;
+use switchyard_mcp_gateway::{GatewayConfig, GatewayServer};
 use switchyard_sessions::{SessionsConfig, SessionsServer};
 use switchyard_triggers::{TriggersConfig, TriggersServer};
 
@@ -13,23 +14,56 @@ pub struct DevPorts {
     pub host: IpAddr,
     pub triggers: u16,
     pub sessions: u16,
+    /// gRPC port of the MCP gateway.
+    pub mcp_gateway: u16,
+    /// Port of the MCP gateway's `/mcp` endpoint.
+    pub mcp: u16,
+}
+
+/// The MCP gateway's downstream servers in `switchyard dev`.
+#[derive(Debug, Clone, Default)]
+pub struct DevMcp {
+    /// `--server NAME=COMMAND|URL` values.
+    pub servers: Vec<String>,
+    /// A servers file (TOML or JSON).
+    pub config_file: Option<std::path::PathBuf>,
 }
 
 /// The services of `switchyard dev`, bound and ready to serve.
 pub struct DevStack {
     triggers: TriggersServer,
     sessions: SessionsServer,
+    gateway: GatewayServer,
 }
 
 impl DevStack {
-    pub async fn start(ports: DevPorts) -> anyhow::Result<Self> {
+    pub async fn start(ports: DevPorts, mcp: DevMcp) -> anyhow::Result<Self> {
         let triggers = TriggersServer::bind(&TriggersConfig::in_memory(SocketAddr::new(ports.host, ports.triggers)))
             .await
             .context("starting triggers")?;
         let triggers_url = format!("http://{}", triggers.local_addr());
         let sessions_config = SessionsConfig::in_memory(SocketAddr::new(ports.host, ports.sessions), &triggers_url);
         let sessions = SessionsServer::bind(&sessions_config).await.context("starting sessions")?;
-        Ok(Self { triggers, sessions })
+        let mut gateway_config = GatewayConfig::in_memory(
+            SocketAddr::new(ports.host, ports.mcp_gateway),
+            SocketAddr::new(ports.host, ports.mcp),
+            mcp.servers,
+        );
+        gateway_config.config_file = mcp.config_file;
+        let gateway = GatewayServer::bind(&gateway_config).await.context("starting the MCP gateway")?;
+        Ok(Self { triggers, sessions, gateway })
+    }
+
+    pub fn mcp_gateway_addr(&self) -> SocketAddr {
+        self.gateway.local_addr()
+    }
+
+    pub fn mcp_addr(&self) -> SocketAddr {
+        self.gateway.mcp_addr()
+    }
+
+    pub fn gateway(&self) -> std::sync::Arc<switchyard_mcp_gateway::Gateway> {
+        self.gateway.gateway()
     }
 
     pub fn triggers_addr(&self) -> SocketAddr {
@@ -46,11 +80,14 @@ impl DevStack {
         let stopped = |mut rx: tokio::sync::broadcast::Receiver<()>| async move {
             let _ = rx.recv().await;
         };
-        let (a, b) = (stop.subscribe(), stop.subscribe());
-        let servers =
-            tokio::spawn(
-                async move { tokio::try_join!(self.triggers.serve(stopped(a)), self.sessions.serve(stopped(b))) },
-            );
+        let (a, b, c) = (stop.subscribe(), stop.subscribe(), stop.subscribe());
+        let servers = tokio::spawn(async move {
+            tokio::try_join!(
+                self.triggers.serve(stopped(a)),
+                self.sessions.serve(stopped(b)),
+                self.gateway.serve(stopped(c))
+            )
+        });
         shutdown.await;
         let _ = stop.send(());
         servers.await.context("dev servers")??;

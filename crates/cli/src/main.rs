@@ -1,7 +1,7 @@
 //! `switchyard`: the whole suite in one process for development and demos.
 
 use clap::{Parser, Subcommand};
-use switchyard_cli::{DevPorts, DevStack};
+use switchyard_cli::{DevMcp, DevPorts, DevStack};
 use switchyard_kit::{TelemetryArgs, shutdown_signal, telemetry};
 
 #[derive(Parser)]
@@ -33,25 +33,51 @@ struct DevArgs {
     /// gRPC port of the sessions service.
     #[arg(long, default_value_t = 50052)]
     sessions_port: u16,
+
+    /// gRPC port of the MCP gateway.
+    #[arg(long, default_value_t = 50054)]
+    mcp_gateway_port: u16,
+
+    /// Port of the MCP gateway's streamable HTTP endpoint (`/mcp`).
+    #[arg(long, default_value_t = 8081)]
+    mcp_port: u16,
+
+    /// A downstream MCP server for the gateway: `NAME=COMMAND [ARGS…]` or `NAME=http(s)://…`.
+    /// Repeatable.
+    #[arg(long = "mcp-server", value_name = "NAME=COMMAND|URL")]
+    mcp_servers: Vec<String>,
+
+    /// A downstream MCP servers file for the gateway (TOML, or JSON in the `mcpServers` shape).
+    #[arg(long, env = "MCP_GATEWAY_CONFIG")]
+    mcp_config: Option<std::path::PathBuf>,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let _telemetry = telemetry::init("switchyard", &cli.telemetry)?;
+    // HTTPS downstream MCP servers: rustls with the ring provider.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     match cli.command {
         Command::Dev(args) => dev(args).await,
     }
 }
 
 async fn dev(args: DevArgs) -> anyhow::Result<()> {
-    let stack =
-        DevStack::start(DevPorts { host: args.host, triggers: args.triggers_port, sessions: args.sessions_port })
-            .await?;
+    let ports = DevPorts {
+        host: args.host,
+        triggers: args.triggers_port,
+        sessions: args.sessions_port,
+        mcp_gateway: args.mcp_gateway_port,
+        mcp: args.mcp_port,
+    };
+    let stack = DevStack::start(ports, DevMcp { servers: args.mcp_servers, config_file: args.mcp_config }).await?;
     tracing::info!(triggers = %stack.triggers_addr(), sessions = %stack.sessions_addr(), "switchyard dev: services up");
     println!("switchyard dev is running (in-memory stores; nothing survives exit):");
     println!("  triggers  grpc://{}  switchyard.triggers.v1.TriggerService", stack.triggers_addr());
     println!("  sessions  grpc://{}  switchyard.sessions.v1.SessionService, RoleService", stack.sessions_addr());
+    println!("  mcp-gateway  grpc://{}  switchyard.mcp.v1.McpGatewayService", stack.mcp_gateway_addr());
+    println!("  mcp-gateway  http://{}/mcp  (MCP streamable HTTP)", stack.mcp_addr());
     println!("Press Ctrl-C to stop.");
     stack.serve(shutdown_signal()).await
 }

@@ -5,7 +5,7 @@
 
 use std::{path::PathBuf, process::Command, time::Duration};
 
-use switchyard_cli::{DevPorts, DevStack};
+use switchyard_cli::{DevMcp, DevPorts, DevStack};
 use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
 
 fn grpcurl() -> PathBuf {
@@ -66,13 +66,25 @@ async fn wait_ready(addr: std::net::SocketAddr, service: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readme_grpcurl_examples_work_verbatim_against_switchyard_dev() {
     let loopback = "127.0.0.1".parse().expect("ip");
-    let stack = DevStack::start(DevPorts { host: loopback, triggers: 0, sessions: 0 }).await.expect("dev stack");
-    let (triggers, sessions) = (stack.triggers_addr(), stack.sessions_addr().0);
+    // The demo server scripts/dev starts, as `everything`.
+    let everything = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.tools/bin/mcp-server-everything");
+    assert!(everything.exists(), "{} missing: run scripts/install-tools.sh", everything.display());
+    let mcp = DevMcp { servers: vec![format!("everything={} stdio", everything.display())], config_file: None };
+    let ports = DevPorts { host: loopback, triggers: 0, sessions: 0, mcp_gateway: 0, mcp: 0 };
+    let stack = DevStack::start(ports, mcp).await.expect("dev stack");
+    let (triggers, sessions, mcp_gateway) = (stack.triggers_addr(), stack.sessions_addr().0, stack.mcp_gateway_addr());
+    let gateway = stack.gateway();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let serving = tokio::spawn(stack.serve(async move {
         let _ = stopped.await;
     }));
     wait_ready(sessions, "switchyard.sessions.v1.SessionService").await;
+    // The demo MCP server is connected and its tools are listed.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while gateway.catalog().is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "the gateway never listed server-everything's tools");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     let result = tokio::task::spawn_blocking(move || {
         let examples = readme_examples();
@@ -95,6 +107,10 @@ async fn readme_grpcurl_examples_work_verbatim_against_switchyard_dev() {
             "RoleService/ListRoles",
             "RoleService/UpdateRole",
             "RoleService/DeleteRole",
+            "McpGatewayService/ListServers",
+            "McpGatewayService/ListTools",
+            "McpGatewayService/SetContext",
+            "McpGatewayService/CallTool",
         ] {
             assert!(examples.iter().any(|(command, _)| command.contains(rpc)), "README has no example of {rpc}");
         }
@@ -102,6 +118,7 @@ async fn readme_grpcurl_examples_work_verbatim_against_switchyard_dev() {
             let command = command
                 .replace("127.0.0.1:50051", &triggers.to_string())
                 .replace("127.0.0.1:50052", &sessions.to_string())
+                .replace("127.0.0.1:50054", &mcp_gateway.to_string())
                 .replacen("grpcurl", &grpcurl().display().to_string(), 1);
             let output = Command::new("sh").arg("-c").arg(&command).output().expect("run sh");
             let text =

@@ -60,11 +60,19 @@ pub fn init(service_name: &'static str, args: &TelemetryArgs) -> anyhow::Result<
 
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let registry = tracing_subscriber::registry().with(filter).with(otel);
+    // Logs go to stderr: stdout is the MCP channel when the gateway runs in stdio mode, and
+    // container runtimes collect both streams alike.
     match args.log_format {
         LogFormat::Json => registry
-            .with(tracing_subscriber::fmt::layer().json().flatten_event(true).with_current_span(false))
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .json()
+                    .flatten_event(true)
+                    .with_current_span(false)
+                    .with_writer(std::io::stderr),
+            )
             .try_init()?,
-        LogFormat::Text => registry.with(tracing_subscriber::fmt::layer()).try_init()?,
+        LogFormat::Text => registry.with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr)).try_init()?,
     }
     Ok(TelemetryGuard { provider })
 }

@@ -1,0 +1,212 @@
+//! The gateway's latency targets, each measured over real MCP (streamable HTTP on loopback)
+//! against a baseline taken in the same run:
+//!
+//! - `tools/list` for a session with a context, over 1,000 tools, through the gateway —
+//!   against `tools/list` of a server with 8 tools (the HTTP + JSON-RPC floor);
+//! - `set_context` through the gateway — against embedding the same text alone;
+//! - `tools/call` through the gateway — against the same call made directly to the server.
+//!
+//! Run: `cargo bench -p switchyard-mcp-gateway --bench gateway` (needs models/; see
+//! scripts/fetch-models.sh). Prints a table; BENCHMARKS.md records it.
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use hdrhistogram::Histogram;
+use rmcp::{
+    RoleClient, ServiceExt,
+    model::{CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, ProtocolVersion},
+    service::RunningService,
+    transport::{StreamableHttpClientTransport, streamable_http_client::StreamableHttpClientTransportConfig},
+};
+use serde_json::{Value, json};
+use switchyard_mcp_gateway::{
+    GatewayConfig, GatewayServer, Stores,
+    testkit::{FixtureServer, tool},
+};
+use switchyard_models::Embedder;
+
+const TOOLS: usize = 1000;
+const WARMUP: usize = 50;
+const SAMPLES: usize = 1000;
+
+type Client = RunningService<RoleClient, ClientConfig>;
+
+async fn client(url: String) -> Client {
+    let transport = StreamableHttpClientTransport::from_config(StreamableHttpClientTransportConfig::with_uri(url));
+    ClientConfig::new(ClientCapabilities::default(), Implementation::new("bench", "0"))
+        .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
+        .serve(transport)
+        .await
+        .expect("MCP client")
+}
+
+/// 1,000 tools with real descriptions: MetaTool's 199, each in five variants.
+fn tools() -> Vec<rmcp::model::Tool> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let text = std::fs::read_to_string(root.join("../shared/eval/metatool/tools.jsonl")).expect("metatool tools");
+    let base: Vec<(String, String)> = text
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).expect("json"))
+        .map(|v| (v["name"].as_str().unwrap_or("").to_owned(), v["description"].as_str().unwrap_or("").to_owned()))
+        .collect();
+    let variants = ["", " Works offline.", " For teams.", " Free tier available.", " Supports exports."];
+    (0..TOOLS)
+        .map(|i| {
+            let (name, description) = &base[i % base.len()];
+            tool(
+                &format!("{name}_{i}"),
+                &format!("{description}{}", variants[(i / base.len()) % variants.len()]),
+                &["input"],
+            )
+        })
+        .collect()
+}
+
+async fn measure<F, Fut>(mut op: F) -> Histogram<u64>
+where
+    F: FnMut(usize) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    for i in 0..WARMUP {
+        op(i).await;
+    }
+    let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram");
+    for i in 0..SAMPLES {
+        let started = Instant::now();
+        op(i).await;
+        let _ = histogram.record(u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX).max(1));
+    }
+    histogram
+}
+
+fn ms(micros: u64) -> f64 {
+    micros as f64 / 1000.0
+}
+
+fn row(name: &str, subject: &Histogram<u64>, baseline_name: &str, baseline: &Histogram<u64>) {
+    println!(
+        "| {name} | {:.2} | {:.2} | {baseline_name} | {:.2} | {:.2} | {:.2}× / +{:.2} ms |",
+        ms(subject.value_at_quantile(0.5)),
+        ms(subject.value_at_quantile(0.99)),
+        ms(baseline.value_at_quantile(0.5)),
+        ms(baseline.value_at_quantile(0.99)),
+        subject.value_at_quantile(0.5) as f64 / baseline.value_at_quantile(0.5).max(1) as f64,
+        ms(subject.value_at_quantile(0.5)) - ms(baseline.value_at_quantile(0.5)),
+    );
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    runtime.block_on(run());
+}
+
+async fn run() {
+    let model_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/all-MiniLM-L6-v2");
+    let embedder = Arc::new(Embedder::load(&model_dir).expect("model (run scripts/fetch-models.sh)"));
+    let big = FixtureServer::start(tools()).await.expect("fixture");
+    let small = FixtureServer::start((0..8).map(|i| tool(&format!("t{i}"), "A tool.", &["input"])).collect())
+        .await
+        .expect("fixture");
+
+    let loopback = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    let mut config = GatewayConfig::in_memory(loopback, loopback, vec![format!("big={}", big.url())]);
+    config.top_k = 8;
+    let server = GatewayServer::bind_with(&config, Stores::in_memory(), Some(embedder.clone())).await.expect("gateway");
+    let gateway = server.gateway();
+    let url = format!("http://{}/mcp", server.mcp_addr());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(server.serve(async move {
+        let _ = stopped.await;
+    }));
+    let started = Instant::now();
+    while !(gateway.catalog().len() == TOOLS && gateway.catalog().embedded) {
+        assert!(started.elapsed() < Duration::from_secs(600), "catalog not ready");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("catalog of {TOOLS} tools embedded in {:?}", started.elapsed());
+
+    let through = client(url).await;
+    let direct = client(big.url()).await;
+    let floor = client(small.url()).await;
+
+    // set_context, and the embedding alone as its baseline.
+    let queries = [
+        "Turn this question into a SQL query",
+        "What should I wear today?",
+        "plan a trip to Lisbon in May",
+        "find recent research papers on protein folding",
+        "convert 300 dollars to euros",
+    ];
+    let set_context = measure(|i| {
+        let params = call_params("set_context", json!({"query": queries[i % queries.len()]}));
+        let through = &through;
+        async move {
+            through.call_tool(params).await.expect("set_context");
+        }
+    })
+    .await;
+    let embed_only = measure(|i| {
+        let embedder = embedder.clone();
+        let query = queries[i % queries.len()];
+        async move {
+            tokio::task::spawn_blocking(move || embedder.embed(&[query]).expect("embed")).await.expect("task");
+        }
+    })
+    .await;
+
+    // tools/list with a context set (ranking 1,000 tools), against an 8-tool server's list.
+    let list = measure(|_| {
+        let through = &through;
+        async move {
+            let tools = through.list_tools(None).await.expect("tools/list");
+            assert_eq!(tools.tools.len(), 9);
+        }
+    })
+    .await;
+    let list_floor = measure(|_| {
+        let floor = &floor;
+        async move {
+            floor.list_tools(None).await.expect("tools/list");
+        }
+    })
+    .await;
+
+    // tools/call through the gateway against the same call made directly.
+    let call_through = measure(|i| {
+        let params = call_params("big__AI2sql_1", json!({"input": format!("q{i}")}));
+        let through = &through;
+        async move {
+            through.call_tool(params).await.expect("call");
+        }
+    })
+    .await;
+    let call_direct = measure(|i| {
+        let params = call_params("AI2sql_1", json!({"input": format!("q{i}")}));
+        let direct = &direct;
+        async move {
+            direct.call_tool(params).await.expect("call");
+        }
+    })
+    .await;
+
+    println!("| operation | p50 ms | p99 ms | baseline | baseline p50 ms | baseline p99 ms | p50 ratio / difference |");
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    row("set_context (embed + store + rank)", &set_context, "embedding alone", &embed_only);
+    row("tools/list, context set, 1,000 tools", &list, "tools/list of an 8-tool server", &list_floor);
+    row("tools/call through the gateway", &call_through, "same call direct", &call_direct);
+
+    for client in [through, direct, floor] {
+        let _ = client.cancel().await;
+    }
+    let _ = stop.send(());
+    let _ = serving.await;
+}
+
+fn call_params(name: &str, arguments: Value) -> CallToolRequestParams {
+    let mut params = CallToolRequestParams::new(name.to_owned());
+    params.arguments = arguments.as_object().cloned();
+    params
+}

@@ -1,0 +1,231 @@
+//! The aggregated tool catalog: every server's tools under gateway names, indexed for ranking
+//! (BM25 over name, description and parameter names; MiniLM embeddings; the usage prior).
+//!
+//! A catalog is immutable and swapped whole when a server's tools change or the usage history
+//! is reloaded, so requests rank against a consistent snapshot without locks. Embeddings are
+//! cached by tool text: a change on one server embeds only the tools that changed.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+};
+
+use rmcp::model::Tool;
+use switchyard_models::Embedder;
+use switchyard_retrieval::{ToolRanker, ToolText, Weights, tool_document};
+
+use crate::{naming, store::UsagePair, upstream::Upstreams};
+
+/// Past queries that vote in the usage prior for each new context.
+pub const PRIOR_NEIGHBOURS: usize = 10;
+/// Tools embedded per forward pass when a tool list changes.
+const EMBED_BATCH: usize = 32;
+
+/// One tool as the gateway shows it.
+#[derive(Debug, Clone)]
+pub struct CatalogTool {
+    /// The gateway name (`<server>__<tool>`).
+    pub name: String,
+    pub server: String,
+    /// The name on its server.
+    pub upstream_name: String,
+    /// The server's definition, renamed to the gateway name.
+    pub tool: Tool,
+}
+
+/// One tool's place for a context.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Ranked {
+    pub index: usize,
+    pub score: f32,
+}
+
+/// The usage history mapped onto this catalog's tools.
+#[derive(Debug, Default)]
+pub struct History {
+    pub pairs: Vec<UsagePair>,
+}
+
+pub struct Catalog {
+    tools: Vec<Arc<CatalogTool>>,
+    by_name: HashMap<String, usize>,
+    ranker: ToolRanker,
+    /// Every tool has its embedding (the semantic signal is on).
+    pub embedded: bool,
+    /// History pairs that taught the prior (their tool still exists).
+    pub learned_pairs: usize,
+}
+
+impl std::fmt::Debug for Catalog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Catalog")
+            .field("tools", &self.tools.len())
+            .field("embedded", &self.embedded)
+            .field("learned_pairs", &self.learned_pairs)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What ranking looks at for one tool.
+pub fn tool_text(tool: &Tool, upstream_name: &str) -> ToolText {
+    let mut description = tool.description.as_deref().unwrap_or_default().to_owned();
+    if let Some(title) = &tool.title {
+        description = format!("{title}. {description}");
+    }
+    let parameters = tool
+        .input_schema
+        .get("properties")
+        .and_then(|p| p.as_object())
+        .map(|props| props.keys().cloned().collect())
+        .unwrap_or_default();
+    ToolText { name: upstream_name.to_owned(), description, parameters }
+}
+
+/// Tool embeddings by document text, kept across catalog rebuilds.
+#[derive(Default)]
+pub struct EmbeddingCache {
+    vectors: Mutex<HashMap<String, Arc<Vec<f32>>>>,
+}
+
+impl EmbeddingCache {
+    fn get(&self, document: &str) -> Option<Arc<Vec<f32>>> {
+        self.vectors.lock().unwrap_or_else(|p| p.into_inner()).get(document).cloned()
+    }
+
+    /// Embeds the documents not yet cached (blocking: run off the async threads).
+    pub fn fill(&self, embedder: &Embedder, documents: &[String]) -> Result<usize, switchyard_models::ModelError> {
+        let missing: Vec<&str> = {
+            let cached = self.vectors.lock().unwrap_or_else(|p| p.into_inner());
+            let mut seen = std::collections::HashSet::new();
+            documents
+                .iter()
+                .filter(|d| !cached.contains_key(*d) && seen.insert(d.as_str()))
+                .map(String::as_str)
+                .collect()
+        };
+        for chunk in missing.chunks(EMBED_BATCH) {
+            let vectors = embedder.embed(chunk)?;
+            let mut cached = self.vectors.lock().unwrap_or_else(|p| p.into_inner());
+            for (document, vector) in chunk.iter().zip(vectors) {
+                cached.insert((*document).to_owned(), Arc::new(vector));
+            }
+        }
+        Ok(missing.len())
+    }
+}
+
+impl Catalog {
+    pub fn empty() -> Self {
+        Self::from_tools(Vec::new(), &EmbeddingCache::default(), &History::default(), false)
+    }
+
+    /// Collects every server's tools (in configuration order) under gateway names.
+    pub fn collect(upstreams: &Upstreams, prefix: bool) -> Vec<CatalogTool> {
+        let listings: Vec<_> = upstreams.servers().iter().map(|s| (s.name().to_owned(), s.listing())).collect();
+        let pairs: Vec<(&str, &str)> = listings
+            .iter()
+            .flat_map(|(server, listing)| listing.tools.iter().map(move |tool| (server.as_str(), tool.name.as_ref())))
+            .collect();
+        let (names, notes) = naming::assign(&pairs, prefix);
+        for note in notes {
+            tracing::warn!("tool name collision: {note}");
+        }
+        let mut names = names.into_iter();
+        let mut tools = Vec::with_capacity(pairs.len());
+        for (server, listing) in &listings {
+            for tool in &listing.tools {
+                let Some(name) = names.next() else { break };
+                let mut renamed = tool.clone();
+                renamed.name = name.clone().into();
+                tools.push(CatalogTool {
+                    name,
+                    server: server.clone(),
+                    upstream_name: tool.name.to_string(),
+                    tool: renamed,
+                });
+            }
+        }
+        tools
+    }
+
+    /// The documents to embed for these tools.
+    pub fn documents(tools: &[CatalogTool]) -> Vec<String> {
+        tools.iter().map(|t| tool_document(&tool_text(&t.tool, &t.upstream_name))).collect()
+    }
+
+    /// Indexes tools; uses embeddings from `cache` when every tool has one, and learns the
+    /// usage prior from `history`.
+    pub fn from_tools(tools: Vec<CatalogTool>, cache: &EmbeddingCache, history: &History, semantic: bool) -> Self {
+        let texts: Vec<ToolText> = tools.iter().map(|t| tool_text(&t.tool, &t.upstream_name)).collect();
+        let by_name: HashMap<String, usize> = tools.iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
+        let pairs: Vec<(String, usize, Option<&Vec<f32>>)> = history
+            .pairs
+            .iter()
+            .filter_map(|pair| by_name.get(&pair.tool).map(|i| (pair.context.clone(), *i, pair.embedding.as_ref())))
+            .collect();
+        let weights = if pairs.is_empty() {
+            // Cold start: no usage yet; meaning carries more than shared words.
+            Weights { lexical: 1.0, semantic: 3.0, usage_prior: 0.0 }
+        } else {
+            Weights { lexical: 1.0, semantic: 1.0, usage_prior: 3.0 }
+        };
+        let mut ranker = ToolRanker::new(&texts, weights);
+        let embeddings: Option<Vec<Vec<f32>>> = if semantic {
+            texts.iter().map(|t| cache.get(&tool_document(t)).map(|v| v.as_ref().clone())).collect()
+        } else {
+            None
+        };
+        let embedded = embeddings.is_some() && !tools.is_empty();
+        if let Some(embeddings) = embeddings {
+            ranker = ranker.with_tool_embeddings(embeddings);
+        }
+        let learned_pairs = pairs.len();
+        if !pairs.is_empty() {
+            let history_embeddings: Option<Vec<Vec<f32>>> =
+                if embedded { pairs.iter().map(|(_, _, e)| e.cloned()).collect() } else { None };
+            let pairs: Vec<(String, usize)> = pairs.into_iter().map(|(c, i, _)| (c, i)).collect();
+            ranker = ranker.with_history(&pairs, history_embeddings, PRIOR_NEIGHBOURS);
+        }
+        Self { tools: tools.into_iter().map(Arc::new).collect(), by_name, ranker, embedded, learned_pairs }
+    }
+
+    pub fn len(&self) -> usize {
+        self.tools.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+
+    pub fn tools(&self) -> &[Arc<CatalogTool>] {
+        &self.tools
+    }
+
+    pub fn tool(&self, index: usize) -> &Arc<CatalogTool> {
+        &self.tools[index]
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<CatalogTool>> {
+        self.by_name.get(name).map(|i| &self.tools[*i])
+    }
+
+    /// The best `limit` tools for a context, best first. The embedding is used only when the
+    /// catalog is embedded.
+    pub fn rank(&self, context: &str, embedding: Option<&[f32]>, limit: usize) -> Vec<Ranked> {
+        let embedding = embedding.filter(|_| self.embedded);
+        let scores = self.ranker.scores(context, embedding);
+        let mut order: Vec<usize> = (0..scores.len()).collect();
+        let keep = limit.min(order.len());
+        if keep == 0 {
+            return Vec::new();
+        }
+        let better = |a: &usize, b: &usize| scores[*b].total_cmp(&scores[*a]).then(a.cmp(b));
+        // Partial selection first: 1,000 tools, a handful kept.
+        if keep < order.len() {
+            order.select_nth_unstable_by(keep - 1, better);
+            order.truncate(keep);
+        }
+        order.sort_by(better);
+        order.into_iter().map(|index| Ranked { index, score: scores[index] }).collect()
+    }
+}

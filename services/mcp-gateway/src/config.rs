@@ -1,0 +1,167 @@
+//! The gateway's configuration: flags with environment fallbacks.
+
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use clap::Args;
+use switchyard_kit::{ServerArgs, config::parse_duration};
+
+use crate::upstream::{
+    Backoff, UpstreamSpec,
+    config::{self, ConfigError},
+};
+
+#[derive(Debug, Clone, Args)]
+pub struct GatewayConfig {
+    /// Address the internal gRPC API (switchyard.mcp.v1) listens on.
+    #[arg(long, env = "MCP_GATEWAY_LISTEN", default_value = "0.0.0.0:50054")]
+    pub listen: SocketAddr,
+
+    /// Address the MCP streamable HTTP endpoint (`/mcp`) listens on.
+    #[arg(long, env = "MCP_GATEWAY_MCP_LISTEN", default_value = "0.0.0.0:8081")]
+    pub mcp_listen: SocketAddr,
+
+    /// Serve MCP over stdin/stdout instead of HTTP and gRPC (for desktop MCP clients that
+    /// launch the gateway themselves). Logs go to stderr.
+    #[arg(long, env = "MCP_GATEWAY_STDIO")]
+    pub stdio: bool,
+
+    /// Downstream servers file (TOML, or JSON in the `mcpServers` shape); see
+    /// deploy/mcp-gateway/servers.example.toml.
+    #[arg(long = "config", env = "MCP_GATEWAY_CONFIG")]
+    pub config_file: Option<PathBuf>,
+
+    /// A downstream server: `NAME=COMMAND [ARGS…]` (stdio) or `NAME=http(s)://…` (streamable
+    /// HTTP). Repeatable; joins the config file's servers.
+    #[arg(long = "server", value_name = "NAME=COMMAND|URL")]
+    pub servers: Vec<String>,
+
+    /// Tools shown for a context (set_context comes on top).
+    #[arg(long, env = "MCP_GATEWAY_TOP_K", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub top_k: u32,
+
+    /// Name tools `<server>__<tool>`. When off, tools keep their own names and only a
+    /// collision gets the prefix.
+    #[arg(long, env = "MCP_GATEWAY_PREFIX_TOOLS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub prefix_tools: bool,
+
+    /// Host headers the MCP endpoint accepts (DNS-rebinding protection), e.g. the Service's
+    /// DNS name. Repeatable or comma-separated; `*` accepts any host.
+    #[arg(long = "allowed-host", env = "MCP_GATEWAY_ALLOWED_HOSTS", value_delimiter = ',', default_values_t = ["localhost".to_owned(), "127.0.0.1".to_owned(), "::1".to_owned()])]
+    pub allowed_hosts: Vec<String>,
+
+    /// Redis for session contexts and MCP session state. Required unless --in-memory.
+    #[arg(long, env = "REDIS_URL", hide_env_values = true)]
+    pub redis_url: Option<String>,
+
+    /// Prefix of this service's Redis keys.
+    #[arg(long, env = "MCP_GATEWAY_REDIS_PREFIX", default_value = "sy")]
+    pub redis_prefix: String,
+
+    /// How long an idle session's context is kept.
+    #[arg(long, env = "MCP_GATEWAY_CONTEXT_TTL", default_value = "24h", value_parser = parse_duration)]
+    pub context_ttl: Duration,
+
+    /// Postgres for the record of set_context and tool calls. Required unless --in-memory.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+
+    /// Postgres schema of this service's tables (created if missing).
+    #[arg(long, env = "MCP_GATEWAY_DB_SCHEMA", default_value = "mcp_gateway")]
+    pub db_schema: String,
+
+    /// Keep contexts and records in memory (lost on exit; for development).
+    #[arg(long, env = "MCP_GATEWAY_IN_MEMORY", conflicts_with_all = ["database_url", "redis_url"])]
+    pub in_memory: bool,
+
+    /// A sentence-transformers BERT folder for the semantic signal (scripts/fetch-models.sh
+    /// puts all-MiniLM-L6-v2 in models/). Without it, ranking uses words and usage only.
+    #[arg(long, env = "SWITCHYARD_MODEL_DIR", default_value = "models/all-MiniLM-L6-v2")]
+    pub model_dir: PathBuf,
+
+    /// Rank without the embedding model even if it is present.
+    #[arg(long, env = "MCP_GATEWAY_NO_EMBEDDINGS")]
+    pub no_embeddings: bool,
+
+    /// Past (context, tool) pairs the usage prior learns from.
+    #[arg(long, env = "MCP_GATEWAY_HISTORY_LIMIT", default_value_t = 20_000)]
+    pub history_limit: usize,
+
+    /// How often the usage history is reloaded from Postgres (other replicas' calls too).
+    #[arg(long, env = "MCP_GATEWAY_HISTORY_REFRESH", default_value = "60s", value_parser = parse_duration)]
+    pub history_refresh: Duration,
+
+    /// Longest set_context query (and intent), in bytes.
+    #[arg(long, env = "MCP_GATEWAY_MAX_QUERY_BYTES", default_value_t = 8 * 1024)]
+    pub max_query_bytes: usize,
+
+    /// Largest tool-call arguments object (serialised JSON), in bytes.
+    #[arg(long, env = "MCP_GATEWAY_MAX_ARGUMENT_BYTES", default_value_t = 1024 * 1024)]
+    pub max_argument_bytes: usize,
+
+    /// How long a downstream tool call may take.
+    #[arg(long, env = "MCP_GATEWAY_CALL_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    pub call_timeout: Duration,
+
+    /// First reconnection delay after a server fails (doubles up to --reconnect-max).
+    #[arg(long, env = "MCP_GATEWAY_RECONNECT_INITIAL", default_value = "500ms", value_parser = parse_duration)]
+    pub reconnect_initial: Duration,
+
+    #[arg(long, env = "MCP_GATEWAY_RECONNECT_MAX", default_value = "30s", value_parser = parse_duration)]
+    pub reconnect_max: Duration,
+
+    /// Records held while Postgres is unreachable; beyond, records are dropped (counted and
+    /// logged).
+    #[arg(long, env = "MCP_GATEWAY_RECORD_BUFFER", default_value_t = 10_000)]
+    pub record_buffer: usize,
+
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
+impl GatewayConfig {
+    /// Defaults for tests and `switchyard dev`: in memory, gRPC on `listen`, MCP on
+    /// `mcp_listen`, the given servers.
+    pub fn in_memory(listen: SocketAddr, mcp_listen: SocketAddr, servers: Vec<String>) -> Self {
+        Self {
+            listen,
+            mcp_listen,
+            stdio: false,
+            config_file: None,
+            servers,
+            top_k: 8,
+            prefix_tools: true,
+            allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
+            redis_url: None,
+            redis_prefix: "sy".into(),
+            context_ttl: Duration::from_secs(24 * 3600),
+            database_url: None,
+            db_schema: "mcp_gateway".into(),
+            in_memory: true,
+            model_dir: PathBuf::from("models/all-MiniLM-L6-v2"),
+            no_embeddings: false,
+            history_limit: 20_000,
+            history_refresh: Duration::from_secs(60),
+            max_query_bytes: 8 * 1024,
+            max_argument_bytes: 1024 * 1024,
+            call_timeout: Duration::from_secs(60),
+            reconnect_initial: Duration::from_millis(500),
+            reconnect_max: Duration::from_secs(30),
+            record_buffer: 10_000,
+            server: ServerArgs::default(),
+        }
+    }
+
+    /// The configured downstream servers: the file's, then the flags'.
+    pub fn upstreams(&self) -> Result<Vec<UpstreamSpec>, ConfigError> {
+        let from_file = match &self.config_file {
+            Some(path) => config::load_file(path)?,
+            None => Vec::new(),
+        };
+        let from_flags = self.servers.iter().map(|s| config::parse_flag(s)).collect::<Result<Vec<_>, _>>()?;
+        config::merge(from_file, from_flags)
+    }
+
+    pub fn backoff(&self) -> Backoff {
+        Backoff { initial: self.reconnect_initial, max: self.reconnect_max.max(self.reconnect_initial) }
+    }
+}

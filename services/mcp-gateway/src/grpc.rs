@@ -1,0 +1,288 @@
+//! The internal gRPC API (`switchyard.mcp.v1.McpGatewayService`), what the router's MCP agent
+//! uses: the same gateway as `/mcp`, with scores and server states visible.
+
+use std::sync::Arc;
+
+use base64::Engine;
+use prost_types::{Struct, Value as ProtoValue, value::Kind};
+use rmcp::model::{CallToolResponse as McpCallResponse, ContentBlock, ResourceContents};
+use serde_json::{Map, Number, Value};
+use switchyard_kit::to_status;
+use switchyard_proto::mcp::v1::{self as pb, mcp_gateway_service_server::McpGatewayService};
+use tonic::{Request, Response, Status};
+
+use crate::{
+    gateway::{Gateway, GatewayError, ShownTool, Stats, ToolList},
+    mcp::{DEFAULT_TENANT, TENANT_HEADER},
+    store::{SessionContext, SessionKey},
+    upstream::{ServerState, ServerStatus},
+};
+
+/// Longest session id accepted.
+const MAX_SESSION_ID: usize = 128;
+
+pub struct GatewayGrpc {
+    gateway: Arc<Gateway>,
+}
+
+impl GatewayGrpc {
+    pub fn new(gateway: Arc<Gateway>) -> Self {
+        Self { gateway }
+    }
+}
+
+fn status(err: GatewayError) -> Status {
+    to_status(&err)
+}
+
+fn id_chars(text: &str) -> bool {
+    text.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':'))
+}
+
+/// The session a request is about: `x-tenant-id` (or the default tenant) and `session_id`.
+fn session_key<T>(request: &Request<T>, session_id: &str) -> Result<SessionKey, Status> {
+    let tenant = match request.metadata().get(TENANT_HEADER) {
+        None => DEFAULT_TENANT.to_owned(),
+        Some(value) => {
+            let text = value.to_str().map_err(|_| status(GatewayError::invalid(TENANT_HEADER, "must be ASCII")))?;
+            if text.is_empty() || text.len() > 64 || !id_chars(text) || text.contains(':') {
+                return Err(status(GatewayError::invalid(
+                    TENANT_HEADER,
+                    format!("`{text}` must be 1 to 64 characters of [A-Za-z0-9._-]"),
+                )));
+            }
+            text.to_owned()
+        }
+    };
+    if session_id.is_empty() {
+        return Err(status(GatewayError::invalid("session_id", "is required")));
+    }
+    if session_id.len() > MAX_SESSION_ID || !id_chars(session_id) {
+        return Err(status(GatewayError::invalid(
+            "session_id",
+            format!("must be 1 to {MAX_SESSION_ID} characters of [A-Za-z0-9._:-]"),
+        )));
+    }
+    Ok(SessionKey { tenant, session_id: session_id.to_owned() })
+}
+
+fn timestamp(time: chrono::DateTime<chrono::Utc>) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: time.timestamp(),
+        nanos: i32::try_from(time.timestamp_subsec_nanos()).unwrap_or(0),
+    }
+}
+
+fn context_message(key: &SessionKey, context: &SessionContext) -> pb::SessionContext {
+    pb::SessionContext {
+        session_id: key.session_id.clone(),
+        current_query: context.current_query.clone().unwrap_or_default(),
+        current_intent: context.current_intent.clone(),
+        tools_used_this_session: context.tools_used.clone(),
+        last_updated: context.last_updated.map(timestamp),
+    }
+}
+
+fn tool_message(shown: &ShownTool) -> pb::ScoredTool {
+    let tool = &shown.tool;
+    pb::ScoredTool {
+        tool: Some(pb::Tool {
+            name: tool.name.clone(),
+            description: tool.tool.description.as_deref().unwrap_or_default().to_owned(),
+            input_schema: Some(to_struct(tool.tool.input_schema.as_ref())),
+            server: tool.server.clone(),
+            upstream_name: tool.upstream_name.clone(),
+        }),
+        score: shown.score.map(|score| pb::ToolScore { score: f64::from(score), ..Default::default() }),
+    }
+}
+
+fn list_message(list: ToolList) -> pb::ListToolsResponse {
+    pb::ListToolsResponse {
+        tools: list.tools.iter().map(tool_message).collect(),
+        filtered: list.filtered,
+        total_tools: u32::try_from(list.total).unwrap_or(u32::MAX),
+    }
+}
+
+fn server_message(status: ServerStatus) -> pb::ServerStatus {
+    let state = match status.state {
+        ServerState::Connecting => pb::ServerState::Connecting,
+        ServerState::Ready => pb::ServerState::Ready,
+        ServerState::Restarting => pb::ServerState::Restarting,
+        ServerState::Failed => pb::ServerState::Failed,
+    };
+    pb::ServerStatus {
+        name: status.name,
+        transport: status.transport.to_owned(),
+        state: state.into(),
+        tool_count: u32::try_from(status.tool_count).unwrap_or(u32::MAX),
+        last_error: status.last_error.unwrap_or_default(),
+        restarts: status.restarts,
+        connected_at: status.connected_at.map(timestamp),
+    }
+}
+
+fn stats_message(stats: Stats) -> pb::GatewayStats {
+    pb::GatewayStats {
+        mcp_sessions: stats.counters.sessions,
+        set_context_session_share: stats.set_context_session_share(),
+        tool_calls: stats.counters.tool_calls,
+        filtered_hit_rate: stats.filtered_hit_rate(),
+    }
+}
+
+#[tonic::async_trait]
+impl McpGatewayService for GatewayGrpc {
+    async fn set_context(
+        &self,
+        request: Request<pb::SetContextRequest>,
+    ) -> Result<Response<pb::SetContextResponse>, Status> {
+        let key = session_key(&request, &request.get_ref().session_id)?;
+        let request = request.into_inner();
+        let (context, list) =
+            self.gateway.set_context(&key, &request.query, request.intent.as_deref()).await.map_err(status)?;
+        Ok(Response::new(pb::SetContextResponse {
+            context: Some(context_message(&key, &context)),
+            tools: list.tools.iter().map(tool_message).collect(),
+        }))
+    }
+
+    async fn list_tools(
+        &self,
+        request: Request<pb::ListToolsRequest>,
+    ) -> Result<Response<pb::ListToolsResponse>, Status> {
+        let key = session_key(&request, &request.get_ref().session_id)?;
+        let limit = request.get_ref().limit;
+        if limit > 1000 {
+            return Err(status(GatewayError::invalid("limit", "must be at most 1000 (0 means the configured top-k)")));
+        }
+        let limit = (limit > 0).then_some(limit as usize);
+        let list = self.gateway.list_tools(Some(&key), limit).await.map_err(status)?;
+        Ok(Response::new(list_message(list)))
+    }
+
+    async fn call_tool(&self, request: Request<pb::CallToolRequest>) -> Result<Response<pb::CallToolResponse>, Status> {
+        let key = session_key(&request, &request.get_ref().session_id)?;
+        let request = request.into_inner();
+        if request.name.is_empty() {
+            return Err(status(GatewayError::invalid("name", "is required")));
+        }
+        let arguments = request.arguments.as_ref().map(from_struct);
+        let outcome = self.gateway.call_tool(Some(&key), &request.name, arguments).await.map_err(status)?;
+        let result = match outcome.response {
+            McpCallResponse::Complete(result) => result,
+            _ => {
+                return Err(Status::failed_precondition(format!(
+                    "tool `{}` asked for client input or a task, which this API does not carry; use /mcp",
+                    request.name
+                )));
+            }
+        };
+        Ok(Response::new(pb::CallToolResponse {
+            content: result.content.iter().filter_map(content_message).collect(),
+            is_error: result.is_error.unwrap_or(false),
+            structured_content: result.structured_content.as_ref().and_then(|v| v.as_object()).map(to_struct),
+            server: outcome.server,
+            duration_ms: u64::try_from(outcome.duration.as_millis()).unwrap_or(u64::MAX),
+        }))
+    }
+
+    async fn list_servers(
+        &self,
+        _request: Request<pb::ListServersRequest>,
+    ) -> Result<Response<pb::ListServersResponse>, Status> {
+        let stats = self.gateway.stats().await.map_err(status)?;
+        Ok(Response::new(pb::ListServersResponse {
+            servers: self.gateway.servers().into_iter().map(server_message).collect(),
+            stats: Some(stats_message(stats)),
+        }))
+    }
+}
+
+fn decode(data: &str) -> Vec<u8> {
+    base64::engine::general_purpose::STANDARD.decode(data).unwrap_or_else(|_| data.as_bytes().to_vec())
+}
+
+/// MCP content as proto content; resource links become text naming the URI.
+fn content_message(block: &ContentBlock) -> Option<pb::Content> {
+    use pb::content::Kind as C;
+    let kind = match block {
+        ContentBlock::Text(text) => C::Text(text.text.clone()),
+        ContentBlock::Image(image) => {
+            C::Image(pb::Blob { data: decode(&image.data), mime_type: image.mime_type.clone() })
+        }
+        ContentBlock::Audio(audio) => {
+            C::Audio(pb::Blob { data: decode(&audio.data), mime_type: audio.mime_type.clone() })
+        }
+        ContentBlock::Resource(embedded) => C::Resource(match &embedded.resource {
+            ResourceContents::TextResourceContents { uri, mime_type, text, .. } => pb::EmbeddedResource {
+                uri: uri.clone(),
+                mime_type: mime_type.clone().unwrap_or_default(),
+                contents: Some(pb::embedded_resource::Contents::Text(text.clone())),
+            },
+            ResourceContents::BlobResourceContents { uri, mime_type, blob, .. } => pb::EmbeddedResource {
+                uri: uri.clone(),
+                mime_type: mime_type.clone().unwrap_or_default(),
+                contents: Some(pb::embedded_resource::Contents::Blob(decode(blob))),
+            },
+            #[allow(unreachable_patterns)]
+            _ => return None,
+        }),
+        ContentBlock::ResourceLink(link) => C::Text(format!("resource: {}", link.uri)),
+        #[allow(unreachable_patterns)]
+        _ => return None,
+    };
+    Some(pb::Content { kind: Some(kind) })
+}
+
+pub fn to_struct(map: &Map<String, Value>) -> Struct {
+    Struct { fields: map.iter().map(|(k, v)| (k.clone(), to_proto(v))).collect() }
+}
+
+fn to_proto(value: &Value) -> ProtoValue {
+    let kind = match value {
+        Value::Null => Kind::NullValue(0),
+        Value::Bool(b) => Kind::BoolValue(*b),
+        Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or(0.0)),
+        Value::String(s) => Kind::StringValue(s.clone()),
+        Value::Array(items) => Kind::ListValue(prost_types::ListValue { values: items.iter().map(to_proto).collect() }),
+        Value::Object(map) => Kind::StructValue(to_struct(map)),
+    };
+    ProtoValue { kind: Some(kind) }
+}
+
+pub fn from_struct(value: &Struct) -> Map<String, Value> {
+    value.fields.iter().map(|(k, v)| (k.clone(), from_proto(v))).collect()
+}
+
+/// Protobuf has one number type (double); whole numbers go back to JSON integers, so a tool
+/// whose schema says `integer` accepts them.
+fn from_proto(value: &ProtoValue) -> Value {
+    match &value.kind {
+        None | Some(Kind::NullValue(_)) => Value::Null,
+        Some(Kind::BoolValue(b)) => Value::Bool(*b),
+        Some(Kind::NumberValue(n)) => {
+            if n.fract() == 0.0 && n.abs() < 9.0e15 {
+                Value::Number(Number::from(*n as i64))
+            } else {
+                Number::from_f64(*n).map_or(Value::Null, Value::Number)
+            }
+        }
+        Some(Kind::StringValue(s)) => Value::String(s.clone()),
+        Some(Kind::ListValue(list)) => Value::Array(list.values.iter().map(from_proto).collect()),
+        Some(Kind::StructValue(s)) => Value::Object(from_struct(s)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_round_trips_through_struct() {
+        let json = serde_json::json!({"a": 1, "b": 2.5, "c": [true, null, "x"], "d": {"e": -3}});
+        let map = json.as_object().unwrap();
+        assert_eq!(Value::Object(from_struct(&to_struct(map))), json);
+    }
+}

@@ -1,0 +1,264 @@
+//! The MCP gateway (spec "Context Injection"): many MCP servers as one, a `set_context` tool,
+//! and `tools/list` narrowed to the tools relevant to the context a session set — ranked by
+//! words, meaning (MiniLM) and what sessions with similar contexts actually called.
+//!
+//! Fronts: MCP over streamable HTTP at `/mcp` (or stdio), and the internal gRPC API
+//! `switchyard.mcp.v1.McpGatewayService`. [`Gateway`] is the service; `mcp` and `grpc` adapt
+//! it.
+//!
+//! Replicas: every piece of session state — the context, the list last shown, and the MCP
+//! transport's own session (its `initialize` parameters) — lives in Redis, so a client's
+//! requests may land on any replica; no sticky routing is needed.
+
+pub mod catalog;
+pub mod config;
+pub mod gateway;
+pub mod grpc;
+pub mod mcp;
+pub mod naming;
+pub mod store;
+pub mod testkit;
+pub mod upstream;
+
+use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
+
+use anyhow::Context;
+use rmcp::transport::streamable_http_server::{
+    StreamableHttpServerConfig, StreamableHttpService,
+    session::{SessionState, SessionStore, SessionStoreError, local::LocalSessionManager},
+};
+use switchyard_kit::GrpcServer;
+use switchyard_models::Embedder;
+use switchyard_proto::mcp::v1::mcp_gateway_service_server::McpGatewayServiceServer;
+use tokio_util::sync::CancellationToken;
+
+pub use config::GatewayConfig;
+pub use gateway::Gateway;
+
+use crate::{
+    gateway::Settings,
+    mcp::McpHandler,
+    store::{
+        ContextStore, UsageStore,
+        memory::{MemoryContextStore, MemoryUsageStore},
+        postgres::PostgresUsageStore,
+        redis::RedisContextStore,
+    },
+    upstream::Upstreams,
+};
+
+/// The two stores the gateway runs on.
+pub struct Stores {
+    pub contexts: Arc<dyn ContextStore>,
+    pub usage: Arc<dyn UsageStore>,
+}
+
+impl Stores {
+    pub fn in_memory() -> Self {
+        Self { contexts: Arc::new(MemoryContextStore::default()), usage: Arc::new(MemoryUsageStore::default()) }
+    }
+
+    /// Redis and Postgres as configured, or memory with `--in-memory`.
+    pub async fn open(config: &GatewayConfig) -> anyhow::Result<Self> {
+        if config.in_memory {
+            return Ok(Self::in_memory());
+        }
+        let redis_url = config
+            .redis_url
+            .as_deref()
+            .context("REDIS_URL (or --redis-url) is required; pass --in-memory for throwaway stores")?;
+        let database_url = config
+            .database_url
+            .as_deref()
+            .context("DATABASE_URL (or --database-url) is required; pass --in-memory for throwaway stores")?;
+        let contexts = RedisContextStore::connect(redis_url, &config.redis_prefix, config.context_ttl)
+            .await
+            .context("opening Redis")?;
+        let usage = PostgresUsageStore::connect(database_url, &config.db_schema).await.context("opening Postgres")?;
+        Ok(Self { contexts: Arc::new(contexts), usage: Arc::new(usage) })
+    }
+}
+
+/// Loads the embedding model unless disabled; a missing model is a warning (ranking falls
+/// back to words and usage), a broken one an error.
+pub fn load_embedder(config: &GatewayConfig) -> anyhow::Result<Option<Arc<Embedder>>> {
+    if config.no_embeddings {
+        return Ok(None);
+    }
+    if !config.model_dir.join("model.safetensors").is_file() {
+        tracing::warn!(
+            model_dir = %config.model_dir.display(),
+            "no embedding model (run scripts/fetch-models.sh); ranking tools by words and usage only"
+        );
+        return Ok(None);
+    }
+    let embedder = Embedder::load(&config.model_dir)
+        .with_context(|| format!("loading the embedding model from {}", config.model_dir.display()))?;
+    Ok(Some(Arc::new(embedder)))
+}
+
+fn settings(config: &GatewayConfig) -> Settings {
+    Settings {
+        top_k: config.top_k as usize,
+        prefix_tools: config.prefix_tools,
+        max_query_bytes: config.max_query_bytes,
+        max_argument_bytes: config.max_argument_bytes,
+        call_timeout: config.call_timeout,
+        history_limit: config.history_limit,
+        history_refresh: config.history_refresh,
+        record_buffer: config.record_buffer,
+    }
+}
+
+/// Starts the gateway core: upstream supervisors and background upkeep.
+pub fn start_gateway(
+    config: &GatewayConfig,
+    stores: Stores,
+    embedder: Option<Arc<Embedder>>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<Arc<Gateway>> {
+    let specs = config.upstreams().context("downstream MCP servers")?;
+    let upstreams = Upstreams::start(specs, config.backoff(), shutdown.clone());
+    Ok(Gateway::start(upstreams, stores.contexts, stores.usage, embedder, settings(config), shutdown))
+}
+
+/// The MCP transport's sessions, kept in the context store so any replica can continue a
+/// session another one started.
+struct SharedTransportSessions(Arc<dyn ContextStore>);
+
+#[async_trait::async_trait]
+impl SessionStore for SharedTransportSessions {
+    async fn load(&self, session_id: &str) -> Result<Option<SessionState>, SessionStoreError> {
+        match self.0.load_transport(session_id).await? {
+            Some(json) => Ok(Some(serde_json::from_str(&json)?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn store(&self, session_id: &str, state: &SessionState) -> Result<(), SessionStoreError> {
+        Ok(self.0.store_transport(session_id, &serde_json::to_string(state)?).await?)
+    }
+
+    async fn delete(&self, session_id: &str) -> Result<(), SessionStoreError> {
+        Ok(self.0.delete_transport(session_id).await?)
+    }
+}
+
+/// The `/mcp` endpoint as an axum router.
+pub fn mcp_router(gateway: Arc<Gateway>, config: &GatewayConfig, shutdown: CancellationToken) -> axum::Router {
+    let mut http = StreamableHttpServerConfig::default()
+        .with_cancellation_token(shutdown)
+        .with_max_request_body_bytes(config.max_argument_bytes.saturating_add(64 * 1024));
+    http = if config.allowed_hosts.iter().any(|h| h == "*") {
+        http.disable_allowed_hosts()
+    } else {
+        http.with_allowed_hosts(config.allowed_hosts.clone())
+    };
+    http.session_store = Some(Arc::new(SharedTransportSessions(gateway.contexts().clone())));
+    let handler_gateway = gateway.clone();
+    let service = StreamableHttpService::new(
+        move || Ok(McpHandler::http(handler_gateway.clone())),
+        Arc::new(LocalSessionManager::default()),
+        http,
+    );
+    axum::Router::new().nest_service("/mcp", service)
+}
+
+/// A gateway bound to its ports (gRPC and MCP HTTP), ready to serve.
+pub struct GatewayServer {
+    grpc: GrpcServer,
+    mcp_listener: tokio::net::TcpListener,
+    mcp: axum::Router,
+    gateway: Arc<Gateway>,
+    stop: CancellationToken,
+}
+
+impl GatewayServer {
+    pub async fn bind(config: &GatewayConfig) -> anyhow::Result<Self> {
+        let stores = Stores::open(config).await?;
+        let embedder = load_embedder(config)?;
+        Self::bind_with(config, stores, embedder).await
+    }
+
+    pub async fn bind_with(
+        config: &GatewayConfig,
+        stores: Stores,
+        embedder: Option<Arc<Embedder>>,
+    ) -> anyhow::Result<Self> {
+        let stop = CancellationToken::new();
+        let gateway = start_gateway(config, stores, embedder, stop.clone())?;
+
+        let mut grpc = GrpcServer::bind(config.listen, config.server.clone()).await?;
+        let max = config.server.max_message_bytes;
+        grpc.add_service(
+            McpGatewayServiceServer::new(grpc::GatewayGrpc::new(gateway.clone()))
+                .max_decoding_message_size(max)
+                .max_encoding_message_size(max),
+        );
+        // Ready while contexts can be served. Downstream servers come and go on their own
+        // (ListServers shows them); a Postgres outage only delays records.
+        let probe = gateway.clone();
+        grpc.health().spawn_probe(Duration::from_millis(500), move || {
+            let gateway = probe.clone();
+            async move { gateway.contexts().ping().await.map_err(|err| err.to_string()) }
+        });
+
+        let mcp_listener = tokio::net::TcpListener::bind(config.mcp_listen)
+            .await
+            .with_context(|| format!("binding the MCP endpoint on {}", config.mcp_listen))?;
+        let mcp = mcp_router(gateway.clone(), config, stop.child_token());
+        Ok(Self { grpc, mcp_listener, mcp, gateway, stop })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.grpc.local_addr()
+    }
+
+    pub fn mcp_addr(&self) -> SocketAddr {
+        self.mcp_listener.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
+    }
+
+    pub fn gateway(&self) -> Arc<Gateway> {
+        self.gateway.clone()
+    }
+
+    /// Serves gRPC and MCP until `shutdown`; then stops the downstream servers.
+    pub async fn serve(self, shutdown: impl Future<Output = ()> + Send) -> anyhow::Result<()> {
+        let Self { grpc, mcp_listener, mcp, stop, .. } = self;
+        let http_stop = stop.clone();
+        let http = tokio::spawn(async move {
+            axum::serve(mcp_listener, mcp).with_graceful_shutdown(http_stop.cancelled_owned()).await
+        });
+        let grpc_stop = stop.clone();
+        let served = grpc.serve(async move {
+            tokio::select! {
+                () = shutdown => {}
+                () = grpc_stop.cancelled() => {}
+            }
+        });
+        let result = served.await;
+        stop.cancel();
+        http.await.context("MCP endpoint task")?.context("MCP endpoint")?;
+        result
+    }
+}
+
+/// Serves MCP on stdin/stdout until the client disconnects or `shutdown`.
+pub async fn serve_stdio(config: &GatewayConfig, shutdown: impl Future<Output = ()> + Send) -> anyhow::Result<()> {
+    use rmcp::ServiceExt;
+    let stores = Stores::open(config).await?;
+    let embedder = load_embedder(config)?;
+    let stop = CancellationToken::new();
+    let gateway = start_gateway(config, stores, embedder, stop.clone())?;
+    // Servers that come up quickly are listed in the first tools/list.
+    gateway.upstreams().settled(Duration::from_secs(10)).await;
+    gateway.rebuild_catalog().await;
+    let running = McpHandler::stdio(gateway).serve(rmcp::transport::stdio()).await.context("starting MCP on stdio")?;
+    let cancel = running.cancellation_token();
+    tokio::select! {
+        reason = running.waiting() => { tracing::info!(?reason, "stdio client disconnected"); }
+        () = shutdown => cancel.cancel(),
+    }
+    stop.cancel();
+    Ok(())
+}

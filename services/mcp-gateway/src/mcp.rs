@@ -1,0 +1,358 @@
+//! The gateway as an MCP server (streamable HTTP at `/mcp`, or stdio): the aggregated tools
+//! filtered by the session's context, the `set_context` tool, and resources and prompts of
+//! every server passed through.
+
+use std::{borrow::Cow, sync::Arc};
+
+use rmcp::{
+    ErrorData as McpError, ServerHandler,
+    model::{
+        CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, GetPromptRequestParams,
+        GetPromptResponse, Implementation, JsonObject, ListPromptsResult, ListResourceTemplatesResult,
+        ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
+        ServerCapabilities, ServerConfig, Tool,
+    },
+    service::{NotificationContext, RequestContext, RoleServer},
+};
+use serde_json::json;
+
+use crate::{
+    gateway::{Gateway, GatewayError, ToolList},
+    naming::{SEPARATOR, SET_CONTEXT},
+    store::SessionKey,
+};
+
+/// The tenant an API gateway in front of `/mcp` may set; the default tenant otherwise.
+pub const TENANT_HEADER: &str = "x-tenant-id";
+pub const DEFAULT_TENANT: &str = "default";
+
+const INSTRUCTIONS: &str = "This server fronts many tool servers. Call `set_context` with the user's request (and \
+your intent) before choosing tools: the tool list is then narrowed to the tools relevant to it. Call it again \
+whenever the task changes.";
+
+/// The `set_context` tool exactly as spec "Context Injection" defines it.
+pub fn set_context_tool() -> Tool {
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "description": "The user's request or question"},
+            "intent": {
+                "type": "string",
+                "description": "What you're trying to accomplish (e.g., 'file manipulation', 'data analysis')"
+            }
+        },
+        "required": ["query"]
+    });
+    let schema: JsonObject = match schema {
+        serde_json::Value::Object(map) => map,
+        _ => JsonObject::new(),
+    };
+    Tool::new(
+        SET_CONTEXT,
+        "Tell the proxy what you're trying to accomplish so it can surface relevant tools",
+        Arc::new(schema),
+    )
+}
+
+/// One MCP session's handler (the HTTP transport makes one per session; stdio has one).
+#[derive(Clone)]
+pub struct McpHandler {
+    gateway: Arc<Gateway>,
+    /// The session id when the transport has none of its own (stdio).
+    fixed_session: Option<String>,
+}
+
+impl McpHandler {
+    /// For the HTTP transport: the session is the `Mcp-Session-Id` of each request.
+    pub fn http(gateway: Arc<Gateway>) -> Self {
+        Self { gateway, fixed_session: None }
+    }
+
+    /// For stdio: one process, one session.
+    pub fn stdio(gateway: Arc<Gateway>) -> Self {
+        Self { gateway, fixed_session: Some(format!("stdio-{}", uuid::Uuid::new_v4())) }
+    }
+
+    fn key(&self, extensions: &rmcp::model::Extensions) -> Result<Option<SessionKey>, McpError> {
+        let parts = extensions.get::<http::request::Parts>();
+        let header = |name: &str| parts.and_then(|p| p.headers.get(name)).and_then(|v| v.to_str().ok());
+        let tenant = match header(TENANT_HEADER) {
+            None => DEFAULT_TENANT.to_owned(),
+            Some(tenant) if valid_id(tenant, 64) => tenant.to_owned(),
+            Some(_) => {
+                return Err(McpError::invalid_request(
+                    format!("header {TENANT_HEADER} must be 1 to 64 characters of [A-Za-z0-9._-]"),
+                    None,
+                ));
+            }
+        };
+        let session = header("mcp-session-id").map(str::to_owned).or_else(|| self.fixed_session.clone());
+        Ok(session.map(|session_id| SessionKey { tenant, session_id }))
+    }
+
+    async fn set_context(
+        &self,
+        key: Option<SessionKey>,
+        arguments: Option<JsonObject>,
+    ) -> Result<CallToolResult, McpError> {
+        let arguments = arguments.unwrap_or_default();
+        let query = match arguments.get("query") {
+            Some(serde_json::Value::String(query)) => query.clone(),
+            Some(_) => return Err(McpError::invalid_params("set_context: `query` must be a string", None)),
+            None => return Err(McpError::invalid_params("set_context: `query` is required", None)),
+        };
+        let intent = match arguments.get("intent") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::String(intent)) => Some(intent.clone()),
+            Some(_) => return Err(McpError::invalid_params("set_context: `intent` must be a string", None)),
+        };
+        if let Some(unknown) = arguments.keys().find(|k| *k != "query" && *k != "intent") {
+            return Err(McpError::invalid_params(format!("set_context: unknown argument `{unknown}`"), None));
+        }
+        let Some(key) = key else {
+            // Stateless protocol versions carry no session to keep a context in.
+            return Err(McpError::invalid_request(
+                "set_context needs a session: connect with a session-based protocol version (Mcp-Session-Id)",
+                None,
+            ));
+        };
+        let (_, list) = self.gateway.set_context(&key, &query, intent.as_deref()).await.map_err(to_mcp)?;
+        let names: Vec<&str> = list.tools.iter().map(|t| t.tool.name.as_str()).collect();
+        let text = format!(
+            "Context set. The {} most relevant of {} tools are now listed: {}. Other tools can still be called by name.",
+            names.len(),
+            list.total,
+            names.join(", ")
+        );
+        let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+        result.structured_content = Some(json!({"tools": names, "total_tools": list.total}));
+        Ok(result)
+    }
+}
+
+fn valid_id(text: &str, max: usize) -> bool {
+    !text.is_empty()
+        && text.len() <= max
+        && text.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':'))
+}
+
+/// Gateway errors as MCP errors: the caller's mistakes as invalid params (naming what), a
+/// downstream's own error passed back unchanged.
+pub fn to_mcp(err: GatewayError) -> McpError {
+    match err {
+        GatewayError::InvalidArgument { .. } => McpError::invalid_params(err.to_string(), None),
+        GatewayError::UnknownTool(ref name) => McpError::invalid_params(err.to_string(), Some(json!({"tool": name}))),
+        GatewayError::Downstream(inner) => inner,
+        GatewayError::ServerUnavailable(_) | GatewayError::Timeout { .. } | GatewayError::Store(_) => {
+            McpError::internal_error(err.to_string(), None)
+        }
+        GatewayError::Internal(_) => McpError::internal_error(err.to_string(), None),
+    }
+}
+
+fn tool_list(set_context: bool, list: ToolList) -> ListToolsResult {
+    let mut tools = Vec::with_capacity(list.tools.len() + 1);
+    if set_context {
+        tools.push(set_context_tool());
+    }
+    tools.extend(list.tools.into_iter().map(|t| t.tool.tool.clone()));
+    ListToolsResult::with_all_items(tools)
+}
+
+/// A prompt's gateway name splits back into server and prompt.
+fn split_name(name: &str) -> Option<(&str, &str)> {
+    name.split_once(SEPARATOR)
+}
+
+impl ServerHandler for McpHandler {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_prompts()
+                .enable_resources()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
+        .with_server_info(Implementation::new("switchyard-mcp-gateway", env!("CARGO_PKG_VERSION")))
+        .with_instructions(INSTRUCTIONS)
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        if let Ok(Some(key)) = self.key(&context.extensions)
+            && let Err(err) = self.gateway.session_started(&key).await
+        {
+            tracing::warn!(error = %err, "counting a new MCP session");
+        }
+        // Tell this client whenever the tool catalog changes (a server came, went or changed
+        // its tools), until its session ends.
+        let mut changes = self.gateway.subscribe_catalog();
+        let peer = context.peer.clone();
+        tokio::spawn(async move {
+            while let Ok(()) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) = changes.recv().await {
+                if peer.notify_tool_list_changed().await.is_err() {
+                    break;
+                }
+            }
+        });
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let key = self.key(&context.extensions)?;
+        let list = self.gateway.list_tools(key.as_ref(), None).await.map_err(to_mcp)?;
+        Ok(tool_list(true, list))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let key = self.key(&context.extensions)?;
+        if request.name == SET_CONTEXT {
+            let result = self.set_context(key, request.arguments).await?;
+            // The list this client sees has changed with its context.
+            let _ = context.peer.notify_tool_list_changed().await;
+            return Ok(result.into());
+        }
+        let outcome = self.gateway.call_tool(key.as_ref(), &request.name, request.arguments).await.map_err(to_mcp)?;
+        Ok(outcome.response)
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        let resources = self.gateway.upstreams().servers().iter().flat_map(|s| s.listing().resources.clone()).collect();
+        Ok(ListResourcesResult::with_all_items(resources))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        let templates =
+            self.gateway.upstreams().servers().iter().flat_map(|s| s.listing().resource_templates.clone()).collect();
+        Ok(ListResourceTemplatesResult::with_all_items(templates))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        // The server that listed the URI; else the first whose templates could produce it.
+        let servers = self.gateway.upstreams().servers();
+        let owner = servers
+            .iter()
+            .find(|s| s.listing().resources.iter().any(|r| r.uri == request.uri))
+            .or_else(|| {
+                servers.iter().find(|s| {
+                    s.listing().resource_templates.iter().any(|t| template_matches(&t.uri_template, &request.uri))
+                })
+            })
+            .ok_or_else(|| {
+                McpError::resource_not_found(format!("no server offers resource `{}`", request.uri), None)
+            })?;
+        let peer = owner.peer().map_err(|why| McpError::internal_error(why, None))?;
+        peer.read_resource_once(request).await.map_err(|err| service_error(owner.name(), err))
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        let prompts = self
+            .gateway
+            .upstreams()
+            .servers()
+            .iter()
+            .flat_map(|s| {
+                let server = s.name().to_owned();
+                s.listing()
+                    .prompts
+                    .iter()
+                    .map(move |p| {
+                        let mut prompt = p.clone();
+                        prompt.name = format!("{server}{SEPARATOR}{}", p.name);
+                        prompt
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        Ok(ListPromptsResult::with_all_items(prompts))
+    }
+
+    async fn get_prompt(
+        &self,
+        mut request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
+        let unknown = || McpError::invalid_params(format!("unknown prompt `{}`", request.name), None);
+        let (server, prompt) = split_name(&request.name).ok_or_else(unknown)?;
+        let upstream = self.gateway.upstreams().get(server).ok_or_else(unknown)?;
+        let prompt = Cow::<str>::Owned(prompt.to_owned());
+        let peer = upstream.peer().map_err(|why| McpError::internal_error(why, None))?;
+        request.name = prompt.into_owned();
+        peer.get_prompt_once(request).await.map_err(|err| service_error(upstream.name(), err))
+    }
+}
+
+fn service_error(server: &str, err: rmcp::ServiceError) -> McpError {
+    match err {
+        rmcp::ServiceError::McpError(inner) => inner,
+        other => McpError::internal_error(format!("server `{server}`: {other}"), None),
+    }
+}
+
+/// Whether `uri` could come from an RFC 6570 level-1 template (`file:///{path}`): the literal
+/// parts must appear in order.
+fn template_matches(template: &str, uri: &str) -> bool {
+    let mut rest = uri;
+    let mut pieces = template.split('{').enumerate().peekable();
+    while let Some((i, piece)) = pieces.next() {
+        let literal = if i == 0 { piece } else { piece.split_once('}').map_or("", |(_, after)| after) };
+        if i == 0 {
+            match rest.strip_prefix(literal) {
+                Some(after) => rest = after,
+                None => return false,
+            }
+        } else if pieces.peek().is_none() && !literal.is_empty() {
+            return rest.ends_with(literal);
+        } else if let Some(at) = rest.find(literal) {
+            rest = &rest[at + literal.len()..];
+        } else {
+            return false;
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_context_schema_is_the_spec_s() {
+        let tool = set_context_tool();
+        assert_eq!(tool.name, "set_context");
+        assert_eq!(tool.input_schema["required"], json!(["query"]));
+        assert_eq!(tool.input_schema["properties"]["query"]["type"], "string");
+        assert_eq!(tool.input_schema["properties"]["intent"]["type"], "string");
+    }
+
+    #[test]
+    fn templates() {
+        assert!(template_matches("demo://resource/static/document/{name}", "demo://resource/static/document/a.md"));
+        assert!(template_matches("test://{id}/data.json", "test://7/data.json"));
+        assert!(!template_matches("test://{id}/data.json", "test://7/data.xml"));
+        assert!(!template_matches("other://{x}", "test://1"));
+    }
+}

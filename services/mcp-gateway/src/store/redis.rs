@@ -1,0 +1,284 @@
+//! The context store in Redis, shared by every gateway replica.
+//!
+//! Keys (`<tenant>` and `<session>` cannot contain braces):
+//! - `<prefix>:mcp:{<tenant>:<session>}` — a hash per MCP session: `q` (current query), `i`
+//!   (current intent), `at` (last updated, ms since the epoch), `emb` (the context's
+//!   embedding, little-endian f32), `used` (JSON array of tools used), `shown` (JSON array of
+//!   the filtered list last shown), `seen` (counted). Sliding TTL: every write restarts it.
+//! - `<prefix>:mcp:stats` — a hash of counters: `sessions`, `ctx_sessions`, `calls`,
+//!   `listed` (calls after a filtered list), `hits` (of those, calls of a listed tool).
+//! - `<prefix>:mcp:transport:<session>` — the MCP transport's session state (JSON), so a
+//!   session initialized on one replica continues on another.
+//!
+//! Each change is one Lua script, so concurrent requests of one session never interleave.
+//! The counters live in a separate key from the session, so the scripts need a single Redis
+//! (or Sentinel), not Cluster.
+
+use std::{collections::HashMap, future::Future, time::Duration};
+
+use async_trait::async_trait;
+use chrono::{DateTime, TimeZone, Utc};
+use redis::{
+    RedisResult, Script,
+    aio::{ConnectionManager, ConnectionManagerConfig},
+};
+
+use super::{
+    ContextStore, Counters, SessionContext, SessionKey, ShownMatch, StoreError, embedding_from_bytes,
+    embedding_to_bytes,
+};
+
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+const TOUCH_LUA: &str = r"
+if redis.call('HSETNX', KEYS[1], 'seen', '1') == 1 then
+  redis.call('HINCRBY', KEYS[2], 'sessions', 1)
+end
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+return 1
+";
+
+/// ARGV: ttl, query, intent ('' for none), updated at (ms), embedding ('' for none).
+const SET_CONTEXT_LUA: &str = r"
+if redis.call('HSETNX', KEYS[1], 'seen', '1') == 1 then
+  redis.call('HINCRBY', KEYS[2], 'sessions', 1)
+end
+if redis.call('HEXISTS', KEYS[1], 'q') == 0 then
+  redis.call('HINCRBY', KEYS[2], 'ctx_sessions', 1)
+end
+redis.call('HSET', KEYS[1], 'q', ARGV[2], 'at', ARGV[4])
+if ARGV[3] == '' then redis.call('HDEL', KEYS[1], 'i') else redis.call('HSET', KEYS[1], 'i', ARGV[3]) end
+if ARGV[5] == '' then redis.call('HDEL', KEYS[1], 'emb') else redis.call('HSET', KEYS[1], 'emb', ARGV[5]) end
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+return redis.call('HGETALL', KEYS[1])
+";
+
+const SHOWN_LUA: &str = r"
+redis.call('HSET', KEYS[1], 'shown', ARGV[2])
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+return 1
+";
+
+/// ARGV: ttl, tool. Returns 0 (no list shown), 1 (in the list) or 2 (not in it).
+const CALL_LUA: &str = r"
+local used = redis.call('HGET', KEYS[1], 'used')
+local list = {}
+if used then list = cjson.decode(used) end
+local known = false
+for _, t in ipairs(list) do
+  if t == ARGV[2] then known = true break end
+end
+if not known then
+  table.insert(list, ARGV[2])
+  redis.call('HSET', KEYS[1], 'used', cjson.encode(list))
+end
+redis.call('HINCRBY', KEYS[2], 'calls', 1)
+local result = 0
+local shown = redis.call('HGET', KEYS[1], 'shown')
+if shown then
+  redis.call('HINCRBY', KEYS[2], 'listed', 1)
+  result = 2
+  for _, t in ipairs(cjson.decode(shown)) do
+    if t == ARGV[2] then result = 1 break end
+  end
+  if result == 1 then redis.call('HINCRBY', KEYS[2], 'hits', 1) end
+end
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+return result
+";
+
+pub struct RedisContextStore {
+    conn: ConnectionManager,
+    prefix: String,
+    ttl_secs: u64,
+    touch: Script,
+    set_context: Script,
+    shown: Script,
+    call: Script,
+}
+
+impl std::fmt::Debug for RedisContextStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisContextStore").field("prefix", &self.prefix).finish_non_exhaustive()
+    }
+}
+
+impl RedisContextStore {
+    /// Connects to Redis at `url`. Keys start with `prefix` (characters of `[A-Za-z0-9_.:-]`);
+    /// contexts expire `ttl` after their last write.
+    pub async fn connect(url: &str, prefix: &str, ttl: Duration) -> Result<Self, StoreError> {
+        if prefix.is_empty() || !prefix.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-'))
+        {
+            return Err(StoreError::Unavailable(format!(
+                "redis key prefix `{prefix}` must be 1 or more characters of [A-Za-z0-9_.:-]"
+            )));
+        }
+        let client = redis::Client::open(url).map_err(|err| StoreError::Unavailable(format!("redis url: {err}")))?;
+        drop(bounded(CONNECT_TIMEOUT, client.get_multiplexed_async_connection()).await?);
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(COMMAND_TIMEOUT))
+            .set_response_timeout(Some(COMMAND_TIMEOUT));
+        let conn = bounded(CONNECT_TIMEOUT, ConnectionManager::new_with_config(client, config)).await?;
+        Ok(Self {
+            conn,
+            prefix: prefix.to_owned(),
+            ttl_secs: ttl.as_secs().max(1),
+            touch: Script::new(TOUCH_LUA),
+            set_context: Script::new(SET_CONTEXT_LUA),
+            shown: Script::new(SHOWN_LUA),
+            call: Script::new(CALL_LUA),
+        })
+    }
+
+    fn context_key(&self, key: &SessionKey) -> String {
+        format!("{}:mcp:{{{}:{}}}", self.prefix, key.tenant, key.session_id)
+    }
+
+    fn stats_key(&self) -> String {
+        format!("{}:mcp:stats", self.prefix)
+    }
+
+    fn transport_key(&self, session_id: &str) -> String {
+        format!("{}:mcp:transport:{session_id}", self.prefix)
+    }
+}
+
+async fn bounded<T>(limit: Duration, call: impl Future<Output = RedisResult<T>>) -> Result<T, StoreError> {
+    match tokio::time::timeout(limit, call).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(err)) if err.is_timeout() => Err(StoreError::Timeout),
+        Ok(Err(err)) => Err(StoreError::Unavailable(format!("redis: {err}"))),
+        Err(_) => Err(StoreError::Timeout),
+    }
+}
+
+fn text(fields: &HashMap<String, Vec<u8>>, name: &str) -> Result<Option<String>, StoreError> {
+    fields
+        .get(name)
+        .map(|bytes| String::from_utf8(bytes.clone()).map_err(|_| StoreError::Corrupt(format!("field `{name}`"))))
+        .transpose()
+}
+
+fn names(fields: &HashMap<String, Vec<u8>>, name: &str) -> Result<Option<Vec<String>>, StoreError> {
+    fields
+        .get(name)
+        .map(|bytes| serde_json::from_slice(bytes).map_err(|err| StoreError::Corrupt(format!("field `{name}`: {err}"))))
+        .transpose()
+}
+
+fn parse_context(fields: &HashMap<String, Vec<u8>>) -> Result<SessionContext, StoreError> {
+    let last_updated = text(fields, "at")?
+        .map(|ms| ms.parse::<i64>().map_err(|_| StoreError::Corrupt("field `at`".into())))
+        .transpose()?
+        .and_then(|ms| Utc.timestamp_millis_opt(ms).single());
+    Ok(SessionContext {
+        current_query: text(fields, "q")?,
+        current_intent: text(fields, "i")?,
+        tools_used: names(fields, "used")?.unwrap_or_default(),
+        last_updated,
+        embedding: fields.get("emb").map(|bytes| embedding_from_bytes(bytes)).transpose()?,
+        shown: names(fields, "shown")?,
+    })
+}
+
+#[async_trait]
+impl ContextStore for RedisContextStore {
+    async fn get(&self, key: &SessionKey) -> Result<Option<SessionContext>, StoreError> {
+        let mut conn = self.conn.clone();
+        let fields: HashMap<String, Vec<u8>> =
+            bounded(COMMAND_TIMEOUT, redis::cmd("HGETALL").arg(self.context_key(key)).query_async(&mut conn)).await?;
+        if fields.is_empty() { Ok(None) } else { parse_context(&fields).map(Some) }
+    }
+
+    async fn touch(&self, key: &SessionKey) -> Result<(), StoreError> {
+        let mut conn = self.conn.clone();
+        let mut call = self.touch.prepare_invoke();
+        call.key(self.context_key(key)).key(self.stats_key()).arg(self.ttl_secs);
+        let _: i64 = bounded(COMMAND_TIMEOUT, call.invoke_async(&mut conn)).await?;
+        Ok(())
+    }
+
+    async fn set_context(
+        &self,
+        key: &SessionKey,
+        query: &str,
+        intent: Option<&str>,
+        embedding: Option<&[f32]>,
+        at: DateTime<Utc>,
+    ) -> Result<SessionContext, StoreError> {
+        let mut conn = self.conn.clone();
+        let mut call = self.set_context.prepare_invoke();
+        call.key(self.context_key(key))
+            .key(self.stats_key())
+            .arg(self.ttl_secs)
+            .arg(query)
+            .arg(intent.unwrap_or(""))
+            .arg(at.timestamp_millis())
+            .arg(embedding.map(embedding_to_bytes).unwrap_or_default());
+        let fields: HashMap<String, Vec<u8>> = bounded(COMMAND_TIMEOUT, call.invoke_async(&mut conn)).await?;
+        parse_context(&fields)
+    }
+
+    async fn record_shown(&self, key: &SessionKey, tools: &[String]) -> Result<(), StoreError> {
+        let mut conn = self.conn.clone();
+        let list = serde_json::to_string(tools).map_err(|err| StoreError::Corrupt(err.to_string()))?;
+        let mut call = self.shown.prepare_invoke();
+        call.key(self.context_key(key)).arg(self.ttl_secs).arg(list);
+        let _: i64 = bounded(COMMAND_TIMEOUT, call.invoke_async(&mut conn)).await?;
+        Ok(())
+    }
+
+    async fn record_call(&self, key: &SessionKey, tool: &str) -> Result<ShownMatch, StoreError> {
+        let mut conn = self.conn.clone();
+        let mut call = self.call.prepare_invoke();
+        call.key(self.context_key(key)).key(self.stats_key()).arg(self.ttl_secs).arg(tool);
+        let result: i64 = bounded(COMMAND_TIMEOUT, call.invoke_async(&mut conn)).await?;
+        Ok(match result {
+            1 => ShownMatch::InList,
+            2 => ShownMatch::NotInList,
+            _ => ShownMatch::NoList,
+        })
+    }
+
+    async fn counters(&self) -> Result<Counters, StoreError> {
+        let mut conn = self.conn.clone();
+        let fields: HashMap<String, u64> =
+            bounded(COMMAND_TIMEOUT, redis::cmd("HGETALL").arg(self.stats_key()).query_async(&mut conn)).await?;
+        let get = |name: &str| fields.get(name).copied().unwrap_or(0);
+        Ok(Counters {
+            sessions: get("sessions"),
+            sessions_with_context: get("ctx_sessions"),
+            tool_calls: get("calls"),
+            calls_after_filtered_list: get("listed"),
+            filtered_hits: get("hits"),
+        })
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        let mut conn = self.conn.clone();
+        let reply: String = bounded(COMMAND_TIMEOUT, redis::cmd("PING").query_async(&mut conn)).await?;
+        if reply == "PONG" { Ok(()) } else { Err(StoreError::Corrupt(format!("unexpected PING reply `{reply}`"))) }
+    }
+
+    async fn load_transport(&self, session_id: &str) -> Result<Option<String>, StoreError> {
+        let mut conn = self.conn.clone();
+        bounded(COMMAND_TIMEOUT, redis::cmd("GET").arg(self.transport_key(session_id)).query_async(&mut conn)).await
+    }
+
+    async fn store_transport(&self, session_id: &str, state: &str) -> Result<(), StoreError> {
+        let mut conn = self.conn.clone();
+        let command =
+            redis::cmd("SET").arg(self.transport_key(session_id)).arg(state).arg("EX").arg(self.ttl_secs).clone();
+        let _: () = bounded(COMMAND_TIMEOUT, command.query_async(&mut conn)).await?;
+        Ok(())
+    }
+
+    async fn delete_transport(&self, session_id: &str) -> Result<(), StoreError> {
+        let mut conn = self.conn.clone();
+        let _: i64 =
+            bounded(COMMAND_TIMEOUT, redis::cmd("DEL").arg(self.transport_key(session_id)).query_async(&mut conn))
+                .await?;
+        Ok(())
+    }
+}

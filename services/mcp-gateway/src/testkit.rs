@@ -1,0 +1,144 @@
+//! A small real MCP server for the gateway's tests and benchmarks: serves a given tool list
+//! over streamable HTTP (rmcp, on a loopback port), answers every call with what it was
+//! called with, checks required arguments the way real servers do, and can change its tool
+//! list at run time (sending `notifications/tools/list_changed`), which the public reference
+//! servers cannot be asked to do.
+
+use std::{
+    net::SocketAddr,
+    sync::{Arc, RwLock},
+};
+
+use rmcp::{
+    ErrorData as McpError, ServerHandler,
+    model::{
+        CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, JsonObject, ListToolsResult,
+        PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    },
+    service::{NotificationContext, Peer, RequestContext, RoleServer},
+    transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
+    },
+};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+/// A tool with a description and required string parameters.
+pub fn tool(name: &str, description: &str, parameters: &[&str]) -> Tool {
+    let properties: JsonObject = parameters.iter().map(|p| ((*p).to_owned(), json!({"type": "string"}))).collect();
+    let schema = json!({"type": "object", "properties": properties, "required": parameters});
+    let schema = match schema {
+        serde_json::Value::Object(map) => map,
+        _ => JsonObject::new(),
+    };
+    Tool::new(name.to_owned(), description.to_owned(), Arc::new(schema))
+}
+
+#[derive(Clone, Default)]
+struct Shared {
+    tools: Arc<RwLock<Vec<Tool>>>,
+    peers: Arc<RwLock<Vec<Peer<RoleServer>>>>,
+}
+
+#[derive(Clone)]
+struct FixtureHandler(Shared);
+
+impl ServerHandler for FixtureHandler {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_tool_list_changed().build())
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        if let Ok(mut peers) = self.0.peers.write() {
+            peers.push(context.peer);
+        }
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let tools = self.0.tools.read().map(|t| t.clone()).unwrap_or_default();
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let tool = self
+            .0
+            .tools
+            .read()
+            .ok()
+            .and_then(|tools| tools.iter().find(|t| t.name == request.name).cloned())
+            .ok_or_else(|| McpError::invalid_params(format!("tool {} not found", request.name), None))?;
+        let arguments = request.arguments.unwrap_or_default();
+        let required = tool.input_schema.get("required").and_then(|r| r.as_array()).cloned().unwrap_or_default();
+        for name in required.iter().filter_map(|r| r.as_str()) {
+            match arguments.get(name) {
+                Some(serde_json::Value::String(_)) => {}
+                Some(_) => {
+                    return Err(McpError::invalid_params(format!("argument `{name}` must be a string"), None));
+                }
+                None => return Err(McpError::invalid_params(format!("missing required argument `{name}`"), None)),
+            }
+        }
+        if arguments.get("fail").is_some() {
+            return Ok(CallToolResult::error(vec![ContentBlock::text("failed as asked")]).into());
+        }
+        let text = format!("{} called with {}", request.name, serde_json::Value::Object(arguments));
+        Ok(CallToolResult::success(vec![ContentBlock::text(text)]).into())
+    }
+}
+
+/// A running fixture server.
+pub struct FixtureServer {
+    pub addr: SocketAddr,
+    shared: Shared,
+    stop: CancellationToken,
+}
+
+impl FixtureServer {
+    pub async fn start(tools: Vec<Tool>) -> std::io::Result<Self> {
+        let shared = Shared { tools: Arc::new(RwLock::new(tools)), ..Shared::default() };
+        let stop = CancellationToken::new();
+        let handler = FixtureHandler(shared.clone());
+        let service = StreamableHttpService::new(
+            move || Ok(handler.clone()),
+            Arc::new(LocalSessionManager::default()),
+            StreamableHttpServerConfig::default().with_cancellation_token(stop.child_token()),
+        );
+        let router = axum::Router::new().nest_service("/mcp", service);
+        let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+        let addr = listener.local_addr()?;
+        let shutdown = stop.clone();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, router).with_graceful_shutdown(shutdown.cancelled_owned()).await;
+        });
+        Ok(Self { addr, shared, stop })
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/mcp", self.addr)
+    }
+
+    /// Replaces the tool list and tells every connected client.
+    pub async fn set_tools(&self, tools: Vec<Tool>) {
+        if let Ok(mut current) = self.shared.tools.write() {
+            *current = tools;
+        }
+        let peers = self.shared.peers.read().map(|p| p.clone()).unwrap_or_default();
+        for peer in peers {
+            let _ = peer.notify_tool_list_changed().await;
+        }
+    }
+}
+
+impl Drop for FixtureServer {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}

@@ -1,0 +1,404 @@
+//! The gateway end to end over real transports: MCP clients on `/mcp` (streamable HTTP), the
+//! gRPC API on loopback, a real MCP server downstream (the testkit's, over streamable HTTP,
+//! serving MetaTool's 199 real tool descriptions), Redis and Postgres.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject};
+use serde_json::{Value, json};
+use switchyard_mcp_gateway::{
+    Stores,
+    store::{SessionKey, ShownMatch, UsageRecord},
+    testkit::{FixtureServer, tool},
+};
+use switchyard_proto::mcp::v1::{self as pb, mcp_gateway_service_client::McpGatewayServiceClient};
+
+/// MetaTool's real tool descriptions, plus one tool with a required parameter.
+fn metatool_tools() -> Vec<rmcp::model::Tool> {
+    let path = common::root().join("../shared/eval/metatool/tools.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|err| panic!("{}: {err}", path.display()));
+    let mut tools: Vec<_> = text
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .map(|v| tool(v["name"].as_str().unwrap(), v["description"].as_str().unwrap(), &[]))
+        .collect();
+    tools.push(tool("search_notes", "Searches the user's notes for a phrase.", &["phrase"]));
+    tools
+}
+
+fn args(value: Value) -> Option<JsonObject> {
+    value.as_object().cloned()
+}
+
+fn text_of(result: &CallToolResult) -> String {
+    result.content.iter().filter_map(|c| c.as_text()).map(|t| t.text.clone()).collect::<Vec<_>>().join("\n")
+}
+
+async fn call(client: &common::Client, name: &str, arguments: Value) -> Result<CallToolResult, rmcp::ServiceError> {
+    let mut params = CallToolRequestParams::new(name.to_owned());
+    params.arguments = args(arguments);
+    client.call_tool(params).await
+}
+
+fn names(tools: &[rmcp::model::Tool]) -> Vec<String> {
+    tools.iter().map(|t| t.name.to_string()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sessions_are_filtered_recorded_and_continue_on_another_replica() {
+    let fixture = FixtureServer::start(metatool_tools()).await.unwrap();
+    let prefix = common::unique("gw");
+    let schema = common::unique("gw");
+    let mut config = common::config(&[format!("meta={}", fixture.url())]);
+    config.top_k = 5;
+    let first = common::start(&config, common::shared_stores(&prefix, &schema).await, Some(common::embedder())).await;
+    let second = common::start(&config, common::shared_stores(&prefix, &schema).await, Some(common::embedder())).await;
+    first.ready(200).await;
+    second.ready(200).await;
+
+    let result = tokio::spawn(session_walkthrough(first, second, schema.clone())).await;
+    common::delete_redis_keys(&prefix).await;
+    common::drop_schema(&schema).await;
+    if let Err(err) = result {
+        std::panic::resume_unwind(err.into_panic());
+    }
+}
+
+async fn session_walkthrough(first: common::Running, second: common::Running, schema: String) {
+    let client = common::mcp_client(&first.mcp_url()).await;
+
+    // No context yet: every tool, set_context first (spec: "falls back to showing all tools").
+    let all = client.list_all_tools().await.unwrap();
+    assert_eq!(all.len(), 201, "200 tools and set_context");
+    assert_eq!(all[0].name, "set_context");
+    assert_eq!(all[0].input_schema["required"], json!(["query"]));
+    assert!(names(&all).contains(&"meta__AI2sql".to_owned()));
+
+    // set_context narrows the list to the top-k for the context.
+    let set =
+        call(&client, "set_context", json!({"query": "Turn this question into a SQL query", "intent": "databases"}))
+            .await
+            .unwrap();
+    assert_ne!(set.is_error, Some(true));
+    assert!(text_of(&set).contains("meta__AI2sql"), "{}", text_of(&set));
+    let filtered = client.list_all_tools().await.unwrap();
+    assert_eq!(filtered.len(), 6, "top 5 and set_context: {:?}", names(&filtered));
+    assert_eq!(filtered[0].name, "set_context");
+    assert_eq!(filtered[1].name, "meta__AI2sql", "the SQL tool ranks first: {:?}", names(&filtered));
+
+    // Calls: one listed tool, one filtered out (still callable by name).
+    let listed = call(&client, "meta__AI2sql", json!({"question": "top customers"})).await.unwrap();
+    assert!(text_of(&listed).contains("AI2sql called with"), "routed to the server under its own name");
+    assert!(!names(&filtered).contains(&"meta__ABCmouse".to_owned()));
+    let unlisted = call(&client, "meta__ABCmouse", json!({})).await.unwrap();
+    assert!(text_of(&unlisted).contains("ABCmouse called with"));
+
+    // Bad input: unknown tool named; the server's own validation error passed back;
+    // oversize arguments refused before they reach the server.
+    let unknown = call(&client, "meta__NoSuchTool", json!({})).await.unwrap_err().to_string();
+    assert!(unknown.contains("unknown tool `meta__NoSuchTool`"), "{unknown}");
+    let malformed = call(&client, "meta__search_notes", json!({"phrase": 42})).await.unwrap_err().to_string();
+    assert!(malformed.contains("argument `phrase` must be a string"), "{malformed}");
+    let big = "x".repeat(1024 * 1024 + 1);
+    let oversize = call(&client, "meta__AI2sql", json!({"question": big})).await.unwrap_err().to_string();
+    assert!(oversize.contains("over the limit"), "{oversize}");
+    let no_query = call(&client, "set_context", json!({"intent": "x"})).await.unwrap_err().to_string();
+    assert!(no_query.contains("`query` is required"), "{no_query}");
+
+    // A session started on the first replica continues on the second: same Mcp-Session-Id,
+    // its context, its filtered list, and its calls recorded with that context.
+    let mut raw = RawSession::initialize(&first.mcp_url()).await;
+    raw.request("tools/call", json!({"name": "set_context", "arguments": {"query": "Turn this question into a SQL query", "intent": "databases"}})).await;
+    raw.url = second.mcp_url();
+    let listed_there = raw.request("tools/list", json!({})).await;
+    let there: Vec<&str> =
+        listed_there["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(there.len(), 6, "{there:?}");
+    assert_eq!(there[1], "meta__AI2sql");
+    let called_there = raw.request("tools/call", json!({"name": "meta__AI2sql", "arguments": {"q": "again"}})).await;
+    assert!(called_there["content"][0]["text"].as_str().unwrap().contains("AI2sql called with"));
+    let raw_key = SessionKey { tenant: "default".into(), session_id: raw.session_id.clone() };
+    let raw_records = wait_for_records(&second, &raw_key, 2).await;
+    assert!(
+        matches!(&raw_records[1], UsageRecord::ToolCall { tool, context_query: Some(q), shown: ShownMatch::InList, .. }
+        if tool == "meta__AI2sql" && q == "Turn this question into a SQL query"),
+        "{raw_records:?}"
+    );
+
+    // Postgres holds the set_context and every call that reached a server, with the context.
+    let key = SessionKey { tenant: "default".into(), session_id: client_session(&schema, &raw.session_id).await };
+    let records = wait_for_records(&first, &key, 4).await;
+    let calls: Vec<_> = records
+        .iter()
+        .filter_map(|r| match r {
+            UsageRecord::ToolCall { tool, context_query, shown, is_error, .. } => {
+                Some((tool.as_str(), context_query.as_deref(), *shown, *is_error))
+            }
+            UsageRecord::SetContext { .. } => None,
+        })
+        .collect();
+    let query = Some("Turn this question into a SQL query");
+    assert_eq!(
+        calls,
+        [
+            ("meta__AI2sql", query, ShownMatch::InList, false),
+            ("meta__ABCmouse", query, ShownMatch::NotInList, false),
+            ("meta__search_notes", query, ShownMatch::NotInList, true),
+        ]
+    );
+    assert!(records.iter().any(|r| matches!(r, UsageRecord::SetContext { query, intent, .. }
+        if query == "Turn this question into a SQL query" && intent.as_deref() == Some("databases"))));
+
+    // The verification figures, over gRPC, from either replica: two sessions, both set a
+    // context; every call came after a filtered list.
+    let mut grpc = McpGatewayServiceClient::connect(format!("http://{}", second.grpc)).await.unwrap();
+    let servers = grpc.list_servers(pb::ListServersRequest {}).await.unwrap().into_inner();
+    let stats = servers.stats.unwrap();
+    assert_eq!(stats.mcp_sessions, 2);
+    assert_eq!(stats.set_context_session_share, 1.0);
+    assert_eq!(stats.tool_calls, 4, "calls refused before reaching a server are not counted");
+    assert_eq!(stats.filtered_hit_rate, 0.5, "2 of the 4 calls were of a listed tool");
+    assert_eq!(servers.servers.len(), 1);
+    assert_eq!(servers.servers[0].state(), pb::ServerState::Ready);
+    assert_eq!(servers.servers[0].tool_count, 200);
+
+    client.cancel().await.unwrap();
+    first.stop().await;
+    second.stop().await;
+}
+
+/// The rmcp client's session id: the session other than `raw`'s that set a context.
+async fn client_session(schema: &str, raw: &str) -> String {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(&common::database_url()).await.unwrap();
+    let sessions: Vec<String> =
+        sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT DISTINCT session_id FROM \"{schema}\".context_events")))
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+    sessions.into_iter().find(|id| id != raw).expect("the client's session")
+}
+
+async fn wait_for_records(gateway: &common::Running, key: &SessionKey, count: usize) -> Vec<UsageRecord> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut records = gateway.gateway.usage().session_records(key, 100).await.unwrap();
+        if records.len() >= count {
+            records.reverse();
+            return records;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "records: {records:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Plain JSON-RPC over HTTP with a given `Mcp-Session-Id`, as any MCP client sends it.
+struct RawSession {
+    url: String,
+    session_id: String,
+    http: reqwest::Client,
+}
+
+impl RawSession {
+    /// `initialize` and `notifications/initialized`, keeping the session id the server gives.
+    async fn initialize(url: &str) -> Self {
+        let http = reqwest::Client::new();
+        let body = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}});
+        let response =
+            http.post(url).header("accept", "application/json, text/event-stream").json(&body).send().await.unwrap();
+        assert!(response.status().is_success(), "initialize: {}", response.status());
+        let session_id = response.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+        let _ = response.text().await.unwrap();
+        let session = Self { url: url.to_owned(), session_id, http };
+        let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        let response = session.post(&note).await;
+        assert_eq!(response.status(), reqwest::StatusCode::ACCEPTED);
+        session
+    }
+
+    async fn post(&self, body: &Value) -> reqwest::Response {
+        self.http
+            .post(&self.url)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-session-id", &self.session_id)
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    async fn request(&self, method: &str, params: Value) -> Value {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+        let response = self.post(&body).await;
+        let status = response.status();
+        let text = response.text().await.unwrap();
+        assert!(status.is_success(), "{method}: {status} {text}");
+        // A JSON body, or an SSE stream whose data lines carry JSON-RPC messages.
+        let message = if text.trim_start().starts_with('{') {
+            serde_json::from_str::<Value>(&text).unwrap()
+        } else {
+            text.lines()
+                .filter_map(|line| line.strip_prefix("data:"))
+                .filter_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
+                .find(|m| m.get("id").is_some())
+                .unwrap_or_else(|| panic!("{method}: no response in {text}"))
+        };
+        assert!(message.get("error").is_none(), "{method}: {message}");
+        message["result"].clone()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_s_tool_list_changes_are_followed() {
+    let fixture = FixtureServer::start(vec![tool("alpha", "First tool.", &[])]).await.unwrap();
+    let config = common::config(&[format!("fx={}", fixture.url())]);
+    let running = common::start(&config, Stores::in_memory(), None).await;
+    running.ready(1).await;
+    let client = common::mcp_client(&running.mcp_url()).await;
+    assert_eq!(names(&client.list_all_tools().await.unwrap()), ["set_context", "fx__alpha"]);
+
+    fixture.set_tools(vec![tool("alpha", "First tool.", &[]), tool("beta", "Second tool.", &[])]).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while running.gateway.catalog().len() < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "list_changed not followed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(names(&client.list_all_tools().await.unwrap()), ["set_context", "fx__alpha", "fx__beta"]);
+    let result = call(&client, "fx__beta", json!({})).await.unwrap();
+    assert!(text_of(&result).contains("beta called with"));
+    client.cancel().await.unwrap();
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_usage_prior_raises_tools_used_for_similar_contexts() {
+    let fixture = FixtureServer::start(metatool_tools()).await.unwrap();
+    let mut config = common::config(&[format!("meta={}", fixture.url())]);
+    config.top_k = 10;
+    let running = common::start(&config, Stores::in_memory(), Some(common::embedder())).await;
+    running.ready(200).await;
+    let gateway = running.gateway.clone();
+    let query = "help me plan what to cook for dinner this week";
+
+    // Before any use: where does a tool that descriptions alone rank low stand?
+    let learner = SessionKey { tenant: "default".into(), session_id: "learner".into() };
+    let (_, before) = gateway.set_context(&learner, query, None).await.unwrap();
+    let before: Vec<String> = before.tools.iter().map(|t| t.tool.name.clone()).collect();
+    let chosen = before.last().unwrap().clone();
+    assert_ne!(before[0], chosen);
+
+    // Sessions with contexts like this one kept calling `chosen`.
+    for (i, asked) in
+        ["plan my dinners for the week", "what should I cook tonight", "weekly dinner ideas"].iter().enumerate()
+    {
+        let key = SessionKey { tenant: "default".into(), session_id: format!("user-{i}") };
+        gateway.set_context(&key, asked, None).await.unwrap();
+        gateway.call_tool(Some(&key), &chosen, None).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await; // records are written off the request path
+    assert!(gateway.refresh_history().await.unwrap() >= 3);
+
+    let (_, after) = gateway.set_context(&learner, query, None).await.unwrap();
+    assert_eq!(after.tools[0].tool.name, chosen, "usage moved `{chosen}` from #{} to #1", before.len());
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_api_sets_context_lists_scores_and_calls() {
+    let fixture = FixtureServer::start(metatool_tools()).await.unwrap();
+    let config = common::config(&[format!("meta={}", fixture.url())]);
+    let running = common::start(&config, Stores::in_memory(), Some(common::embedder())).await;
+    running.ready(200).await;
+    let mut grpc = McpGatewayServiceClient::connect(format!("http://{}", running.grpc)).await.unwrap();
+
+    let all = grpc.list_tools(pb::ListToolsRequest { session_id: "g1".into(), limit: 0 }).await.unwrap().into_inner();
+    assert!(!all.filtered);
+    assert_eq!((all.tools.len(), all.total_tools), (200, 200));
+
+    let set = grpc
+        .set_context(pb::SetContextRequest {
+            session_id: "g1".into(),
+            query: "What should I wear today?".into(),
+            intent: Some("fashion advice".into()),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let context = set.context.unwrap();
+    assert_eq!(context.current_query, "What should I wear today?");
+    assert_eq!(context.current_intent.as_deref(), Some("fashion advice"));
+    assert_eq!(set.tools.len(), 8, "the configured top-k");
+    assert_eq!(set.tools[0].tool.as_ref().unwrap().name, "meta__AbleStyle");
+
+    let listed =
+        grpc.list_tools(pb::ListToolsRequest { session_id: "g1".into(), limit: 3 }).await.unwrap().into_inner();
+    assert!(listed.filtered);
+    assert_eq!(listed.tools.len(), 3);
+    let scores: Vec<f64> = listed.tools.iter().map(|t| t.score.unwrap().score).collect();
+    assert!(scores.windows(2).all(|w| w[0] >= w[1]), "best first: {scores:?}");
+    let tool = listed.tools[0].tool.as_ref().unwrap();
+    assert_eq!((tool.server.as_str(), tool.upstream_name.as_str()), ("meta", "AbleStyle"));
+
+    let arguments =
+        switchyard_mcp_gateway::grpc::to_struct(json!({"phrase": "blue shirt", "n": 3}).as_object().unwrap());
+    let called = grpc
+        .call_tool(pb::CallToolRequest {
+            session_id: "g1".into(),
+            name: "meta__search_notes".into(),
+            arguments: Some(arguments),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!called.is_error);
+    assert_eq!(called.server, "meta");
+    let Some(pb::content::Kind::Text(text)) = &called.content[0].kind else { panic!("text content") };
+    assert!(text.contains(r#""n":3"#), "whole numbers stay integers: {text}");
+    let context =
+        running.gateway.context(&SessionKey { tenant: "default".into(), session_id: "g1".into() }).await.unwrap();
+    assert_eq!(context.unwrap().tools_used, ["meta__search_notes"]);
+
+    // Bad input: named fields and the right codes.
+    let status = grpc
+        .set_context(pb::SetContextRequest { session_id: "g1".into(), query: " ".into(), intent: None })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(status.message().starts_with("query"), "{status:?}");
+    let status = grpc
+        .set_context(pb::SetContextRequest { session_id: String::new(), query: "x".into(), intent: None })
+        .await
+        .unwrap_err();
+    assert!(status.message().starts_with("session_id"), "{status:?}");
+    let status = grpc
+        .set_context(pb::SetContextRequest { session_id: "g1".into(), query: "q".repeat(9000), intent: None })
+        .await
+        .unwrap_err();
+    assert!(status.message().contains("over the limit"), "{status:?}");
+    let status = grpc
+        .call_tool(pb::CallToolRequest { session_id: "g1".into(), name: "meta__Nope".into(), arguments: None })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::NotFound);
+    assert!(status.message().contains("meta__Nope"));
+    let status = grpc
+        .call_tool(pb::CallToolRequest { session_id: "g1".into(), name: "meta__search_notes".into(), arguments: None })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "the server's validation error: {status:?}");
+    assert!(status.message().contains("missing required argument `phrase`"));
+    let status = grpc.list_tools(pb::ListToolsRequest { session_id: "bad id!".into(), limit: 0 }).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    let status = grpc.list_tools(pb::ListToolsRequest { session_id: "g1".into(), limit: 5000 }).await.unwrap_err();
+    assert!(status.message().starts_with("limit"));
+    let mut request = tonic::Request::new(pb::ListToolsRequest { session_id: "g1".into(), limit: 0 });
+    request.metadata_mut().insert("x-tenant-id", "other".parse().unwrap());
+    let other = grpc.list_tools(request).await.unwrap().into_inner();
+    assert!(!other.filtered, "another tenant does not see this session's context");
+    running.stop().await;
+}

@@ -1,0 +1,183 @@
+//! One behavioural suite per store trait, run against memory and the real Redis / Postgres.
+#![allow(clippy::unwrap_used, reason = "a panic in a test is the failure report")]
+
+mod common;
+
+use std::sync::Arc;
+
+use chrono::{DateTime, TimeZone, Utc};
+use switchyard_mcp_gateway::store::{
+    ContextStore, Counters, SessionKey, ShownMatch, UsagePair, UsageRecord, UsageStore,
+    memory::{MemoryContextStore, MemoryUsageStore},
+    postgres::PostgresUsageStore,
+    redis::RedisContextStore,
+};
+
+fn key(tenant: &str, session: &str) -> SessionKey {
+    SessionKey { tenant: tenant.to_owned(), session_id: session.to_owned() }
+}
+
+fn at(ms: i64) -> DateTime<Utc> {
+    Utc.timestamp_millis_opt(1_790_000_000_000 + ms).unwrap()
+}
+
+#[tokio::test]
+async fn memory_context_store() {
+    context_suite(Arc::new(MemoryContextStore::default())).await;
+}
+
+#[tokio::test]
+async fn redis_context_store() {
+    let prefix = common::unique("gw");
+    let store = RedisContextStore::connect(&common::redis_url(), &prefix, std::time::Duration::from_secs(60))
+        .await
+        .unwrap_or_else(|err| panic!("redis at {} (set REDIS_URL): {err}", common::redis_url()));
+    let result = tokio::spawn(context_suite(Arc::new(store))).await;
+    common::delete_redis_keys(&prefix).await;
+    if let Err(err) = result {
+        std::panic::resume_unwind(err.into_panic());
+    }
+}
+
+async fn context_suite(store: Arc<dyn ContextStore>) {
+    store.ping().await.unwrap();
+    let a = key("acme", "s1");
+    assert_eq!(store.get(&a).await.unwrap(), None, "no context before set_context");
+
+    // A session is counted once, however often it is touched.
+    store.touch(&a).await.unwrap();
+    store.touch(&a).await.unwrap();
+    assert_eq!(store.counters().await.unwrap().sessions, 1);
+
+    // set_context stores query, intent, embedding and time; a later one replaces them.
+    let embedding = vec![0.25f32, -1.5, 3.0];
+    let context =
+        store.set_context(&a, "analyze this CSV", Some("data analysis"), Some(&embedding), at(1)).await.unwrap();
+    assert_eq!(context.current_query.as_deref(), Some("analyze this CSV"));
+    assert_eq!(context.current_intent.as_deref(), Some("data analysis"));
+    assert_eq!(context.embedding.as_deref(), Some(embedding.as_slice()));
+    assert_eq!(context.last_updated, Some(at(1)));
+    assert_eq!(context.text().as_deref(), Some("analyze this CSV (data analysis)"));
+    let replaced = store.set_context(&a, "plot it", None, None, at(2)).await.unwrap();
+    assert_eq!(replaced.current_intent, None, "an omitted intent clears the old one");
+    assert_eq!(replaced.embedding, None);
+    assert_eq!(store.get(&a).await.unwrap().unwrap(), replaced);
+
+    // Calls before any filtered list count as calls, not against a list.
+    assert_eq!(store.record_call(&a, "csv__parse").await.unwrap(), ShownMatch::NoList);
+    store.record_shown(&a, &["csv__parse".to_owned(), "plot__chart".to_owned()]).await.unwrap();
+    assert_eq!(store.record_call(&a, "plot__chart").await.unwrap(), ShownMatch::InList);
+    assert_eq!(store.record_call(&a, "files__read").await.unwrap(), ShownMatch::NotInList);
+    assert_eq!(store.record_call(&a, "plot__chart").await.unwrap(), ShownMatch::InList);
+    let context = store.get(&a).await.unwrap().unwrap();
+    assert_eq!(context.tools_used, ["csv__parse", "plot__chart", "files__read"], "each tool once, first use first");
+    assert_eq!(context.shown.as_deref(), Some(["csv__parse".to_owned(), "plot__chart".to_owned()].as_slice()));
+
+    // Another tenant's session of the same id is another session.
+    let other = key("globex", "s1");
+    assert_eq!(store.get(&other).await.unwrap(), None);
+    store.set_context(&other, "weather in Paris", None, None, at(3)).await.unwrap();
+    assert_eq!(store.get(&a).await.unwrap().unwrap().current_query.as_deref(), Some("plot it"));
+
+    assert_eq!(
+        store.counters().await.unwrap(),
+        Counters {
+            sessions: 2,
+            sessions_with_context: 2,
+            tool_calls: 4,
+            calls_after_filtered_list: 3,
+            filtered_hits: 2
+        }
+    );
+
+    // The MCP transport's session state round-trips and can be deleted.
+    assert_eq!(store.load_transport("t-1").await.unwrap(), None);
+    store.store_transport("t-1", r#"{"x":1}"#).await.unwrap();
+    assert_eq!(store.load_transport("t-1").await.unwrap().as_deref(), Some(r#"{"x":1}"#));
+    store.delete_transport("t-1").await.unwrap();
+    assert_eq!(store.load_transport("t-1").await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn memory_usage_store() {
+    usage_suite(Arc::new(MemoryUsageStore::default())).await;
+}
+
+#[tokio::test]
+async fn postgres_usage_store() {
+    let schema = common::unique("gw");
+    let store = PostgresUsageStore::connect(&common::database_url(), &schema)
+        .await
+        .unwrap_or_else(|err| panic!("postgres at {} (set DATABASE_URL): {err}", common::database_url()));
+    let result = tokio::spawn(usage_suite(Arc::new(store))).await;
+    common::drop_schema(&schema).await;
+    if let Err(err) = result {
+        std::panic::resume_unwind(err.into_panic());
+    }
+}
+
+fn call(session: &SessionKey, tool: &str, query: Option<&str>, is_error: bool, ms: i64) -> UsageRecord {
+    UsageRecord::ToolCall {
+        key: session.clone(),
+        tool: tool.to_owned(),
+        server: tool.split("__").next().unwrap().to_owned(),
+        upstream_tool: tool.split("__").nth(1).unwrap().to_owned(),
+        context_query: query.map(str::to_owned),
+        context_intent: query.map(|_| "intent".to_owned()),
+        context_embedding: query.map(|_| vec![1.0, 0.5]),
+        shown: if query.is_some() { ShownMatch::InList } else { ShownMatch::NoList },
+        is_error,
+        duration_ms: 12,
+        at: at(ms),
+    }
+}
+
+async fn usage_suite(store: Arc<dyn UsageStore>) {
+    store.ping().await.unwrap();
+    let a = key("acme", "s1");
+    let b = key("acme", "s2");
+    assert!(store.history(10).await.unwrap().is_empty());
+    let set = UsageRecord::SetContext { key: a.clone(), query: "read my notes".into(), intent: None, at: at(1) };
+    store
+        .record(&[
+            set.clone(),
+            call(&a, "files__read", Some("read my notes"), false, 2),
+            call(&a, "files__write", None, false, 3),
+            call(&a, "files__stat", Some("read my notes"), true, 4),
+            call(&b, "web__fetch", Some("open example.com"), false, 5),
+        ])
+        .await
+        .unwrap();
+
+    // History: successful calls that had a context, newest first.
+    let history = store.history(10).await.unwrap();
+    assert_eq!(
+        history,
+        [
+            UsagePair {
+                context: "open example.com (intent)".into(),
+                tool: "web__fetch".into(),
+                embedding: Some(vec![1.0, 0.5])
+            },
+            UsagePair {
+                context: "read my notes (intent)".into(),
+                tool: "files__read".into(),
+                embedding: Some(vec![1.0, 0.5])
+            },
+        ]
+    );
+    assert_eq!(store.history(1).await.unwrap().len(), 1, "limit is honoured");
+
+    // A session's records, newest first, exactly as written.
+    let records = store.session_records(&a, 10).await.unwrap();
+    assert_eq!(
+        records,
+        [
+            call(&a, "files__stat", Some("read my notes"), true, 4),
+            call(&a, "files__write", None, false, 3),
+            call(&a, "files__read", Some("read my notes"), false, 2),
+            set,
+        ]
+    );
+    assert_eq!(store.session_records(&key("other", "s1"), 10).await.unwrap(), []);
+}
