@@ -12,12 +12,10 @@ use std::{
 
 use rmcp::model::Tool;
 use switchyard_models::Embedder;
-use switchyard_retrieval::{ToolRanker, ToolText, Weights, tool_document};
+use switchyard_retrieval::{ToolRanker, ToolText, Weights, prior::PriorParams, tool_document};
 
 use crate::{naming, store::UsagePair, upstream::Upstreams};
 
-/// Past queries that vote in the usage prior for each new context.
-pub const PRIOR_NEIGHBOURS: usize = 10;
 /// Tools embedded per forward pass when a tool list changes.
 const EMBED_BATCH: usize = 32;
 
@@ -163,12 +161,9 @@ impl Catalog {
             .iter()
             .filter_map(|pair| by_name.get(&pair.tool).map(|i| (pair.context.clone(), *i, pair.embedding.as_ref())))
             .collect();
-        let weights = if pairs.is_empty() {
-            // Cold start: no usage yet; meaning carries more than shared words.
-            Weights { lexical: 1.0, semantic: 3.0, usage_prior: 0.0 }
-        } else {
-            Weights { lexical: 1.0, semantic: 1.0, usage_prior: 3.0 }
-        };
+        // The weights measured best on MetaTool (BENCHMARKS.md): meaning over shared words
+        // at cold start; with usage, what similar contexts led to outweighs descriptions.
+        let weights = if pairs.is_empty() { Weights::cold_start() } else { Weights::with_history() };
         let mut ranker = ToolRanker::new(&texts, weights);
         let embeddings: Option<Vec<Vec<f32>>> = if semantic {
             texts.iter().map(|t| cache.get(&tool_document(t)).map(|v| v.as_ref().clone())).collect()
@@ -184,7 +179,7 @@ impl Catalog {
             let history_embeddings: Option<Vec<Vec<f32>>> =
                 if embedded { pairs.iter().map(|(_, _, e)| e.cloned()).collect() } else { None };
             let pairs: Vec<(String, usize)> = pairs.into_iter().map(|(c, i, _)| (c, i)).collect();
-            ranker = ranker.with_history(&pairs, history_embeddings, PRIOR_NEIGHBOURS);
+            ranker = ranker.with_history_params(&pairs, history_embeddings, PriorParams::default());
         }
         Self { tools: tools.into_iter().map(Arc::new).collect(), by_name, ranker, embedded, learned_pairs }
     }

@@ -9,8 +9,8 @@ use rmcp::{
     model::{
         CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, GetPromptRequestParams,
         GetPromptResponse, Implementation, JsonObject, ListPromptsResult, ListResourceTemplatesResult,
-        ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
-        ServerCapabilities, ServerConfig, Tool,
+        ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams,
+        ReadResourceResponse, ServerCapabilities, ServerConfig, Tool,
     },
     service::{NotificationContext, RequestContext, RoleServer},
 };
@@ -165,6 +165,13 @@ fn split_name(name: &str) -> Option<(&str, &str)> {
 }
 
 impl ServerHandler for McpHandler {
+    /// Session-based protocol versions only (up to 2025-11-25): a context belongs to an MCP
+    /// session, and 2026-07-28 has none. Clients that discover first fall back to
+    /// `initialize`.
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::LATEST_WITH_INITIALIZE))
+    }
+
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()
