@@ -11,7 +11,13 @@ use std::{
 
 use arc_swap::ArcSwap;
 use chrono::Utc;
-use rmcp::model::{CallToolRequestParams, CallToolResponse, JsonObject};
+use rmcp::{
+    model::{
+        CallToolRequest, CallToolRequestParams, CallToolResponse, CancelledNotificationParam, ClientRequest,
+        JsonObject, ProgressToken, ServerResult,
+    },
+    service::{Peer, PeerRequestOptions, RoleServer},
+};
 use switchyard_kit::{ErrorCode, ServiceError};
 use switchyard_models::Embedder;
 use tokio::sync::{broadcast, mpsc, watch};
@@ -313,6 +319,18 @@ impl Gateway {
         name: &str,
         arguments: Option<JsonObject>,
     ) -> Result<CallOutcome, GatewayError> {
+        self.call_tool_with_progress(key, name, arguments, None).await
+    }
+
+    /// [`Self::call_tool`], relaying the server's progress notifications to `progress`'s
+    /// client under the token it chose.
+    pub async fn call_tool_with_progress(
+        &self,
+        key: Option<&SessionKey>,
+        name: &str,
+        arguments: Option<JsonObject>,
+        progress: Option<(Peer<RoleServer>, ProgressToken)>,
+    ) -> Result<CallOutcome, GatewayError> {
         let catalog = self.catalog();
         let tool = catalog.get(name).cloned().ok_or_else(|| GatewayError::UnknownTool(name.to_owned()))?;
         if let Some(arguments) = &arguments {
@@ -334,7 +352,30 @@ impl Gateway {
         params.arguments = arguments;
 
         let started = Instant::now();
-        let outcome = tokio::time::timeout(self.settings.call_timeout, peer.call_tool_once(params)).await;
+        let relay = self.upstreams.progress().clone();
+        let server = tool.server.clone();
+        let call = async move {
+            // The connection numbers the call's progress token itself; relay under that one.
+            let handle = peer
+                .send_request_with_option(
+                    ClientRequest::CallToolRequest(CallToolRequest::new(params)),
+                    PeerRequestOptions::no_options(),
+                )
+                .await?;
+            let _relayed =
+                progress.map(|(client, token)| relay.register(&server, &handle.progress_token, client, token));
+            let (id, upstream) = (handle.id.clone(), handle.peer.clone());
+            let result = handle.await_response().await;
+            if let Err(rmcp::ServiceError::Cancelled { .. }) = &result {
+                let _ = upstream.notify_cancelled(CancelledNotificationParam::new(Some(id), None)).await;
+            }
+            match result? {
+                ServerResult::CallToolResult(result) => Ok(CallToolResponse::Complete(result)),
+                ServerResult::InputRequiredResult(result) => Ok(CallToolResponse::InputRequired(result)),
+                _ => Err(rmcp::ServiceError::UnexpectedResponse),
+            }
+        };
+        let outcome = tokio::time::timeout(self.settings.call_timeout, call).await;
         let duration = started.elapsed();
         let (result, is_error) = match outcome {
             Err(_) => (

@@ -4,13 +4,16 @@
 
 use std::{borrow::Cow, sync::Arc};
 
+#[allow(deprecated, reason = "legacy logging, still what session-based clients use")]
+use rmcp::model::SetLevelRequestParams;
 use rmcp::{
     ErrorData as McpError, ServerHandler,
     model::{
-        CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, GetPromptRequestParams,
-        GetPromptResponse, Implementation, JsonObject, ListPromptsResult, ListResourceTemplatesResult,
-        ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams,
-        ReadResourceResponse, ServerCapabilities, ServerConfig, Tool,
+        CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult, ContentBlock,
+        GetPromptRequestParams, GetPromptResponse, Implementation, JsonObject, ListPromptsResult,
+        ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams, Prompt,
+        ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, Reference, RequestParamsMeta,
+        ServerCapabilities, ServerConfig, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
     },
     service::{NotificationContext, RequestContext, RoleServer},
 };
@@ -18,8 +21,9 @@ use serde_json::json;
 
 use crate::{
     gateway::{Gateway, GatewayError, ToolList},
-    naming::{SEPARATOR, SET_CONTEXT},
+    naming::{self, SET_CONTEXT},
     store::SessionKey,
+    upstream::Upstream,
 };
 
 /// The tenant an API gateway in front of `/mcp` may set; the default tenant otherwise.
@@ -159,11 +163,6 @@ fn tool_list(set_context: bool, list: ToolList) -> ListToolsResult {
     ListToolsResult::with_all_items(tools)
 }
 
-/// A prompt's gateway name splits back into server and prompt.
-fn split_name(name: &str) -> Option<(&str, &str)> {
-    name.split_once(SEPARATOR)
-}
-
 impl ServerHandler for McpHandler {
     /// Session-based protocol versions only (up to 2025-11-25): a context belongs to an MCP
     /// session, and 2026-07-28 has none. Clients that discover first fall back to
@@ -172,11 +171,15 @@ impl ServerHandler for McpHandler {
         Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::LATEST_WITH_INITIALIZE))
     }
 
+    #[allow(deprecated, reason = "legacy logging, still what session-based clients use")]
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()
+                .enable_completions()
+                .enable_logging()
                 .enable_prompts()
                 .enable_resources()
+                .enable_resources_subscribe()
                 .enable_tools()
                 .enable_tool_list_changed()
                 .build(),
@@ -226,7 +229,13 @@ impl ServerHandler for McpHandler {
             let _ = context.peer.notify_tool_list_changed().await;
             return Ok(result.into());
         }
-        let outcome = self.gateway.call_tool(key.as_ref(), &request.name, request.arguments).await.map_err(to_mcp)?;
+        let token = context.meta.get_progress_token().or_else(|| request.progress_token());
+        let progress = token.map(|token| (context.peer.clone(), token));
+        let outcome = self
+            .gateway
+            .call_tool_with_progress(key.as_ref(), &request.name, request.arguments, progress)
+            .await
+            .map_err(to_mcp)?;
         Ok(outcome.response)
     }
 
@@ -254,19 +263,7 @@ impl ServerHandler for McpHandler {
         request: ReadResourceRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
-        // The server that listed the URI; else the first whose templates could produce it.
-        let servers = self.gateway.upstreams().servers();
-        let owner = servers
-            .iter()
-            .find(|s| s.listing().resources.iter().any(|r| r.uri == request.uri))
-            .or_else(|| {
-                servers.iter().find(|s| {
-                    s.listing().resource_templates.iter().any(|t| template_matches(&t.uri_template, &request.uri))
-                })
-            })
-            .ok_or_else(|| {
-                McpError::resource_not_found(format!("no server offers resource `{}`", request.uri), None)
-            })?;
+        let owner = self.resource_owner(&request.uri)?;
         let peer = owner.peer().map_err(|why| McpError::internal_error(why, None))?;
         peer.read_resource_once(request).await.map_err(|err| service_error(owner.name(), err))
     }
@@ -277,21 +274,12 @@ impl ServerHandler for McpHandler {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, McpError> {
         let prompts = self
-            .gateway
-            .upstreams()
-            .servers()
-            .iter()
-            .flat_map(|s| {
-                let server = s.name().to_owned();
-                s.listing()
-                    .prompts
-                    .iter()
-                    .map(move |p| {
-                        let mut prompt = p.clone();
-                        prompt.name = format!("{server}{SEPARATOR}{}", p.name);
-                        prompt
-                    })
-                    .collect::<Vec<_>>()
+            .prompts()
+            .into_iter()
+            .map(|entry| {
+                let mut prompt = entry.prompt;
+                prompt.name = entry.name;
+                prompt
             })
             .collect();
         Ok(ListPromptsResult::with_all_items(prompts))
@@ -302,13 +290,113 @@ impl ServerHandler for McpHandler {
         mut request: GetPromptRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
-        let unknown = || McpError::invalid_params(format!("unknown prompt `{}`", request.name), None);
-        let (server, prompt) = split_name(&request.name).ok_or_else(unknown)?;
-        let upstream = self.gateway.upstreams().get(server).ok_or_else(unknown)?;
-        let prompt = Cow::<str>::Owned(prompt.to_owned());
-        let peer = upstream.peer().map_err(|why| McpError::internal_error(why, None))?;
-        request.name = prompt.into_owned();
-        peer.get_prompt_once(request).await.map_err(|err| service_error(upstream.name(), err))
+        let entry = self.prompt(&request.name)?;
+        let peer = entry.server.peer().map_err(|why| McpError::internal_error(why, None))?;
+        request.name = entry.prompt.name;
+        peer.get_prompt_once(request).await.map_err(|err| service_error(entry.server.name(), err))
+    }
+
+    async fn complete(
+        &self,
+        mut request: CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, McpError> {
+        let server = match &mut request.r#ref {
+            Reference::Prompt(prompt) => {
+                let entry = self.prompt(&prompt.name)?;
+                prompt.name = entry.prompt.name;
+                entry.server
+            }
+            Reference::Resource(resource) => self.resource_owner(&resource.uri)?,
+            #[allow(unreachable_patterns)]
+            _ => return Ok(CompleteResult::default()),
+        };
+        let peer = server.peer().map_err(|why| McpError::internal_error(why, None))?;
+        peer.complete(request).await.map_err(|err| service_error(server.name(), err))
+    }
+
+    #[allow(deprecated, reason = "legacy logging, still what session-based clients use")]
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        // Passed on to every connected server that logs; accepted even if none does.
+        for server in self.gateway.upstreams().servers() {
+            if let Ok(peer) = server.peer()
+                && peer.peer_info().is_some_and(|info| info.capabilities.logging.is_some())
+            {
+                let _ = peer.set_level(request.clone()).await;
+            }
+        }
+        Ok(())
+    }
+
+    #[allow(deprecated, reason = "legacy subscriptions, still what session-based clients use")]
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let server = self.resource_owner(&request.uri)?;
+        let peer = server.peer().map_err(|why| McpError::internal_error(why, None))?;
+        peer.subscribe(request).await.map_err(|err| service_error(server.name(), err))
+    }
+
+    #[allow(deprecated, reason = "legacy subscriptions, still what session-based clients use")]
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let server = self.resource_owner(&request.uri)?;
+        let peer = server.peer().map_err(|why| McpError::internal_error(why, None))?;
+        peer.unsubscribe(request).await.map_err(|err| service_error(server.name(), err))
+    }
+}
+
+/// A prompt under its gateway name.
+struct PromptEntry {
+    name: String,
+    server: Arc<Upstream>,
+    /// The server's prompt, under its own name.
+    prompt: Prompt,
+}
+
+impl McpHandler {
+    /// Every server's prompts, named like tools (`<server>__<prompt>`, or their own names when
+    /// prefixing is off and they are free).
+    fn prompts(&self) -> Vec<PromptEntry> {
+        let servers = self.gateway.upstreams().servers();
+        let listed: Vec<(Arc<Upstream>, Prompt)> = servers
+            .iter()
+            .flat_map(|s| s.listing().prompts.iter().map(|p| (s.clone(), p.clone())).collect::<Vec<_>>())
+            .collect();
+        let pairs: Vec<(&str, &str)> = listed.iter().map(|(s, p)| (s.name(), p.name.as_str())).collect();
+        let (names, _) = naming::assign(&pairs, self.gateway.settings().prefix_tools);
+        listed.into_iter().zip(names).map(|((server, prompt), name)| PromptEntry { name, server, prompt }).collect()
+    }
+
+    fn prompt(&self, name: &str) -> Result<PromptEntry, McpError> {
+        self.prompts()
+            .into_iter()
+            .find(|entry| entry.name == name)
+            .ok_or_else(|| McpError::invalid_params(format!("unknown prompt `{name}`"), None))
+    }
+
+    /// The server that listed `uri`, else the first whose templates could produce it.
+    fn resource_owner(&self, uri: &str) -> Result<Arc<Upstream>, McpError> {
+        let servers = self.gateway.upstreams().servers();
+        servers
+            .iter()
+            .find(|s| s.listing().resources.iter().any(|r| r.uri == uri))
+            .or_else(|| {
+                servers
+                    .iter()
+                    .find(|s| s.listing().resource_templates.iter().any(|t| template_matches(&t.uri_template, uri)))
+            })
+            .cloned()
+            .ok_or_else(|| McpError::resource_not_found(format!("no server offers resource `{uri}`"), None))
     }
 }
 

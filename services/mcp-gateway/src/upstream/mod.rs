@@ -10,6 +10,7 @@
 pub mod config;
 
 use std::{
+    collections::HashMap,
     process::Stdio,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
@@ -20,9 +21,10 @@ use chrono::{DateTime, Utc};
 use rmcp::{
     ClientHandler, ServiceExt,
     model::{
-        ClientCapabilities, ClientConfig, Implementation, Prompt, ProtocolVersion, Resource, ResourceTemplate, Tool,
+        ClientCapabilities, ClientConfig, Implementation, NumberOrString, ProgressNotificationParam, ProgressToken,
+        Prompt, ProtocolVersion, Resource, ResourceTemplate, Tool,
     },
-    service::{NotificationContext, Peer, RoleClient},
+    service::{NotificationContext, Peer, RoleClient, RoleServer},
     transport::{
         StreamableHttpClientTransport, TokioChildProcess, streamable_http_client::StreamableHttpClientTransportConfig,
     },
@@ -153,14 +155,71 @@ enum ListChanged {
     Prompts,
 }
 
+/// Progress of calls in flight: the token the gateway sent downstream → the client that made
+/// the call and the token it chose. Tokens are rewritten because two clients may pick the same.
+#[derive(Default)]
+pub struct ProgressRelay {
+    calls: Mutex<HashMap<String, (Peer<RoleServer>, ProgressToken)>>,
+}
+
+impl ProgressRelay {
+    /// Relays progress sent under `upstream_token` by `server` to `peer` under `token`, until
+    /// the guard is dropped (the call finished).
+    pub fn register(
+        self: &Arc<Self>,
+        server: &str,
+        upstream_token: &ProgressToken,
+        peer: Peer<RoleServer>,
+        token: ProgressToken,
+    ) -> ProgressGuard {
+        let key = relay_key(server, upstream_token);
+        self.calls.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone(), (peer, token));
+        ProgressGuard { relay: self.clone(), key }
+    }
+
+    async fn forward(&self, server: &str, mut params: ProgressNotificationParam) {
+        let key = relay_key(server, &params.progress_token);
+        let target = self.calls.lock().unwrap_or_else(|p| p.into_inner()).get(&key).cloned();
+        if let Some((peer, token)) = target {
+            params.progress_token = token;
+            let _ = peer.notify_progress(params).await;
+        }
+    }
+}
+
+/// Each connection numbers its own progress tokens, so the server is part of the key.
+fn relay_key(server: &str, token: &ProgressToken) -> String {
+    match &token.0 {
+        NumberOrString::String(s) => format!("{server}\u{0}s{s}"),
+        NumberOrString::Number(n) => format!("{server}\u{0}n{n}"),
+    }
+}
+
+pub struct ProgressGuard {
+    relay: Arc<ProgressRelay>,
+    key: String,
+}
+
+impl Drop for ProgressGuard {
+    fn drop(&mut self) {
+        self.relay.calls.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.key);
+    }
+}
+
 /// Our side of each downstream connection: forwards `list_changed` notifications to the
-/// supervisor.
+/// supervisor and progress to the client whose call it is.
 #[derive(Clone)]
 struct UpstreamClient {
+    server: String,
     changes: mpsc::UnboundedSender<ListChanged>,
+    progress: Arc<ProgressRelay>,
 }
 
 impl ClientHandler for UpstreamClient {
+    async fn on_progress(&self, params: ProgressNotificationParam, _context: NotificationContext<RoleClient>) {
+        self.progress.forward(&self.server, params).await;
+    }
+
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         let _ = self.changes.send(ListChanged::Tools);
     }
@@ -187,6 +246,7 @@ impl ClientHandler for UpstreamClient {
 pub struct Upstreams {
     servers: Vec<Arc<Upstream>>,
     changed: tokio::sync::watch::Sender<u64>,
+    progress: Arc<ProgressRelay>,
 }
 
 impl Upstreams {
@@ -196,7 +256,11 @@ impl Upstreams {
         // the workspace); installing it is a no-op when the process already has a provider.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let (changed, _) = tokio::sync::watch::channel(0);
-        let set = Arc::new(Self { servers: specs.into_iter().map(|s| Arc::new(Upstream::new(s))).collect(), changed });
+        let set = Arc::new(Self {
+            servers: specs.into_iter().map(|s| Arc::new(Upstream::new(s))).collect(),
+            changed,
+            progress: Arc::default(),
+        });
         for upstream in &set.servers {
             tokio::spawn(supervise(upstream.clone(), set.clone(), backoff, shutdown.clone()));
         }
@@ -205,6 +269,10 @@ impl Upstreams {
 
     pub fn servers(&self) -> &[Arc<Upstream>] {
         &self.servers
+    }
+
+    pub fn progress(&self) -> &Arc<ProgressRelay> {
+        &self.progress
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<Upstream>> {
@@ -248,7 +316,8 @@ async fn supervise(upstream: Arc<Upstream>, set: Arc<Upstreams>, backoff: Backof
         // supervisor.
         let connecting = tokio::spawn({
             let upstream = upstream.clone();
-            async move { connect(&upstream, UpstreamClient { changes: changes_tx }).await }
+            let client = UpstreamClient { server: name.clone(), changes: changes_tx, progress: set.progress.clone() };
+            async move { connect(&upstream, client).await }
         });
         let abort = connecting.abort_handle();
         let attempt = tokio::select! {
