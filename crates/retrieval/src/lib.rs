@@ -33,7 +33,7 @@ pub struct Weights {
 /// Measured on the MetaTool dev split (BENCHMARKS.md, "Tool retrieval").
 impl Weights {
     /// No usage history: meaning must outweigh shared words (semantic 3× BM25: recall@5 0.788,
-    /// against 0.737 at 1×).
+    /// against 0.736 at 1×).
     pub fn cold_start() -> Self {
         Self { lexical: 1.0, semantic: 3.0, usage_prior: 0.0 }
     }
