@@ -8,8 +8,8 @@
 //! Speed: a single text (a query) runs through [`short`], a feature-major encoder that reads
 //! the dense weights in place; several texts are grouped by length ([`batch::plan`]) and run
 //! through candle's BERT with as little padding as possible. candle multiplies matrices on the
-//! current rayon pool: a query on the embedder's own one-thread pool, batches on the global
-//! one (`RAYON_NUM_THREADS`, default one thread per core).
+//! current rayon pool: a query on a one-thread pool of its calling thread, batches on the
+//! global one (`RAYON_NUM_THREADS`, default one thread per core).
 
 use std::path::{Path, PathBuf};
 
@@ -41,11 +41,7 @@ pub struct Embedder {
     model: BertModel,
     /// The same weights run feature-major, for a call with one text (see [`short`]).
     short: Option<short::ShortEncoder>,
-    /// One thread for single texts. A query is a chain of small matrix products; splitting
-    /// each over two cores costs more in hand-offs than it gains, the more so as the cores are
-    /// shared with the server's own threads (criterion, one query: 9.7 ms on one thread
-    /// against 11.2 ms on two, in back-to-back runs). Batches keep the global pool.
-    query_pool: rayon::ThreadPool,
+
     tokenizer: Tokenizer,
     device: Device,
     dimensions: usize,
@@ -101,12 +97,7 @@ impl Embedder {
         };
         // Tensors share their storage with the short path's: the weights are in memory once.
         let model = BertModel::load(VarBuilder::from_tensors(tensors, DTYPE, &device), &config)?;
-        let query_pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(1)
-            .thread_name(|_| "embed-query".to_owned())
-            .build()
-            .map_err(|err| ModelError::Inference(candle_core::Error::msg(err)))?;
-        Ok(Self { model, short, query_pool, tokenizer, device, dimensions })
+        Ok(Self { model, short, tokenizer, device, dimensions })
     }
 
     pub fn dimensions(&self) -> usize {
@@ -137,7 +128,7 @@ impl Embedder {
     /// One forward pass over token ids, padded to the longest; unit-length mean-pooled rows.
     fn forward(&self, ids: &[&[u32]]) -> Result<Vec<Vec<f32>>, ModelError> {
         if let (Some(short), [single]) = (&self.short, ids) {
-            let pooled = self.query_pool.install(|| short.mean_pooled(single))?.unsqueeze(0)?;
+            let pooled = single_threaded(|| short.mean_pooled(single))?.unsqueeze(0)?;
             let norms = pooled.sqr()?.sum_keepdim(1)?.sqrt()?.clamp(1e-12, f64::MAX)?;
             return Ok(pooled.broadcast_div(&norms)?.to_vec2::<f32>()?);
         }
@@ -167,6 +158,29 @@ impl Embedder {
         let norms = pooled.sqr()?.sum_keepdim(1)?.sqrt()?.clamp(1e-12, f64::MAX)?;
         Ok(pooled.broadcast_div(&norms)?.to_vec2::<f32>()?)
     }
+}
+
+thread_local! {
+    /// A one-thread rayon pool per calling thread, for single texts. A query is a chain of
+    /// small matrix products; splitting each over two cores costs more in hand-offs than it
+    /// gains, the more so as the cores are shared with the server's own threads (criterion,
+    /// one query: 9.7 ms on one thread against 11.2 ms on two, back-to-back). One pool per
+    /// caller, not one for all, so concurrent queries still run side by side; it ends with its
+    /// thread. Batches keep the global pool.
+    static QUERY_POOL: Option<rayon::ThreadPool> = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .thread_name(|_| "embed-query".to_owned())
+        .build()
+        .ok();
+}
+
+/// Runs `work` with candle's matrix products on one thread (on the global pool if a pool
+/// could not be made).
+fn single_threaded<R: Send>(work: impl FnOnce() -> R + Send) -> R {
+    QUERY_POOL.with(|pool| match pool {
+        Some(pool) => pool.install(work),
+        None => work(),
+    })
 }
 
 /// Dot product (the cosine similarity of unit vectors). Eight running sums instead of one let
