@@ -1,5 +1,6 @@
-//! Logging and tracing: `tracing` with an env filter (text or JSON lines), an OpenTelemetry
-//! layer so every span has a W3C trace context, and OTLP export when an endpoint is set.
+//! Logging, tracing and metrics: `tracing` with an env filter (text or JSON lines), an
+//! OpenTelemetry layer so every span has a W3C trace context, and OTLP export of traces and
+//! metrics (instruments from `opentelemetry::global::meter`) when an endpoint is set.
 //!
 //! The OpenTelemetry layer is installed only when traces are exported: without an exporter
 //! it would cost every request span some work and show nothing. Configure the OTLP endpoint
@@ -13,6 +14,7 @@ use opentelemetry::{
 };
 use opentelemetry_sdk::{
     Resource,
+    metrics::SdkMeterProvider,
     propagation::TraceContextPropagator,
     trace::{Sampler, SdkTracerProvider},
 };
@@ -24,12 +26,18 @@ use crate::config::{LogFormat, TelemetryArgs};
 /// Keeps the tracer provider alive; flushes pending spans when dropped.
 pub struct TelemetryGuard {
     provider: SdkTracerProvider,
+    meters: Option<SdkMeterProvider>,
 }
 
 impl Drop for TelemetryGuard {
     fn drop(&mut self) {
         if let Err(err) = self.provider.shutdown() {
             eprintln!("telemetry shutdown: {err}");
+        }
+        if let Some(meters) = &self.meters
+            && let Err(err) = meters.shutdown()
+        {
+            eprintln!("metrics shutdown: {err}");
         }
     }
 }
@@ -55,6 +63,20 @@ pub fn init(service_name: &'static str, args: &TelemetryArgs) -> anyhow::Result<
             .build(),
     };
     opentelemetry::global::set_tracer_provider(provider.clone());
+    let meters = match &args.otlp_endpoint {
+        Some(endpoint) => {
+            use opentelemetry_otlp::WithExportConfig;
+            let exporter =
+                opentelemetry_otlp::MetricExporter::builder().with_tonic().with_endpoint(endpoint.clone()).build()?;
+            let meters = SdkMeterProvider::builder()
+                .with_resource(Resource::builder().with_service_name(service_name).build())
+                .with_periodic_exporter(exporter)
+                .build();
+            opentelemetry::global::set_meter_provider(meters.clone());
+            Some(meters)
+        }
+        None => None,
+    };
     let otel =
         args.otlp_endpoint.is_some().then(|| tracing_opentelemetry::layer().with_tracer(provider.tracer(service_name)));
 
@@ -74,7 +96,7 @@ pub fn init(service_name: &'static str, args: &TelemetryArgs) -> anyhow::Result<
             .try_init()?,
         LogFormat::Text => registry.with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr)).try_init()?,
     }
-    Ok(TelemetryGuard { provider })
+    Ok(TelemetryGuard { provider, meters })
 }
 
 /// The trace context carried by incoming request headers (`traceparent`, `tracestate`).

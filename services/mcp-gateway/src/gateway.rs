@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     catalog::{Catalog, CatalogTool, EmbeddingCache, History, Ranked},
+    metrics::Metrics,
     store::{ContextStore, Counters, SessionContext, SessionKey, ShownMatch, StoreError, UsageRecord, UsageStore},
     upstream::{ServerStatus, Upstreams},
 };
@@ -147,6 +148,7 @@ pub struct Gateway {
     /// Ticks when the catalog changes (MCP clients are told their tool list changed).
     catalog_changed: broadcast::Sender<()>,
     rebuild: watch::Sender<u64>,
+    metrics: Metrics,
 }
 
 impl Gateway {
@@ -176,10 +178,12 @@ impl Gateway {
             records_dropped: AtomicU64::new(0),
             catalog_changed,
             rebuild,
+            metrics: Metrics::new(),
         });
         tokio::spawn(write_records(gateway.usage.clone(), records_rx, shutdown.clone()));
         tokio::spawn(maintain_catalog(gateway.clone(), shutdown.clone()));
-        tokio::spawn(reload_history(gateway.clone(), shutdown));
+        tokio::spawn(reload_history(gateway.clone(), shutdown.clone()));
+        tokio::spawn(refresh_metrics(gateway.clone(), shutdown));
         gateway
     }
 
@@ -234,6 +238,7 @@ impl Gateway {
         let embedding = self.embed(&text).await?;
         let now = Utc::now();
         let context = self.contexts.set_context(key, query, intent, embedding.as_deref(), now).await?;
+        self.metrics.set_context();
         self.record(UsageRecord::SetContext {
             key: key.clone(),
             query: query.to_owned(),
@@ -352,30 +357,34 @@ impl Gateway {
         params.arguments = arguments;
 
         let started = Instant::now();
-        let relay = self.upstreams.progress().clone();
-        let server = tool.server.clone();
-        let call = async move {
-            // The connection numbers the call's progress token itself; relay under that one.
-            let handle = peer
-                .send_request_with_option(
-                    ClientRequest::CallToolRequest(CallToolRequest::new(params)),
-                    PeerRequestOptions::no_options(),
-                )
-                .await?;
-            let _relayed =
-                progress.map(|(client, token)| relay.register(&server, &handle.progress_token, client, token));
-            let (id, upstream) = (handle.id.clone(), handle.peer.clone());
-            let result = handle.await_response().await;
-            if let Err(rmcp::ServiceError::Cancelled { .. }) = &result {
-                let _ = upstream.notify_cancelled(CancelledNotificationParam::new(Some(id), None)).await;
-            }
-            match result? {
-                ServerResult::CallToolResult(result) => Ok(CallToolResponse::Complete(result)),
-                ServerResult::InputRequiredResult(result) => Ok(CallToolResponse::InputRequired(result)),
-                _ => Err(rmcp::ServiceError::UnexpectedResponse),
+        let sent = peer
+            .send_request_with_option(
+                ClientRequest::CallToolRequest(CallToolRequest::new(params)),
+                PeerRequestOptions::no_options(),
+            )
+            .await;
+        let outcome = match sent {
+            Err(err) => Ok(Err(err)),
+            Ok(handle) => {
+                // The connection numbers the call's progress token itself; relay under that one.
+                let _relayed = progress.map(|(client, token)| {
+                    self.upstreams.progress().register(&tool.server, &handle.progress_token, client, token)
+                });
+                let (id, upstream) = (handle.id.clone(), handle.peer.clone());
+                let outcome = tokio::time::timeout(self.settings.call_timeout, handle.await_response()).await;
+                if outcome.is_err() {
+                    // Nobody waits for this call any more: tell the server to stop.
+                    let _ = upstream.notify_cancelled(CancelledNotificationParam::new(Some(id), None)).await;
+                }
+                outcome.map(|response| {
+                    response.and_then(|result| match result {
+                        ServerResult::CallToolResult(result) => Ok(CallToolResponse::Complete(result)),
+                        ServerResult::InputRequiredResult(result) => Ok(CallToolResponse::InputRequired(result)),
+                        _ => Err(rmcp::ServiceError::UnexpectedResponse),
+                    })
+                })
             }
         };
-        let outcome = tokio::time::timeout(self.settings.call_timeout, call).await;
         let duration = started.elapsed();
         let (result, is_error) = match outcome {
             Err(_) => (
@@ -396,6 +405,7 @@ impl Gateway {
             }
         };
 
+        self.metrics.tool_call(&tool.server, duration.as_secs_f64() * 1000.0, is_error);
         if let Some(key) = key {
             self.note_call(key, &tool, is_error, duration).await;
         }
@@ -525,6 +535,20 @@ async fn maintain_catalog(gateway: Arc<Gateway>, shutdown: CancellationToken) {
             _ = shutdown.cancelled() => return,
             changed = upstream_changes.changed() => if changed.is_err() { return },
             changed = requests.changed() => if changed.is_err() { return },
+        }
+    }
+}
+
+/// Keeps the metric gauges' figures fresh (they count every replica, from the shared store).
+async fn refresh_metrics(gateway: Arc<Gateway>, shutdown: CancellationToken) {
+    loop {
+        match gateway.stats().await {
+            Ok(stats) => gateway.metrics.update(stats),
+            Err(err) => tracing::debug!(error = %err, "refreshing gateway metrics"),
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(10)) => {}
         }
     }
 }

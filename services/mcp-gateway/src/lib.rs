@@ -15,6 +15,7 @@ pub mod config;
 pub mod gateway;
 pub mod grpc;
 pub mod mcp;
+pub mod metrics;
 pub mod naming;
 pub mod store;
 pub mod testkit;
