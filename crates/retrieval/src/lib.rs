@@ -74,6 +74,19 @@ pub struct ToolRanker {
     fusion: Fusion,
 }
 
+/// What each signal contributed to every tool's score (weighted; the score is the sum).
+#[derive(Debug, Clone, Default)]
+pub struct Signals {
+    pub lexical: Option<Vec<f32>>,
+    pub semantic: Option<Vec<f32>>,
+    pub usage_prior: Option<Vec<f32>>,
+}
+
+fn weighted(mut values: Vec<f32>, weight: f32) -> Vec<f32> {
+    values.iter_mut().for_each(|v| *v *= weight);
+    values
+}
+
 /// The text of a tool as it is embedded and indexed: the name as words ("ResearchHelper" →
 /// "Research Helper", which the model's tokenizer reads better: embedding recall@5 0.749 →
 /// 0.759), then the description and parameter names.
@@ -148,32 +161,45 @@ impl ToolRanker {
         self
     }
 
-    /// Every tool's score for `query` (and its embedding, when the ranker has a model), by
-    /// tool index. Each signal is scaled to [0, 1] for the query, then weighted.
-    pub fn scores(&self, query: &str, query_embedding: Option<&[f32]>) -> Vec<f32> {
+    /// Each signal for `query` by tool index, scaled to [0, 1] for the query and already
+    /// weighted (so the score is their sum); a signal the ranker lacks is `None`.
+    pub fn signals(&self, query: &str, query_embedding: Option<&[f32]>) -> Signals {
         let query_terms = text::terms(query);
-        let mut scores = vec![0.0f32; self.index.len()];
-        if self.weights.lexical > 0.0 {
+        let lexical = (self.weights.lexical > 0.0).then(|| {
             let bm25 = self.index.scores(&query_terms);
             let bm25 = match self.fusion {
                 Fusion::MinMax => scaled(bm25),
                 Fusion::ZScore => z_scores(bm25),
                 Fusion::Rrf => reciprocal_ranks(&bm25),
             };
-            add(&mut scores, &bm25, self.weights.lexical);
-        }
-        if let (Some(tools), Some(query), true) = (&self.tool_embeddings, query_embedding, self.weights.semantic > 0.0)
-        {
-            let cosines: Vec<f32> = tools.iter().map(|tool| cosine(tool, query)).collect();
-            let cosines = match self.fusion {
-                Fusion::MinMax => min_max(cosines),
-                Fusion::ZScore => z_scores(cosines),
-                Fusion::Rrf => reciprocal_ranks(&cosines),
-            };
-            add(&mut scores, &cosines, self.weights.semantic);
-        }
-        if let (Some(prior), true) = (&self.prior, self.weights.usage_prior > 0.0) {
-            add(&mut scores, &prior.prior(&query_terms, query_embedding), self.weights.usage_prior);
+            weighted(bm25, self.weights.lexical)
+        });
+        let semantic = match (&self.tool_embeddings, query_embedding, self.weights.semantic > 0.0) {
+            (Some(tools), Some(query), true) => {
+                let cosines: Vec<f32> = tools.iter().map(|tool| cosine(tool, query)).collect();
+                let cosines = match self.fusion {
+                    Fusion::MinMax => min_max(cosines),
+                    Fusion::ZScore => z_scores(cosines),
+                    Fusion::Rrf => reciprocal_ranks(&cosines),
+                };
+                Some(weighted(cosines, self.weights.semantic))
+            }
+            _ => None,
+        };
+        let usage_prior = match (&self.prior, self.weights.usage_prior > 0.0) {
+            (Some(prior), true) => Some(weighted(prior.prior(&query_terms, query_embedding), self.weights.usage_prior)),
+            _ => None,
+        };
+        Signals { lexical, semantic, usage_prior }
+    }
+
+    /// Every tool's score for `query` (and its embedding, when the ranker has a model), by
+    /// tool index: the sum of its [`Signals`].
+    pub fn scores(&self, query: &str, query_embedding: Option<&[f32]>) -> Vec<f32> {
+        let signals = self.signals(query, query_embedding);
+        let mut scores = vec![0.0f32; self.index.len()];
+        for signal in [&signals.lexical, &signals.semantic, &signals.usage_prior].into_iter().flatten() {
+            add(&mut scores, signal, 1.0);
         }
         scores
     }

@@ -31,11 +31,14 @@ pub struct CatalogTool {
     pub tool: Tool,
 }
 
-/// One tool's place for a context.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// One tool's place for a context: its score and what each signal contributed to it.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Ranked {
     pub index: usize,
     pub score: f32,
+    pub bm25: f32,
+    pub embedding: f32,
+    pub usage_prior: f32,
 }
 
 /// The usage history mapped onto this catalog's tools.
@@ -208,7 +211,11 @@ impl Catalog {
     /// catalog is embedded.
     pub fn rank(&self, context: &str, embedding: Option<&[f32]>, limit: usize) -> Vec<Ranked> {
         let embedding = embedding.filter(|_| self.embedded);
-        let scores = self.ranker.scores(context, embedding);
+        let signals = self.ranker.signals(context, embedding);
+        let part = |signal: &Option<Vec<f32>>, i: usize| signal.as_ref().map_or(0.0, |values| values[i]);
+        let scores: Vec<f32> = (0..self.tools.len())
+            .map(|i| part(&signals.lexical, i) + part(&signals.semantic, i) + part(&signals.usage_prior, i))
+            .collect();
         let mut order: Vec<usize> = (0..scores.len()).collect();
         let keep = limit.min(order.len());
         if keep == 0 {
@@ -221,6 +228,15 @@ impl Catalog {
             order.truncate(keep);
         }
         order.sort_by(better);
-        order.into_iter().map(|index| Ranked { index, score: scores[index] }).collect()
+        order
+            .into_iter()
+            .map(|index| Ranked {
+                index,
+                score: scores[index],
+                bm25: part(&signals.lexical, index),
+                embedding: part(&signals.semantic, index),
+                usage_prior: part(&signals.usage_prior, index),
+            })
+            .collect()
     }
 }

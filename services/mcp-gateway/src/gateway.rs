@@ -95,7 +95,8 @@ pub struct Settings {
 #[derive(Debug, Clone)]
 pub struct ShownTool {
     pub tool: Arc<CatalogTool>,
-    pub score: Option<f32>,
+    /// Where its rank came from (none when every tool is listed unranked).
+    pub score: Option<Ranked>,
 }
 
 #[derive(Debug, Clone)]
@@ -310,7 +311,7 @@ impl Gateway {
         let ranked: Vec<Ranked> =
             catalog.rank(&text, context.embedding.as_deref(), limit.unwrap_or(self.settings.top_k));
         let tools: Vec<ShownTool> =
-            ranked.iter().map(|r| ShownTool { tool: catalog.tool(r.index).clone(), score: Some(r.score) }).collect();
+            ranked.iter().map(|r| ShownTool { tool: catalog.tool(r.index).clone(), score: Some(*r) }).collect();
         let names: Vec<String> = tools.iter().map(|t| t.tool.name.clone()).collect();
         self.contexts.record_shown(key, &names).await?;
         Ok(ToolList { tools, filtered: true, total: catalog.len() })

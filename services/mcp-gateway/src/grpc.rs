@@ -93,7 +93,12 @@ fn tool_message(shown: &ShownTool) -> pb::ScoredTool {
             server: tool.server.clone(),
             upstream_name: tool.upstream_name.clone(),
         }),
-        score: shown.score.map(|score| pb::ToolScore { score: f64::from(score), ..Default::default() }),
+        score: shown.score.map(|ranked| pb::ToolScore {
+            score: f64::from(ranked.score),
+            bm25: f64::from(ranked.bm25),
+            embedding: f64::from(ranked.embedding),
+            usage_prior: f64::from(ranked.usage_prior),
+        }),
     }
 }
 

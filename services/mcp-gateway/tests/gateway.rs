@@ -341,6 +341,9 @@ async fn grpc_api_sets_context_lists_scores_and_calls() {
     assert_eq!(listed.tools.len(), 3);
     let scores: Vec<f64> = listed.tools.iter().map(|t| t.score.unwrap().score).collect();
     assert!(scores.windows(2).all(|w| w[0] >= w[1]), "best first: {scores:?}");
+    let best = listed.tools[0].score.unwrap();
+    assert!(best.embedding > 0.0, "the semantic signal is on: {best:?}");
+    assert!((best.bm25 + best.embedding + best.usage_prior - best.score).abs() < 1e-6, "the parts sum to the score");
     let tool = listed.tools[0].tool.as_ref().unwrap();
     assert_eq!((tool.server.as_str(), tool.upstream_name.as_str()), ("meta", "AbleStyle"));
 
