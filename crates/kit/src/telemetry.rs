@@ -80,7 +80,8 @@ pub fn init(service_name: &'static str, args: &TelemetryArgs) -> anyhow::Result<
     let otel =
         args.otlp_endpoint.is_some().then(|| tracing_opentelemetry::layer().with_tracer(provider.tracer(service_name)));
 
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // rmcp logs every MCP message at info (with whole server instructions); warnings are enough.
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,rmcp=warn"));
     let registry = tracing_subscriber::registry().with(filter).with(otel);
     // Logs go to stderr: stdout is the MCP channel when the gateway runs in stdio mode, and
     // container runtimes collect both streams alike.
