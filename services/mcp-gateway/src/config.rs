@@ -69,8 +69,9 @@ pub struct GatewayConfig {
     #[arg(long, env = "MCP_GATEWAY_DB_SCHEMA", default_value = "mcp_gateway")]
     pub db_schema: String,
 
-    /// Keep contexts and records in memory (lost on exit; for development).
-    #[arg(long, env = "MCP_GATEWAY_IN_MEMORY", conflicts_with_all = ["database_url", "redis_url"])]
+    /// Keep contexts and records in memory (lost on exit; for development). Wins over
+    /// REDIS_URL and DATABASE_URL, which a shell or test environment may well have set.
+    #[arg(long, env = "MCP_GATEWAY_IN_MEMORY")]
     pub in_memory: bool,
 
     /// A sentence-transformers BERT folder for the semantic signal (scripts/fetch-models.sh

@@ -300,8 +300,13 @@ async fn the_usage_prior_raises_tools_used_for_similar_contexts() {
         gateway.set_context(&key, asked, None).await.unwrap();
         gateway.call_tool(Some(&key), &chosen, None).await.unwrap();
     }
-    tokio::time::sleep(Duration::from_millis(300)).await; // records are written off the request path
-    assert!(gateway.refresh_history().await.unwrap() >= 3);
+    // Records are written off the request path: wait until all three are in the record.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while gateway.usage().history(10).await.unwrap().len() < 3 {
+        assert!(tokio::time::Instant::now() < deadline, "the calls were never recorded");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(gateway.refresh_history().await.unwrap(), 3);
 
     let (_, after) = gateway.set_context(&learner, query, None).await.unwrap();
     assert_eq!(after.tools[0].tool.name, chosen, "usage moved `{chosen}` from #{} to #1", before.len());
