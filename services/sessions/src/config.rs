@@ -33,8 +33,9 @@ pub struct SessionsConfig {
     #[arg(long, env = "SESSIONS_REDIS_PREFIX", default_value = "sy")]
     pub redis_prefix: String,
 
-    /// Keep everything in memory (lost on exit; for development).
-    #[arg(long, env = "SESSIONS_IN_MEMORY", conflicts_with_all = ["database_url", "redis_url"])]
+    /// Keep everything in memory (lost on exit; for development). Wins over REDIS_URL and
+    /// DATABASE_URL, which a shell or test environment may well have set.
+    #[arg(long, env = "SESSIONS_IN_MEMORY")]
     pub in_memory: bool,
 
     /// Recent messages kept with a live session (and quoted in transition contexts).
