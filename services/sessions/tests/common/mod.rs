@@ -29,23 +29,12 @@ pub async fn drop_schema(schema: &str) {
 
 /// `host:port` of the Postgres in `DATABASE_URL`.
 pub fn database_addr() -> std::net::SocketAddr {
-    use std::net::ToSocketAddrs;
-    let url = database_url();
-    let after_scheme = url.split_once("://").map_or(url.as_str(), |(_, rest)| rest);
-    let host_part = after_scheme.rsplit_once('@').map_or(after_scheme, |(_, rest)| rest);
-    let host_port = host_part.split(['/', '?']).next().unwrap_or(host_part);
-    let host_port = if host_port.contains(':') { host_port.to_owned() } else { format!("{host_port}:5432") };
-    host_port.to_socket_addrs().expect("resolvable DATABASE_URL host").next().expect("an address")
+    proxy::url_addr(&database_url())
 }
 
 /// `DATABASE_URL` pointed at `addr` instead (a proxy in front of the same Postgres).
 pub fn database_url_via(addr: std::net::SocketAddr) -> String {
-    let url = database_url();
-    let (scheme, rest) = url.split_once("://").expect("a URL");
-    let (user, host_and_path) = rest.rsplit_once('@').map_or(("", rest), |(u, h)| (u, h));
-    let path = host_and_path.find(['/', '?']).map_or("", |at| &host_and_path[at..]);
-    let user = if user.is_empty() { String::new() } else { format!("{user}@") };
-    format!("{scheme}://{user}{addr}{path}")
+    proxy::url_via(&database_url(), addr)
 }
 
 /// Deletes every Redis key under `prefix` (what an eviction or FLUSHDB does to a session).

@@ -12,6 +12,9 @@
 //! proxy.cut(); // every open connection drops, new ones are closed at once
 //! proxy.restore(); // new connections reach the backend again
 //! ```
+//!
+//! The MCP gateway's tests use this file too (by path), so both services' outage tests cut
+//! connections the same way.
 
 use std::{
     net::SocketAddr,
@@ -96,4 +99,23 @@ async fn forward(mut client: TcpStream, upstream: SocketAddr) {
         return;
     };
     let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+}
+
+/// `host:port` of a URL such as `postgres://user@host:5432/db` (port 5432 when absent).
+pub fn url_addr(url: &str) -> SocketAddr {
+    use std::net::ToSocketAddrs;
+    let after_scheme = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let host_part = after_scheme.rsplit_once('@').map_or(after_scheme, |(_, rest)| rest);
+    let host_port = host_part.split(['/', '?']).next().unwrap_or(host_part);
+    let host_port = if host_port.contains(':') { host_port.to_owned() } else { format!("{host_port}:5432") };
+    host_port.to_socket_addrs().expect("resolvable URL host").next().expect("an address")
+}
+
+/// The same URL with its `host:port` replaced by `addr` (user, database and query kept).
+pub fn url_via(url: &str, addr: SocketAddr) -> String {
+    let (scheme, rest) = url.split_once("://").expect("a URL");
+    let (user, host_and_path) = rest.rsplit_once('@').map_or(("", rest), |(u, h)| (u, h));
+    let path = host_and_path.find(['/', '?']).map_or("", |at| &host_and_path[at..]);
+    let user = if user.is_empty() { String::new() } else { format!("{user}@") };
+    format!("{scheme}://{user}{addr}{path}")
 }
