@@ -93,6 +93,12 @@ impl EmbeddingCache {
         self.vectors.lock().unwrap_or_else(|p| p.into_inner()).get(document).cloned()
     }
 
+    /// Whether every document has its embedding.
+    pub fn covers(&self, documents: &[String]) -> bool {
+        let cached = self.vectors.lock().unwrap_or_else(|p| p.into_inner());
+        documents.iter().all(|d| cached.contains_key(d))
+    }
+
     /// Embeds the documents not yet cached (blocking: run off the async threads).
     pub fn fill(&self, embedder: &Embedder, documents: &[String]) -> Result<usize, switchyard_models::ModelError> {
         let missing: Vec<&str> = {

@@ -416,18 +416,11 @@ impl Gateway {
     /// Counts and records a call. The call already happened: a store failure here is logged,
     /// never returned in place of the tool's result.
     async fn note_call(&self, key: &SessionKey, tool: &CatalogTool, is_error: bool, duration: Duration) {
-        let context = match self.contexts.get(key).await {
-            Ok(context) => context.unwrap_or_default(),
-            Err(err) => {
-                tracing::warn!(error = %err, "reading the context of a tool call");
-                SessionContext::default()
-            }
-        };
-        let shown = match self.contexts.record_call(key, &tool.name).await {
-            Ok(shown) => shown,
+        let (shown, context) = match self.contexts.record_call(key, &tool.name).await {
+            Ok(recorded) => recorded,
             Err(err) => {
                 tracing::warn!(error = %err, "counting a tool call");
-                ShownMatch::NoList
+                (ShownMatch::NoList, SessionContext::default())
             }
         };
         self.record(UsageRecord::ToolCall {
@@ -487,17 +480,10 @@ impl Gateway {
         let semantic = self.embedder.is_some();
         if let Some(embedder) = self.embedder.clone() {
             let documents = Catalog::documents(&tools);
-            // Publish a lexical catalog at once when new tools need embedding, so a slow model
-            // never delays a server's tools appearing.
-            let needs_embedding = {
-                let probe = Catalog::from_tools(tools.clone(), &self.embeddings, &self.history.load(), true);
-                let ready = probe.embedded || tools.is_empty();
-                if !ready {
-                    self.publish(probe);
-                }
-                !ready
-            };
-            if needs_embedding {
+            if !self.embeddings.covers(&documents) {
+                // Publish a lexical catalog at once, so a slow model never delays a server's
+                // tools appearing; the embedded one follows.
+                self.publish(Catalog::from_tools(tools.clone(), &self.embeddings, &self.history.load(), false));
                 let cache = self.embeddings.clone();
                 let started = Instant::now();
                 match tokio::task::spawn_blocking(move || cache.fill(&embedder, &documents)).await {

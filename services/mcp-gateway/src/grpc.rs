@@ -18,9 +18,6 @@ use crate::{
     upstream::{ServerState, ServerStatus},
 };
 
-/// Longest session id accepted.
-const MAX_SESSION_ID: usize = 128;
-
 pub struct GatewayGrpc {
     gateway: Arc<Gateway>,
 }
@@ -35,17 +32,13 @@ fn status(err: GatewayError) -> Status {
     to_status(&err)
 }
 
-fn id_chars(text: &str) -> bool {
-    text.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':'))
-}
-
 /// The session a request is about: `x-tenant-id` (or the default tenant) and `session_id`.
 fn session_key<T>(request: &Request<T>, session_id: &str) -> Result<SessionKey, Status> {
     let tenant = match request.metadata().get(TENANT_HEADER) {
         None => DEFAULT_TENANT.to_owned(),
         Some(value) => {
             let text = value.to_str().map_err(|_| status(GatewayError::invalid(TENANT_HEADER, "must be ASCII")))?;
-            if text.is_empty() || text.len() > 64 || !id_chars(text) || text.contains(':') {
+            if !SessionKey::valid_tenant(text) {
                 return Err(status(GatewayError::invalid(
                     TENANT_HEADER,
                     format!("`{text}` must be 1 to 64 characters of [A-Za-z0-9._-]"),
@@ -57,10 +50,10 @@ fn session_key<T>(request: &Request<T>, session_id: &str) -> Result<SessionKey, 
     if session_id.is_empty() {
         return Err(status(GatewayError::invalid("session_id", "is required")));
     }
-    if session_id.len() > MAX_SESSION_ID || !id_chars(session_id) {
+    if !SessionKey::valid_session_id(session_id) {
         return Err(status(GatewayError::invalid(
             "session_id",
-            format!("must be 1 to {MAX_SESSION_ID} characters of [A-Za-z0-9._:-]"),
+            format!("must be 1 to {} characters of [A-Za-z0-9._:-]", SessionKey::MAX_SESSION_ID),
         )));
     }
     Ok(SessionKey { tenant, session_id: session_id.to_owned() })

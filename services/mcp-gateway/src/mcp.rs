@@ -82,7 +82,7 @@ impl McpHandler {
         let header = |name: &str| parts.and_then(|p| p.headers.get(name)).and_then(|v| v.to_str().ok());
         let tenant = match header(TENANT_HEADER) {
             None => DEFAULT_TENANT.to_owned(),
-            Some(tenant) if valid_id(tenant, 64) => tenant.to_owned(),
+            Some(tenant) if SessionKey::valid_tenant(tenant) => tenant.to_owned(),
             Some(_) => {
                 return Err(McpError::invalid_request(
                     format!("header {TENANT_HEADER} must be 1 to 64 characters of [A-Za-z0-9._-]"),
@@ -132,12 +132,6 @@ impl McpHandler {
         result.structured_content = Some(json!({"tools": names, "total_tools": list.total}));
         Ok(result)
     }
-}
-
-fn valid_id(text: &str, max: usize) -> bool {
-    !text.is_empty()
-        && text.len() <= max
-        && text.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':'))
 }
 
 /// Gateway errors as MCP errors: the caller's mistakes as invalid params (naming what), a

@@ -408,5 +408,11 @@ async fn grpc_api_sets_context_lists_scores_and_calls() {
     request.metadata_mut().insert("x-tenant-id", "other".parse().unwrap());
     let other = grpc.list_tools(request).await.unwrap().into_inner();
     assert!(!other.filtered, "another tenant does not see this session's context");
+    // A `:` would let tenant "a:b" + session "c" share a store key with tenant "a" + "b:c".
+    let mut request = tonic::Request::new(pb::ListToolsRequest { session_id: "c".into(), limit: 0 });
+    request.metadata_mut().insert("x-tenant-id", "a:b".parse().unwrap());
+    let status = grpc.list_tools(request).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(status.message().starts_with("x-tenant-id"), "{status:?}");
     running.stop().await;
 }

@@ -64,12 +64,14 @@ async fn context_suite(store: Arc<dyn ContextStore>) {
     assert_eq!(store.get(&a).await.unwrap().unwrap(), replaced);
 
     // Calls before any filtered list count as calls, not against a list.
-    assert_eq!(store.record_call(&a, "csv__parse").await.unwrap(), ShownMatch::NoList);
+    assert_eq!(store.record_call(&a, "csv__parse").await.unwrap().0, ShownMatch::NoList);
     store.record_shown(&a, &["csv__parse".to_owned(), "plot__chart".to_owned()]).await.unwrap();
-    assert_eq!(store.record_call(&a, "plot__chart").await.unwrap(), ShownMatch::InList);
-    assert_eq!(store.record_call(&a, "files__read").await.unwrap(), ShownMatch::NotInList);
-    assert_eq!(store.record_call(&a, "plot__chart").await.unwrap(), ShownMatch::InList);
+    assert_eq!(store.record_call(&a, "plot__chart").await.unwrap().0, ShownMatch::InList);
+    assert_eq!(store.record_call(&a, "files__read").await.unwrap().0, ShownMatch::NotInList);
+    let (shown, returned) = store.record_call(&a, "plot__chart").await.unwrap();
+    assert_eq!(shown, ShownMatch::InList);
     let context = store.get(&a).await.unwrap().unwrap();
+    assert_eq!(returned, context, "the context the call was made in comes back with it");
     assert_eq!(context.tools_used, ["csv__parse", "plot__chart", "files__read"], "each tool once, first use first");
     assert_eq!(context.shown.as_deref(), Some(["csv__parse".to_owned(), "plot__chart".to_owned()].as_slice()));
 

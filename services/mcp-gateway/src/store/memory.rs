@@ -78,7 +78,7 @@ impl ContextStore for MemoryContextStore {
         Ok(())
     }
 
-    async fn record_call(&self, key: &SessionKey, tool: &str) -> Result<ShownMatch, StoreError> {
+    async fn record_call(&self, key: &SessionKey, tool: &str) -> Result<(ShownMatch, SessionContext), StoreError> {
         Ok(self.with(|c| {
             let context = c.sessions.entry(key.clone()).or_default();
             if !context.tools_used.iter().any(|t| t == tool) {
@@ -96,7 +96,7 @@ impl ContextStore for MemoryContextStore {
             if shown == ShownMatch::InList {
                 c.counters.filtered_hits += 1;
             }
-            shown
+            (shown, context.clone())
         }))
     }
 

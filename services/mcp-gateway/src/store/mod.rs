@@ -32,6 +32,26 @@ pub struct SessionKey {
     pub session_id: String,
 }
 
+impl SessionKey {
+    /// Longest session id accepted.
+    pub const MAX_SESSION_ID: usize = 128;
+
+    /// A tenant is 1 to 64 characters of `[A-Za-z0-9._-]`: no `:`, which joins tenant and
+    /// session in store keys, so two tenants' sessions can never share a key.
+    pub fn valid_tenant(tenant: &str) -> bool {
+        !tenant.is_empty()
+            && tenant.len() <= 64
+            && tenant.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+    }
+
+    /// A session id is 1 to 128 characters of `[A-Za-z0-9._:-]`.
+    pub fn valid_session_id(session_id: &str) -> bool {
+        !session_id.is_empty()
+            && session_id.len() <= Self::MAX_SESSION_ID
+            && session_id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':'))
+    }
+}
+
 /// The spec's `SessionContext`, plus what the gateway needs to rank and to measure.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SessionContext {
@@ -92,7 +112,8 @@ pub trait ContextStore: Send + Sync + 'static {
     /// Remembers the filtered list shown to the session.
     async fn record_shown(&self, key: &SessionKey, tools: &[String]) -> Result<(), StoreError>;
     /// Adds a called tool to the session's tools used, and counts it against the list shown.
-    async fn record_call(&self, key: &SessionKey, tool: &str) -> Result<ShownMatch, StoreError>;
+    /// Returns that, and the context the call was made in (one round trip for both).
+    async fn record_call(&self, key: &SessionKey, tool: &str) -> Result<(ShownMatch, SessionContext), StoreError>;
     async fn counters(&self) -> Result<Counters, StoreError>;
     async fn ping(&self) -> Result<(), StoreError>;
 

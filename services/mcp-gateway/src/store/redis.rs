@@ -60,7 +60,8 @@ redis.call('EXPIRE', KEYS[1], ARGV[1])
 return 1
 ";
 
-/// ARGV: ttl, tool. Returns 0 (no list shown), 1 (in the list) or 2 (not in it).
+/// ARGV: ttl, tool. Returns {0 (no list shown), 1 (in the list) or 2 (not in it), the
+/// session's fields}.
 const CALL_LUA: &str = r"
 local used = redis.call('HGET', KEYS[1], 'used')
 local list = {}
@@ -85,7 +86,7 @@ if shown then
   if result == 1 then redis.call('HINCRBY', KEYS[2], 'hits', 1) end
 end
 redis.call('EXPIRE', KEYS[1], ARGV[1])
-return result
+return {result, redis.call('HGETALL', KEYS[1])}
 ";
 
 pub struct RedisContextStore {
@@ -229,16 +230,18 @@ impl ContextStore for RedisContextStore {
         Ok(())
     }
 
-    async fn record_call(&self, key: &SessionKey, tool: &str) -> Result<ShownMatch, StoreError> {
+    async fn record_call(&self, key: &SessionKey, tool: &str) -> Result<(ShownMatch, SessionContext), StoreError> {
         let mut conn = self.conn.clone();
         let mut call = self.call.prepare_invoke();
         call.key(self.context_key(key)).key(self.stats_key()).arg(self.ttl_secs).arg(tool);
-        let result: i64 = bounded(COMMAND_TIMEOUT, call.invoke_async(&mut conn)).await?;
-        Ok(match result {
+        let (result, fields): (i64, HashMap<String, Vec<u8>>) =
+            bounded(COMMAND_TIMEOUT, call.invoke_async(&mut conn)).await?;
+        let shown = match result {
             1 => ShownMatch::InList,
             2 => ShownMatch::NotInList,
             _ => ShownMatch::NoList,
-        })
+        };
+        Ok((shown, parse_context(&fields)?))
     }
 
     async fn counters(&self) -> Result<Counters, StoreError> {
