@@ -12,7 +12,9 @@ fn grpcurl() -> PathBuf {
     if let Ok(path) = std::env::var("GRPCURL") {
         return PathBuf::from(path);
     }
-    let tools = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.tools/bin/grpcurl");
+    let tools =
+        PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned()))
+            .join("../../.tools/bin/grpcurl");
     if tools.exists() {
         return tools;
     }
@@ -67,7 +69,9 @@ async fn wait_ready(addr: std::net::SocketAddr, service: &str) {
 async fn readme_grpcurl_examples_work_verbatim_against_switchyard_dev() {
     let loopback = "127.0.0.1".parse().expect("ip");
     // The demo server scripts/dev starts, as `everything`.
-    let everything = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.tools/bin/mcp-server-everything");
+    let everything =
+        PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned()))
+            .join("../../.tools/bin/mcp-server-everything");
     assert!(everything.exists(), "{} missing: run scripts/install-tools.sh", everything.display());
     let mcp = DevMcp { servers: vec![format!("everything={} stdio", everything.display())], config_file: None };
     let ports = DevPorts { host: loopback, triggers: 0, sessions: 0, mcp_gateway: 0, mcp: 0 };

@@ -6,9 +6,10 @@ use std::path::PathBuf;
 use switchyard_models::{Embedder, cosine};
 
 fn model_dir() -> PathBuf {
-    std::env::var("SWITCHYARD_MODEL_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/all-MiniLM-L6-v2"))
+    std::env::var("SWITCHYARD_MODEL_DIR").map(PathBuf::from).unwrap_or_else(|_| {
+        PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned()))
+            .join("../../models/all-MiniLM-L6-v2")
+    })
 }
 
 #[test]

@@ -45,7 +45,10 @@ async fn client(url: String) -> Client {
 
 /// 1,000 tools with real descriptions: MetaTool's 199, each in five variants.
 fn tools() -> Vec<rmcp::model::Tool> {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = std::path::Path::new(
+        &std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned()),
+    )
+    .join("../..");
     let text = std::fs::read_to_string(root.join("../shared/eval/metatool/tools.jsonl")).expect("metatool tools");
     let base: Vec<(String, String)> = text
         .lines()
@@ -104,7 +107,10 @@ fn main() {
 }
 
 async fn run() {
-    let model_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/all-MiniLM-L6-v2");
+    let model_dir = std::path::Path::new(
+        &std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned()),
+    )
+    .join("../../models/all-MiniLM-L6-v2");
     let embedder = Arc::new(Embedder::load(&model_dir).expect("model (run scripts/fetch-models.sh)"));
     let big = FixtureServer::start(tools()).await.expect("fixture");
     let small = FixtureServer::start((0..8).map(|i| tool(&format!("t{i}"), "A tool.", &["input"])).collect())

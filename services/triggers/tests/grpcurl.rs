@@ -12,7 +12,9 @@ fn grpcurl() -> PathBuf {
     if let Ok(path) = std::env::var("GRPCURL") {
         return PathBuf::from(path);
     }
-    let tools = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.tools/bin/grpcurl");
+    let tools =
+        PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned()))
+            .join("../../.tools/bin/grpcurl");
     if tools.exists() {
         return tools;
     }

@@ -35,7 +35,10 @@ pub fn unique(prefix: &str) -> String {
 }
 
 pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("repository root")
+    Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned()))
+        .join("../..")
+        .canonicalize()
+        .expect("repository root")
 }
 
 /// A launcher from `.tools/bin` (scripts/install-tools.sh installs them); missing is a failure.

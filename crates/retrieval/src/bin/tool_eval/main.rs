@@ -123,9 +123,10 @@ fn main() -> anyhow::Result<()> {
         .map(|t| ToolText { name: t.name.clone(), description: t.description.clone(), parameters: Vec::new() })
         .collect();
 
-    let model_dir = std::env::var("SWITCHYARD_MODEL_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/all-MiniLM-L6-v2"));
+    let model_dir = std::env::var("SWITCHYARD_MODEL_DIR").map(std::path::PathBuf::from).unwrap_or_else(|_| {
+        Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned()))
+            .join("../../models/all-MiniLM-L6-v2")
+    });
     let embedder = Embedder::load(&model_dir)
         .with_context(|| format!("loading the embedding model from {}", model_dir.display()))?;
     let mut cache = EmbeddingCache::open(cache_path, cache::fingerprint(&model_dir)?);
