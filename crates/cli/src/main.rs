@@ -56,8 +56,7 @@ struct DevArgs {
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let _telemetry = telemetry::init("switchyard", &cli.telemetry)?;
-    // HTTPS downstream MCP servers: rustls with the ring provider.
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    switchyard_kit::tls::install_crypto_provider();
     match cli.command {
         Command::Dev(args) => dev(args).await,
     }

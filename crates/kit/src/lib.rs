@@ -1,17 +1,29 @@
 //! The service kit: what every Switchyard service is built from — configuration flags,
 //! telemetry with W3C trace propagation, the gRPC server (health, reflection, admission
-//! control, graceful shutdown), client channels, and the shared error codes.
+//! control, identity, graceful shutdown), client channels, the shared error codes, caller
+//! identity (tenant, user, session keys), store plumbing (Redis, Postgres schemas, store
+//! flags, secrets), the record buffer that writes Postgres records off the request path,
+//! backoff, and wire timestamps.
 
+pub mod backoff;
 pub mod client;
 pub mod config;
 pub mod error;
 pub mod health;
+pub mod identity;
 pub mod postgres;
+pub mod proto_time;
+pub mod records;
 pub mod role_id;
+pub mod secret;
 pub mod server;
+pub mod store;
 pub mod telemetry;
+pub mod tls;
 
 pub use config::{ServerArgs, TelemetryArgs};
 pub use error::{ErrorCode, ServiceError, to_status};
+pub use identity::{FieldError, Identity, SessionId, SessionKey, TenantId, UserId};
 pub use role_id::RoleId;
+pub use secret::Secret;
 pub use server::{GrpcServer, shutdown_signal};

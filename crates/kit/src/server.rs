@@ -1,7 +1,8 @@
 //! The gRPC server every service runs: health and reflection (v1 and v1alpha, so grpcurl
 //! 1.8 works), a request id, a span per request continuing the caller's trace, admission
-//! control (a global concurrency limit that sheds instead of queueing, and a deadline), message
-//! size limits, and a graceful shutdown that drains in-flight calls.
+//! control (a global concurrency limit that sheds instead of queueing, and a deadline), the
+//! caller's identity (`x-tenant-id`, `x-user-id`), message size limits, and a graceful
+//! shutdown that drains in-flight calls.
 
 use std::{
     convert::Infallible,
@@ -30,7 +31,7 @@ use tower_http::{
 use tracing::Level;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-use crate::{config::ServerArgs, health::HealthHandle, telemetry};
+use crate::{config::ServerArgs, health::HealthHandle, identity::IdentityLayer, telemetry};
 
 /// A bound, not yet serving, gRPC server.
 pub struct GrpcServer {
@@ -122,6 +123,8 @@ impl GrpcServer {
                     .on_failure(DefaultOnFailure::new().level(Level::DEBUG)),
             )
             .layer(AdmissionLayer::new(args.concurrency_limit, args.request_timeout))
+            // Tenant and user for every service, read once: handlers take `Identity::of`.
+            .layer(IdentityLayer::grpc())
             .into_inner();
 
         let incoming = TcpIncoming::from(self.listener).with_nodelay(Some(true));

@@ -7,24 +7,24 @@ use switchyard_kit::{ServerArgs, config::parse_duration};
 
 use crate::{domain::Limits, matcher::Scoring, registry::RegistryConfig};
 
+switchyard_kit::store_args! {
+    /// The registry's store flags: Postgres holds the registry; `--in-memory` keeps it in memory
+    /// only (and wins over `DATABASE_URL`, as in every service).
+    pub struct TriggersStoreArgs {
+        db_schema: env "TRIGGERS_DB_SCHEMA", default "triggers";
+        in_memory: env "TRIGGERS_IN_MEMORY";
+    }
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct TriggersConfig {
     /// Address the gRPC server listens on.
     #[arg(long, env = "TRIGGERS_LISTEN", default_value = "0.0.0.0:50051")]
     pub listen: SocketAddr,
 
-    /// Postgres holding the registry, e.g. postgres://user@host:5432/db. Required unless
-    /// --in-memory is given.
-    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
-    pub database_url: Option<String>,
-
-    /// Postgres schema of this service's tables (created if missing).
-    #[arg(long, env = "TRIGGERS_DB_SCHEMA", default_value = "triggers")]
-    pub db_schema: String,
-
-    /// Keep the registry in memory only (lost on exit; for development).
-    #[arg(long, env = "TRIGGERS_IN_MEMORY", conflicts_with = "database_url")]
-    pub in_memory: bool,
+    /// Where the registry lives: Postgres, or memory with --in-memory.
+    #[command(flatten)]
+    pub stores: TriggersStoreArgs,
 
     /// Keep the current role when its score is at least this share of the top score.
     #[arg(long, env = "TRIGGERS_HYSTERESIS_RATIO", default_value_t = 0.8)]
@@ -68,9 +68,7 @@ impl TriggersConfig {
     pub fn in_memory(listen: SocketAddr) -> Self {
         Self {
             listen,
-            database_url: None,
-            db_schema: "triggers".into(),
-            in_memory: true,
+            stores: TriggersStoreArgs::in_memory(),
             hysteresis_ratio: 0.8,
             diversity_bonus: 2,
             max_query_bytes: 16 * 1024,

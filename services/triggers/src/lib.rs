@@ -17,7 +17,7 @@ pub mod store;
 use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::Context;
-use switchyard_kit::GrpcServer;
+use switchyard_kit::{GrpcServer, store::StorePlan};
 use switchyard_proto::triggers::v1::trigger_service_server::TriggerServiceServer;
 
 pub use config::TriggersConfig;
@@ -37,16 +37,19 @@ pub struct TriggersServer {
 impl TriggersServer {
     /// Opens the store named by `config` (Postgres, or memory), loads the registry and binds.
     pub async fn bind(config: &TriggersConfig) -> anyhow::Result<Self> {
-        let store: Arc<dyn TriggerStore> = match (&config.database_url, config.in_memory) {
-            (_, true) => Arc::new(MemoryStore::default()),
-            (Some(url), false) => Arc::new(
-                PostgresStore::connect(url, &config.db_schema, config.sync_interval)
+        let args = config.stores.store_args();
+        let store: Arc<dyn TriggerStore> = match args.plan("triggers", false).map_err(anyhow::Error::msg)? {
+            StorePlan::InMemory => Arc::new(MemoryStore::default()),
+            StorePlan::Durable { database_url, .. } => Arc::new(
+                PostgresStore::connect(database_url.expose(), &args.db_schema, config.sync_interval)
                     .await
-                    .context("opening the trigger registry in Postgres")?,
+                    .with_context(|| {
+                        format!(
+                            "opening the trigger registry in Postgres at {}",
+                            database_url.url_without_credentials()
+                        )
+                    })?,
             ),
-            (None, false) => {
-                anyhow::bail!("DATABASE_URL (or --database-url) is required; pass --in-memory for a throwaway registry")
-            }
         };
         Self::bind_with_store(config, store).await
     }

@@ -13,26 +13,7 @@ pub mod postgres;
 pub use memory::MemoryStore;
 pub use postgres::PostgresStore;
 
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("database: {0}")]
-    Database(#[from] sqlx::Error),
-    #[error("migrating the schema: {0}")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
-    #[error("stored registration of `{role}` is unreadable: {reason}")]
-    Corrupt { role: String, reason: String },
-    #[error("invalid store configuration: {0}")]
-    Config(String),
-}
-
-impl From<switchyard_kit::postgres::SchemaPoolError> for StoreError {
-    fn from(err: switchyard_kit::postgres::SchemaPoolError) -> Self {
-        match err {
-            switchyard_kit::postgres::SchemaPoolError::Database(err) => Self::Database(err),
-            invalid => Self::Config(invalid.to_string()),
-        }
-    }
-}
+pub use switchyard_kit::store::StoreError;
 
 /// All registrations at one version.
 #[derive(Debug, Clone, Default)]

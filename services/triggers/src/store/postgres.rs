@@ -123,7 +123,8 @@ impl TriggerStore for PostgresStore {
         let mut roles = Vec::with_capacity(rows.len());
         for row in rows {
             let role: String = row.try_get("role_id")?;
-            let role_id = RoleId::parse(&role).map_err(|reason| StoreError::Corrupt { role: role.clone(), reason })?;
+            let role_id = RoleId::parse(&role)
+                .map_err(|reason| StoreError::Corrupt(format!("registration of `{role}`: {reason}")))?;
             let Json(custom_triggers): Json<Vec<Trigger>> = row.try_get("custom_triggers")?;
             roles.push(RoleRegistration {
                 role_id,

@@ -30,9 +30,9 @@ pub async fn drop_schema(schema: &str) {
 
 pub fn postgres_config(schema: &str) -> TriggersConfig {
     let mut config = TriggersConfig::in_memory("127.0.0.1:0".parse().expect("addr"));
-    config.in_memory = false;
-    config.database_url = Some(database_url());
-    config.db_schema = schema.to_owned();
+    config.stores.in_memory = false;
+    config.stores.database_url = Some(database_url().into());
+    config.stores.db_schema = schema.to_owned();
     config.sync_interval = Duration::from_millis(250);
     config
 }

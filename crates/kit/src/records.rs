@@ -1,0 +1,488 @@
+//! Writing the record (Postgres) without making serving depend on it.
+//!
+//! A [`RecordBuffer`] takes records from the request path and writes them in batches in the
+//! background, oldest first. While the sink fails (Postgres down or slow) records are held, up
+//! to a bound; past it they are dropped, counted, and logged at most once per interval so an
+//! outage cannot flood the logs. Records with a coalescing key (a session's latest turn count)
+//! keep only their newest value while they wait. On shutdown, [`RecordBuffer::drain`] writes
+//! what is held within a deadline.
+//!
+//! Facts that must be durable before they are acknowledged use [`RecordBuffer::write_through`]:
+//! written at once unless earlier records are still waiting (so the record never goes out of
+//! order), and buffered when the write fails.
+
+use std::{
+    collections::{HashMap, VecDeque},
+    sync::{
+        Arc, Mutex, MutexGuard, PoisonError, Weak,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use async_trait::async_trait;
+use tokio::sync::Notify;
+
+use crate::{backoff::Backoff, store::StoreError};
+
+/// Where records go: a service's Postgres record store, usually.
+#[async_trait]
+pub trait RecordSink<R>: Send + Sync + 'static {
+    /// Writes `records` in order, all or nothing.
+    async fn write(&self, records: &[R]) -> Result<(), StoreError>;
+}
+
+/// A record the buffer can hold.
+pub trait BufferedRecord: Clone + Send + Sync + 'static {
+    /// Records with the same key are coalesced while they wait: only one is kept, see
+    /// [`BufferedRecord::supersedes`]. Coalesced records are written after the queued ones.
+    fn coalesce_key(&self) -> Option<String> {
+        None
+    }
+
+    /// Whether this record replaces `waiting`, which has the same coalescing key.
+    fn supersedes(&self, waiting: &Self) -> bool {
+        let _ = waiting;
+        true
+    }
+}
+
+/// Where a record went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Written to the sink.
+    Written,
+    /// Held, to be written when the sink answers.
+    Buffered,
+    /// The buffer was full: lost (counted).
+    Dropped,
+}
+
+#[derive(Debug, Clone)]
+pub struct RecordBufferConfig {
+    /// What the records are, for logs (`"session records"`, `"usage records"`).
+    pub name: &'static str,
+    /// Records held (queued plus coalesced) before new ones are dropped.
+    pub capacity: usize,
+    /// How long a write-through may take before its records are buffered instead.
+    pub write_timeout: Duration,
+    /// Records per background write.
+    pub batch: usize,
+    /// How often the background writer writes coalesced records (queued ones go at once).
+    pub flush_interval: Duration,
+    /// At most one "records dropped" log line per interval.
+    pub drop_log_interval: Duration,
+}
+
+impl Default for RecordBufferConfig {
+    fn default() -> Self {
+        Self {
+            name: "records",
+            capacity: 10_000,
+            write_timeout: Duration::from_millis(500),
+            batch: 256,
+            flush_interval: Duration::from_millis(500),
+            drop_log_interval: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What a drain at shutdown achieved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DrainReport {
+    pub written: usize,
+    /// Records still held when the deadline passed: lost with the process.
+    pub lost: usize,
+}
+
+pub struct RecordBuffer<R> {
+    sink: Arc<dyn RecordSink<R>>,
+    config: RecordBufferConfig,
+    pending: Mutex<Pending<R>>,
+    /// One flush at a time: a batch stays queued while it is written, so two writers would
+    /// write it twice.
+    flushing: tokio::sync::Mutex<()>,
+    wake: Notify,
+    dropped: AtomicU64,
+    drop_log: Mutex<DropLog>,
+}
+
+struct Pending<R> {
+    /// Waiting records, oldest first; kept in place while written, removed on success.
+    queue: VecDeque<R>,
+    coalesced: HashMap<String, R>,
+}
+
+#[derive(Default)]
+struct DropLog {
+    last: Option<Instant>,
+    since_last: u64,
+}
+
+impl<R: BufferedRecord> RecordBuffer<R> {
+    /// Creates the buffer and starts its background writer, which stops when the buffer is
+    /// dropped.
+    pub fn start(sink: Arc<dyn RecordSink<R>>, config: RecordBufferConfig) -> Arc<Self> {
+        let buffer = Arc::new(Self {
+            sink,
+            config,
+            pending: Mutex::new(Pending { queue: VecDeque::new(), coalesced: HashMap::new() }),
+            flushing: tokio::sync::Mutex::new(()),
+            wake: Notify::new(),
+            dropped: AtomicU64::new(0),
+            drop_log: Mutex::new(DropLog::default()),
+        });
+        tokio::spawn(background_writer(Arc::downgrade(&buffer)));
+        buffer
+    }
+
+    pub fn config(&self) -> &RecordBufferConfig {
+        &self.config
+    }
+
+    fn pending(&self) -> MutexGuard<'_, Pending<R>> {
+        // Only pushes and pops happen under the lock; a poisoned lock still holds whole records.
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records held, waiting to be written.
+    pub fn backlog(&self) -> usize {
+        let pending = self.pending();
+        pending.queue.len() + pending.coalesced.len()
+    }
+
+    /// Records lost because the buffer was full, since start.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Writes `records` now — unless earlier records are waiting, so none overtakes them — and
+    /// buffers them when that write fails or takes longer than the write timeout. Returns once
+    /// they are written or held.
+    pub async fn write_through(&self, records: Vec<R>) -> Durability {
+        if self.pending().queue.is_empty() {
+            let write = tokio::time::timeout(self.config.write_timeout, self.sink.write(&records)).await;
+            match write {
+                Ok(Ok(())) => return Durability::Written,
+                Ok(Err(err)) => tracing::warn!(records = self.config.name, %err, "record write failed, buffering"),
+                Err(_) => tracing::warn!(
+                    records = self.config.name,
+                    timeout = ?self.config.write_timeout,
+                    "record write timed out, buffering"
+                ),
+            }
+        }
+        self.push_all(records)
+    }
+
+    /// Holds one record for the background writer (off the request path).
+    pub fn push(&self, record: R) -> Durability {
+        self.push_all(vec![record])
+    }
+
+    /// Holds `records` for the background writer, all or none.
+    pub fn push_all(&self, records: Vec<R>) -> Durability {
+        let count = records.len();
+        let accepted = {
+            let mut pending = self.pending();
+            let new = records
+                .iter()
+                .filter(|r| r.coalesce_key().is_none_or(|key| !pending.coalesced.contains_key(&key)))
+                .count();
+            if pending.queue.len() + pending.coalesced.len() + new > self.config.capacity {
+                false
+            } else {
+                for record in records {
+                    match record.coalesce_key() {
+                        None => pending.queue.push_back(record),
+                        Some(key) => match pending.coalesced.get_mut(&key) {
+                            Some(waiting) if record.supersedes(waiting) => *waiting = record,
+                            Some(_) => {}
+                            None => {
+                                pending.coalesced.insert(key, record);
+                            }
+                        },
+                    }
+                }
+                true
+            }
+        };
+        if accepted {
+            self.wake.notify_one();
+            Durability::Buffered
+        } else {
+            self.count_dropped(count as u64);
+            Durability::Dropped
+        }
+    }
+
+    fn count_dropped(&self, count: u64) {
+        let total = self.dropped.fetch_add(count, Ordering::Relaxed) + count;
+        let mut log = self.drop_log.lock().unwrap_or_else(PoisonError::into_inner);
+        log.since_last += count;
+        let due = log.last.is_none_or(|last| last.elapsed() >= self.config.drop_log_interval);
+        if due {
+            tracing::error!(
+                records = self.config.name,
+                dropped = log.since_last,
+                dropped_total = total,
+                capacity = self.config.capacity,
+                "record buffer full, records dropped"
+            );
+            log.last = Some(Instant::now());
+            log.since_last = 0;
+        }
+    }
+
+    /// One background write, bounded so a connection that stops answering cannot stall the
+    /// writer for long.
+    async fn bounded_write(&self, records: &[R]) -> Result<(), StoreError> {
+        let limit = self.config.write_timeout.max(Duration::from_secs(5));
+        tokio::time::timeout(limit, self.sink.write(records)).await.map_err(|_| StoreError::Timeout)?
+    }
+
+    /// Writes everything held, oldest first; returns how many records were written. On a
+    /// failure the unwritten records stay held.
+    pub async fn flush(&self) -> Result<usize, StoreError> {
+        let _one_at_a_time = self.flushing.lock().await;
+        let mut written = 0;
+        loop {
+            let batch: Vec<R> = self.pending().queue.iter().take(self.config.batch.max(1)).cloned().collect();
+            if batch.is_empty() {
+                break;
+            }
+            self.bounded_write(&batch).await?;
+            self.pending().queue.drain(..batch.len());
+            written += batch.len();
+        }
+        let coalesced: Vec<(String, R)> = self.pending().coalesced.drain().collect();
+        if coalesced.is_empty() {
+            return Ok(written);
+        }
+        let records: Vec<R> = coalesced.iter().map(|(_, record)| record.clone()).collect();
+        if let Err(err) = self.bounded_write(&records).await {
+            // Put them back, unless a newer value arrived meanwhile.
+            let mut pending = self.pending();
+            for (key, record) in coalesced {
+                pending.coalesced.entry(key).or_insert(record);
+            }
+            return Err(err);
+        }
+        Ok(written + records.len())
+    }
+
+    /// At shutdown: writes what is held, retrying while the sink fails, until `deadline`.
+    /// What is still held then is lost with the process, and logged as such.
+    pub async fn drain(&self, deadline: Duration) -> DrainReport {
+        let started = Instant::now();
+        let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
+        let mut written = 0;
+        loop {
+            let remaining = deadline.saturating_sub(started.elapsed());
+            match tokio::time::timeout(remaining, self.flush()).await {
+                Ok(Ok(count)) => {
+                    written += count;
+                    if self.backlog() == 0 {
+                        break;
+                    }
+                }
+                Ok(Err(err)) => tracing::warn!(records = self.config.name, %err, "draining records failed, retrying"),
+                Err(_) => break,
+            }
+            let pause = backoff.next_delay().min(deadline.saturating_sub(started.elapsed()));
+            if pause.is_zero() {
+                break;
+            }
+            tokio::time::sleep(pause).await;
+        }
+        let lost = self.backlog();
+        if lost > 0 {
+            tracing::error!(records = self.config.name, written, lost, ?deadline, "records not written before exit");
+        } else if written > 0 {
+            tracing::info!(records = self.config.name, written, "records drained at shutdown");
+        }
+        DrainReport { written, lost }
+    }
+}
+
+/// Writes held records: queued ones as soon as they arrive, coalesced ones every flush
+/// interval; while the sink fails, after a backoff (200 ms doubling to 5 s) so a stream of new
+/// records does not hammer it. Ends once the buffer is dropped (within one interval).
+async fn background_writer<R: BufferedRecord>(buffer: Weak<RecordBuffer<R>>) {
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
+    let mut retry_in: Option<Duration> = None;
+    loop {
+        let Some(this) = buffer.upgrade() else { return };
+        match retry_in {
+            Some(delay) => tokio::time::sleep(delay).await,
+            None => {
+                let _ = tokio::time::timeout(this.config.flush_interval, this.wake.notified()).await;
+            }
+        }
+        let backlog = this.backlog();
+        if backlog == 0 {
+            continue;
+        }
+        match this.flush().await {
+            Ok(written) => {
+                if retry_in.is_some() {
+                    tracing::info!(
+                        records = this.config.name,
+                        written,
+                        "record store reachable again, held records written"
+                    );
+                }
+                backoff.reset();
+                retry_in = None;
+            }
+            Err(err) => {
+                let delay = backoff.next_delay();
+                tracing::warn!(records = this.config.name, %err, backlog, retry_in = ?delay, "writing held records failed");
+                retry_in = Some(delay);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+
+    use super::*;
+
+    #[derive(Debug, Clone, PartialEq)]
+    enum Rec {
+        Event(u32),
+        Turns { session: &'static str, count: u64 },
+    }
+
+    impl BufferedRecord for Rec {
+        fn coalesce_key(&self) -> Option<String> {
+            match self {
+                Rec::Event(_) => None,
+                Rec::Turns { session, .. } => Some((*session).to_owned()),
+            }
+        }
+
+        fn supersedes(&self, waiting: &Self) -> bool {
+            match (self, waiting) {
+                (Rec::Turns { count, .. }, Rec::Turns { count: old, .. }) => count > old,
+                _ => true,
+            }
+        }
+    }
+
+    #[derive(Default)]
+    struct Sink {
+        written: Mutex<Vec<Rec>>,
+        down: AtomicBool,
+    }
+
+    impl Sink {
+        fn written(&self) -> Vec<Rec> {
+            self.written.lock().expect("lock").clone()
+        }
+    }
+
+    #[async_trait]
+    impl RecordSink<Rec> for Sink {
+        async fn write(&self, records: &[Rec]) -> Result<(), StoreError> {
+            if self.down.load(Ordering::SeqCst) {
+                return Err(StoreError::Unavailable("down".into()));
+            }
+            self.written.lock().expect("lock").extend_from_slice(records);
+            Ok(())
+        }
+    }
+
+    fn config(capacity: usize) -> RecordBufferConfig {
+        RecordBufferConfig {
+            capacity,
+            flush_interval: Duration::from_millis(20),
+            // Every drop is logged in tests, so the rate limit itself is exercised below.
+            drop_log_interval: Duration::from_secs(3600),
+            ..RecordBufferConfig::default()
+        }
+    }
+
+    async fn until_empty(buffer: &RecordBuffer<Rec>) {
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while buffer.backlog() > 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("buffer emptied");
+    }
+
+    #[tokio::test]
+    async fn writes_through_buffers_during_an_outage_and_keeps_order_after() {
+        let sink = Arc::new(Sink::default());
+        let buffer = RecordBuffer::start(sink.clone(), config(10));
+        assert_eq!(buffer.write_through(vec![Rec::Event(1)]).await, Durability::Written);
+        sink.down.store(true, Ordering::SeqCst);
+        assert_eq!(buffer.write_through(vec![Rec::Event(2)]).await, Durability::Buffered);
+        sink.down.store(false, Ordering::SeqCst);
+        // Record 2 is still held: 3 queues behind it rather than overtaking.
+        let third = buffer.write_through(vec![Rec::Event(3)]).await;
+        assert!(matches!(third, Durability::Buffered | Durability::Written));
+        until_empty(&buffer).await;
+        assert_eq!(sink.written(), [Rec::Event(1), Rec::Event(2), Rec::Event(3)]);
+    }
+
+    #[tokio::test]
+    async fn overfilled_drops_are_counted_and_nothing_else_is_lost() {
+        let sink = Arc::new(Sink::default());
+        sink.down.store(true, Ordering::SeqCst);
+        let buffer = RecordBuffer::start(sink.clone(), config(3));
+        let outcomes: Vec<Durability> = (1..=5).map(|n| buffer.push(Rec::Event(n))).collect();
+        assert_eq!(outcomes[..3], [Durability::Buffered; 3]);
+        assert_eq!(outcomes[3..], [Durability::Dropped; 2]);
+        // A batch that does not fit is refused whole, never half-kept.
+        assert_eq!(buffer.push_all(vec![Rec::Event(6), Rec::Event(7)]), Durability::Dropped);
+        assert_eq!(buffer.dropped(), 4);
+        assert_eq!(buffer.backlog(), 3);
+
+        sink.down.store(false, Ordering::SeqCst);
+        until_empty(&buffer).await;
+        assert_eq!(sink.written(), [Rec::Event(1), Rec::Event(2), Rec::Event(3)]);
+        assert_eq!(buffer.dropped(), 4);
+    }
+
+    #[tokio::test]
+    async fn coalesced_records_keep_only_the_newest_value() {
+        let sink = Arc::new(Sink::default());
+        sink.down.store(true, Ordering::SeqCst);
+        let buffer = RecordBuffer::start(sink.clone(), config(2));
+        buffer.push(Rec::Turns { session: "a", count: 1 });
+        buffer.push(Rec::Turns { session: "a", count: 3 });
+        buffer.push(Rec::Turns { session: "a", count: 2 });
+        // Updating a waiting key takes no new room.
+        assert_eq!(buffer.push(Rec::Turns { session: "b", count: 1 }), Durability::Buffered);
+        assert_eq!(buffer.push(Rec::Turns { session: "a", count: 4 }), Durability::Buffered);
+        assert_eq!(buffer.backlog(), 2);
+        sink.down.store(false, Ordering::SeqCst);
+        until_empty(&buffer).await;
+        let mut written = sink.written();
+        written.sort_by_key(|r| format!("{r:?}"));
+        assert_eq!(written, [Rec::Turns { session: "a", count: 4 }, Rec::Turns { session: "b", count: 1 }]);
+    }
+
+    #[tokio::test]
+    async fn drain_writes_what_is_held_or_reports_it_lost_at_the_deadline() {
+        let sink = Arc::new(Sink::default());
+        let buffer = RecordBuffer::start(
+            sink.clone(),
+            RecordBufferConfig { flush_interval: Duration::from_secs(3600), ..config(10) },
+        );
+        buffer.push(Rec::Turns { session: "a", count: 7 });
+        let report = buffer.drain(Duration::from_secs(5)).await;
+        assert_eq!(report, DrainReport { written: 1, lost: 0 });
+        assert_eq!(sink.written(), [Rec::Turns { session: "a", count: 7 }]);
+
+        sink.down.store(true, Ordering::SeqCst);
+        buffer.push(Rec::Event(9));
+        let report = buffer.drain(Duration::from_millis(200)).await;
+        assert_eq!(report, DrainReport { written: 0, lost: 1 });
+    }
+}
