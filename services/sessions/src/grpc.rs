@@ -14,8 +14,8 @@ use crate::{
         LiveSession, Message, MessageRole, Role, SessionStatus, SwitchEvent, SwitchReason, TenantId, TriggerKind,
     },
     error::SessionsError,
-    manager::{NewMessage, NewSession, SessionManager, Turn},
-    roles::RoleInput,
+    roles::{RoleCatalog, RoleInput},
+    switching::{ContextSwitcher, NewMessage, NewSession, Turn},
 };
 
 /// The metadata key the edge sets to the caller's tenant.
@@ -192,12 +192,12 @@ fn ttl_from_proto(ttl: Option<prost_types::Duration>) -> Result<Option<Duration>
 }
 
 pub struct SessionsGrpc {
-    manager: Arc<SessionManager>,
+    switcher: Arc<ContextSwitcher>,
 }
 
 impl SessionsGrpc {
-    pub fn new(manager: Arc<SessionManager>) -> Self {
-        Self { manager }
+    pub fn new(switcher: Arc<ContextSwitcher>) -> Self {
+        Self { switcher }
     }
 }
 
@@ -215,7 +215,7 @@ impl SessionService for SessionsGrpc {
             metadata: request.metadata.into_iter().collect(),
             ttl: ttl_from_proto(request.ttl).map_err(status)?,
         };
-        let (session, role) = self.manager.create(&tenant, new).await.map_err(status)?;
+        let (session, role) = self.switcher.create(&tenant, new).await.map_err(status)?;
         Ok(Response::new(pb::CreateSessionResponse {
             session: Some(session_to_proto(&session)),
             role: Some(role_to_proto(&role)),
@@ -228,7 +228,7 @@ impl SessionService for SessionsGrpc {
     ) -> Result<Response<pb::GetSessionResponse>, Status> {
         let tenant = tenant(&request)?;
         let request = request.into_inner();
-        let (session, role) = self.manager.get(&tenant, &request.session_id).await.map_err(status)?;
+        let (session, role) = self.switcher.get(&tenant, &request.session_id).await.map_err(status)?;
         let recent_messages =
             if request.include_messages { session.recent.iter().map(message_to_proto).collect() } else { Vec::new() };
         Ok(Response::new(pb::GetSessionResponse {
@@ -243,7 +243,7 @@ impl SessionService for SessionsGrpc {
         request: Request<pb::CloseSessionRequest>,
     ) -> Result<Response<pb::CloseSessionResponse>, Status> {
         let tenant = tenant(&request)?;
-        let session = self.manager.close(&tenant, &request.get_ref().session_id).await.map_err(status)?;
+        let session = self.switcher.close(&tenant, &request.get_ref().session_id).await.map_err(status)?;
         Ok(Response::new(pb::CloseSessionResponse { session: Some(session_to_proto(&session)) }))
     }
 
@@ -254,7 +254,7 @@ impl SessionService for SessionsGrpc {
         let tenant = tenant(&request)?;
         let request = request.into_inner();
         let turn = self
-            .manager
+            .switcher
             .process_query(
                 &tenant,
                 &request.session_id,
@@ -274,7 +274,7 @@ impl SessionService for SessionsGrpc {
         let tenant = tenant(&request)?;
         let request = request.into_inner();
         let turn = self
-            .manager
+            .switcher
             .switch(&tenant, &request.session_id, &request.new_role_id, &request.reason)
             .await
             .map_err(status)?;
@@ -296,7 +296,7 @@ impl SessionService for SessionsGrpc {
         let tenant = tenant(&request)?;
         let request = request.into_inner();
         let (events, next) = self
-            .manager
+            .switcher
             .history(&tenant, &request.session_id, request.page_size, &request.page_token)
             .await
             .map_err(status)?;
@@ -317,7 +317,7 @@ impl SessionService for SessionsGrpc {
             .into_iter()
             .map(|m| NewMessage { role: message_role_from_proto(m.role), content: m.content, role_id: m.role_id })
             .collect();
-        let session = self.manager.append_messages(&tenant, &request.session_id, messages).await.map_err(status)?;
+        let session = self.switcher.append_messages(&tenant, &request.session_id, messages).await.map_err(status)?;
         Ok(Response::new(pb::AppendMessagesResponse {
             turn_count: count(session.turn_count),
             message_count: session.message_count,
@@ -342,12 +342,12 @@ fn turn_to_proto(turn: Turn) -> pb::ProcessQueryResponse {
 }
 
 pub struct RolesGrpc {
-    manager: Arc<SessionManager>,
+    roles: Arc<RoleCatalog>,
 }
 
 impl RolesGrpc {
-    pub fn new(manager: Arc<SessionManager>) -> Self {
-        Self { manager }
+    pub fn new(roles: Arc<RoleCatalog>) -> Self {
+        Self { roles }
     }
 }
 
@@ -362,12 +362,12 @@ impl RoleService for RolesGrpc {
         request: Request<pb::CreateRoleRequest>,
     ) -> Result<Response<pb::CreateRoleResponse>, Status> {
         let role = required_role(request.into_inner().role)?;
-        let role = self.manager.roles().create(role_from_proto(role)).await.map_err(status)?;
+        let role = self.roles.create(role_from_proto(role)).await.map_err(status)?;
         Ok(Response::new(pb::CreateRoleResponse { role: Some(role_to_proto(&role)) }))
     }
 
     async fn get_role(&self, request: Request<pb::GetRoleRequest>) -> Result<Response<pb::GetRoleResponse>, Status> {
-        let role = self.manager.roles().require(&request.get_ref().role_id, "role_id").map_err(status)?;
+        let role = self.roles.require(&request.get_ref().role_id, "role_id").map_err(status)?;
         Ok(Response::new(pb::GetRoleResponse { role: Some(role_to_proto(&role)) }))
     }
 
@@ -376,8 +376,7 @@ impl RoleService for RolesGrpc {
         request: Request<pb::ListRolesRequest>,
     ) -> Result<Response<pb::ListRolesResponse>, Status> {
         let request = request.into_inner();
-        let (roles, next) =
-            self.manager.roles().list(&request.domain, request.page_size, &request.page_token).map_err(status)?;
+        let (roles, next) = self.roles.list(&request.domain, request.page_size, &request.page_token).map_err(status)?;
         Ok(Response::new(pb::ListRolesResponse {
             roles: roles.iter().map(role_to_proto).collect(),
             next_page_token: next.unwrap_or_default(),
@@ -391,7 +390,7 @@ impl RoleService for RolesGrpc {
         let request = request.into_inner();
         let role = required_role(request.role)?;
         let mask = request.update_mask.map(|m| m.paths).unwrap_or_default();
-        let role = self.manager.roles().update(role_from_proto(role), &mask).await.map_err(status)?;
+        let role = self.roles.update(role_from_proto(role), &mask).await.map_err(status)?;
         Ok(Response::new(pb::UpdateRoleResponse { role: Some(role_to_proto(&role)) }))
     }
 
@@ -399,7 +398,7 @@ impl RoleService for RolesGrpc {
         &self,
         request: Request<pb::DeleteRoleRequest>,
     ) -> Result<Response<pb::DeleteRoleResponse>, Status> {
-        self.manager.roles().delete(&request.get_ref().role_id).await.map_err(status)?;
+        self.roles.delete(&request.get_ref().role_id).await.map_err(status)?;
         Ok(Response::new(pb::DeleteRoleResponse {}))
     }
 }

@@ -2,18 +2,19 @@
 //! `/api/context/*` endpoints): expert roles, live sessions in Redis, context switching with
 //! hysteresis through the triggers service, and the switch history in Postgres.
 //!
-//! `SessionManager` and `RoleCatalog` are the service; `grpc` adapts them to
-//! `switchyard.sessions.v1`.
+//! `ContextSwitcher` (the context-switching core) and `RoleCatalog` are the service; `grpc`
+//! adapts them to `switchyard.sessions.v1`.
 
 pub mod config;
 pub mod defaults;
 pub mod domain;
 pub mod error;
 pub mod grpc;
-pub mod manager;
+pub mod paging;
 pub mod recorder;
 pub mod roles;
 pub mod store;
+pub mod switching;
 pub mod transition;
 pub mod triggers;
 
@@ -26,7 +27,7 @@ use switchyard_proto::sessions::v1::{
 };
 
 pub use config::SessionsConfig;
-pub use manager::SessionManager;
+pub use switching::ContextSwitcher;
 
 use crate::{
     recorder::Recorder,
@@ -75,7 +76,7 @@ impl Stores {
 /// A sessions server bound to its port, ready to serve.
 pub struct SessionsServer {
     server: GrpcServer,
-    manager: Arc<SessionManager>,
+    switcher: Arc<ContextSwitcher>,
 }
 
 impl SessionsServer {
@@ -90,19 +91,24 @@ impl SessionsServer {
         roles.spawn_refresh(config.role_refresh);
         let recorder = Recorder::start(stores.records.clone(), config.recorder());
         let live = stores.live.clone();
-        let catalog = roles.clone();
-        let manager =
-            Arc::new(SessionManager::new(stores.live, stores.records, recorder, roles, triggers, config.limits()));
+        let switcher = Arc::new(ContextSwitcher::new(
+            stores.live,
+            stores.records,
+            recorder,
+            roles.clone(),
+            triggers,
+            config.limits(),
+        ));
 
         let mut server = GrpcServer::bind(config.listen, config.server.clone()).await?;
         let max = config.server.max_message_bytes;
         server.add_service(
-            SessionServiceServer::new(grpc::SessionsGrpc::new(manager.clone()))
+            SessionServiceServer::new(grpc::SessionsGrpc::new(switcher.clone()))
                 .max_decoding_message_size(max)
                 .max_encoding_message_size(max),
         );
         server.add_service(
-            RoleServiceServer::new(grpc::RolesGrpc::new(manager.clone()))
+            RoleServiceServer::new(grpc::RolesGrpc::new(roles.clone()))
                 .max_decoding_message_size(max)
                 .max_encoding_message_size(max),
         );
@@ -110,7 +116,7 @@ impl SessionsServer {
         // sessions can be served. A Postgres outage degrades (records are buffered) rather
         // than taking the service out of rotation.
         server.health().spawn_probe(Duration::from_millis(500), move || {
-            let (live, catalog) = (live.clone(), catalog.clone());
+            let (live, catalog) = (live.clone(), roles.clone());
             async move {
                 if !catalog.is_registered() {
                     return Err("roles not yet registered with the triggers service".to_owned());
@@ -118,15 +124,15 @@ impl SessionsServer {
                 live.ping().await.map_err(|err| err.to_string())
             }
         });
-        Ok(Self { server, manager })
+        Ok(Self { server, switcher })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
         self.server.local_addr()
     }
 
-    pub fn manager(&self) -> Arc<SessionManager> {
-        self.manager.clone()
+    pub fn switcher(&self) -> Arc<ContextSwitcher> {
+        self.switcher.clone()
     }
 
     pub async fn serve(self, shutdown: impl Future<Output = ()> + Send) -> anyhow::Result<()> {

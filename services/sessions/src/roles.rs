@@ -21,6 +21,7 @@ use crate::{
     defaults,
     domain::{CustomTrigger, Role, RoleId, TriggerKind, parse_role_id},
     error::SessionsError,
+    paging::{self, ROLES_PAGE},
     store::RoleStore,
     triggers::{TriggersClient, TriggersError},
 };
@@ -110,35 +111,17 @@ impl RoleCatalog {
         page_size: u32,
         page_token: &str,
     ) -> Result<(Vec<Role>, Option<String>), SessionsError> {
-        const DEFAULT_PAGE: u32 = 100;
-        const MAX_PAGE: u32 = 1000;
-        if page_size > MAX_PAGE {
-            return Err(SessionsError::invalid("page_size", format!("must be at most {MAX_PAGE}, got {page_size}")));
-        }
-        let page_size = if page_size == 0 { DEFAULT_PAGE } else { page_size } as usize;
-        let after = if page_token.is_empty() {
-            None
-        } else {
-            Some(
-                parse_role_id(page_token, "page_token")
-                    .map_err(|_| SessionsError::invalid("page_token", "is not a token this service issued"))?,
-            )
-        };
+        let page_size = ROLES_PAGE.size(page_size)? as usize;
+        let after = paging::after(page_token, |token| RoleId::parse(token).ok())?;
         let cache = self.read();
-        let mut roles: Vec<Role> = cache
+        let roles: Vec<Role> = cache
             .values()
             .filter(|role| after.as_ref().is_none_or(|after| &role.id > after))
             .filter(|role| domain.is_empty() || role.domains.iter().any(|d| d == domain))
             .take(page_size + 1)
             .cloned()
             .collect();
-        let next = if roles.len() > page_size {
-            roles.truncate(page_size);
-            roles.last().map(|r| r.id.to_string())
-        } else {
-            None
-        };
-        Ok((roles, next))
+        Ok(paging::page(roles, page_size, |role| role.id.to_string()))
     }
 
     pub async fn create(&self, input: RoleInput) -> Result<Role, SessionsError> {
@@ -255,10 +238,10 @@ impl RoleCatalog {
 
     async fn register(&self, role: &Role) -> Result<(), SessionsError> {
         self.triggers.register(role).await.map_err(|err| match err {
-            TriggersError::Rejected(message) => match message.split_once(": ") {
-                Some((field, reason)) => SessionsError::invalid(format!("role.{field}"), reason),
-                None => SessionsError::invalid("role", message),
-            },
+            TriggersError::Rejected { field: Some(field), reason } => {
+                SessionsError::invalid(format!("role.{field}"), reason)
+            }
+            TriggersError::Rejected { field: None, reason } => SessionsError::invalid("role", reason),
             other => SessionsError::unavailable("registering the role's triggers", other),
         })
     }

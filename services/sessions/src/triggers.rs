@@ -7,6 +7,7 @@ use switchyard_proto::triggers::v1::{
     trigger_service_client::TriggerServiceClient,
 };
 use tonic::Code;
+use tonic_types::StatusExt;
 
 use crate::domain::{Role, RoleId, TriggerKind};
 
@@ -15,9 +16,10 @@ pub enum TriggersError {
     /// The triggers service does not know the role.
     #[error("the triggers service does not know role `{0}`")]
     UnknownRole(String),
-    /// The triggers service rejected a field; the message names it (e.g. `custom_triggers[0].pattern`).
-    #[error("{0}")]
-    Rejected(String),
+    /// The triggers service rejected a request field (e.g. `custom_triggers[0].pattern`);
+    /// `field` is `None` when the answer did not say which.
+    #[error("{}{reason}", .field.as_deref().map(|f| format!("{f}: ")).unwrap_or_default())]
+    Rejected { field: Option<String>, reason: String },
     #[error("triggers service unavailable: {0}")]
     Unavailable(String),
 }
@@ -26,9 +28,27 @@ impl TriggersError {
     fn from_status(status: tonic::Status, role: &str) -> Self {
         match status.code() {
             Code::NotFound => Self::UnknownRole(role.to_owned()),
-            Code::InvalidArgument => Self::Rejected(status.message().to_owned()),
+            Code::InvalidArgument => Self::rejected(&status),
             _ => Self::Unavailable(format!("{}: {}", status.code(), status.message())),
         }
+    }
+
+    /// The field at fault comes from the status's `BadRequest` detail. A status without one
+    /// (an older or foreign server) is read the way the message is written: `field: reason`.
+    fn rejected(status: &tonic::Status) -> Self {
+        let message = status.message();
+        let violation = status.get_details_bad_request().and_then(|bad| bad.field_violations.into_iter().next());
+        let (field, reason) = match violation {
+            Some(violation) => {
+                let reason = message.strip_prefix(&format!("{}: ", violation.field)).unwrap_or(message);
+                (Some(violation.field), reason)
+            }
+            None => match message.split_once(": ") {
+                Some((field, reason)) => (Some(field.to_owned()), reason),
+                None => (None, message),
+            },
+        };
+        Self::Rejected { field, reason: reason.to_owned() }
     }
 }
 
@@ -117,5 +137,63 @@ impl TriggersClient {
             Err(status) if status.code() == Code::NotFound => Ok(()),
             Err(status) => Err(TriggersError::from_status(status, role.as_str())),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use switchyard_kit::{ErrorCode, ServiceError, to_status};
+    use switchyard_triggers::error::TriggersError as TriggersServiceError;
+
+    use super::*;
+
+    fn rejected(status: tonic::Status) -> (Option<String>, String) {
+        match TriggersError::from_status(status, "tech-expert") {
+            TriggersError::Rejected { field, reason } => (field, reason),
+            other => panic!("expected a rejection, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_field_comes_from_the_bad_request_detail() {
+        let status = to_status(&TriggersServiceError::invalid("query", "must not be empty".to_owned()));
+        assert_eq!(rejected(status), (Some("query".to_owned()), "must not be empty".to_owned()));
+    }
+
+    /// An error whose message does not start with its field: only the detail can name it.
+    #[derive(Debug, thiserror::Error)]
+    #[error("pattern is not a valid regex: unclosed group")]
+    struct BadPattern;
+
+    impl ServiceError for BadPattern {
+        fn code(&self) -> ErrorCode {
+            ErrorCode::InvalidArgument
+        }
+        fn field(&self) -> Option<&str> {
+            Some("custom_triggers[0].pattern")
+        }
+    }
+
+    #[test]
+    fn the_detail_wins_over_the_message_text() {
+        let (field, reason) = rejected(to_status(&BadPattern));
+        assert_eq!(field.as_deref(), Some("custom_triggers[0].pattern"));
+        assert_eq!(reason, "pattern is not a valid regex: unclosed group");
+    }
+
+    #[test]
+    fn without_a_detail_the_message_is_split_at_the_field() {
+        let status = tonic::Status::invalid_argument("domains[1]: unknown domain `x`");
+        assert_eq!(rejected(status), (Some("domains[1]".to_owned()), "unknown domain `x`".to_owned()));
+        let status = tonic::Status::invalid_argument("bad request");
+        assert_eq!(rejected(status), (None, "bad request".to_owned()));
+    }
+
+    #[test]
+    fn a_rejection_prints_as_the_triggers_service_wrote_it() {
+        let with_field = TriggersError::Rejected { field: Some("query".to_owned()), reason: "too long".to_owned() };
+        assert_eq!(with_field.to_string(), "query: too long");
+        let without = TriggersError::Rejected { field: None, reason: "bad request".to_owned() };
+        assert_eq!(without.to_string(), "bad request");
     }
 }

@@ -186,7 +186,7 @@ async fn with_postgres_cut_queries_keep_serving_and_records_arrive_after() {
         common::sessions_config(&triggers.url(), &common::database_url_via(proxy.addr()));
     config.record_write_timeout = Duration::from_millis(300);
     config.record_buffer = 3;
-    let (server, manager) = common::start_sessions(&config).await;
+    let (server, switcher) = common::start_sessions(&config).await;
     let channel = tonic::transport::Endpoint::from_shared(server.url()).expect("url").connect().await.expect("connect");
     let mut sessions = SessionServiceClient::new(channel);
     sessions.create_session(create("outage", "tech-expert")).await.expect("create");
@@ -197,18 +197,18 @@ async fn with_postgres_cut_queries_keep_serving_and_records_arrive_after() {
     assert!(switched.switched, "switching works with Postgres down");
     let back = sessions.process_query(process("outage", "How do I fix a segfault in my Rust program?")).await;
     assert!(back.expect("serves").into_inner().switched);
-    assert!(manager.recorder().backlog() >= 2, "the switches wait in the buffer");
+    assert!(switcher.recorder().backlog() >= 2, "the switches wait in the buffer");
     // Over the bound: further records are dropped, counted.
     for query in [FINANCE_ONLY, "How do I fix a segfault in my Rust program?", FINANCE_ONLY] {
         sessions.process_query(process("outage", query)).await.expect("still serving");
     }
-    assert!(manager.recorder().dropped() >= 1, "records past the bound are counted as dropped");
+    assert!(switcher.recorder().dropped() >= 1, "records past the bound are counted as dropped");
     let history = sessions.get_history(GetHistoryRequest { session_id: "outage".into(), ..Default::default() }).await;
     assert_eq!(history.unwrap_err().code(), Code::Unavailable, "history needs Postgres");
 
     proxy.restore();
     let restored = Instant::now();
-    while manager.recorder().backlog() > 0 {
+    while switcher.recorder().backlog() > 0 {
         assert!(restored.elapsed() < Duration::from_secs(15), "buffer drained after Postgres returned");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -419,7 +419,7 @@ async fn role_writes_fail_while_triggers_is_down_and_forgotten_roles_are_registe
     let triggers = common::start_triggers().await;
     let triggers_addr = triggers.addr;
     let (config, schema, prefix) = common::sessions_config(&triggers.url(), &common::database_url());
-    let (server, _manager) = common::start_sessions(&config).await;
+    let (server, _switcher) = common::start_sessions(&config).await;
     let channel = tonic::transport::Endpoint::from_shared(server.url()).expect("url").connect().await.expect("connect");
     let mut roles = RoleServiceClient::new(channel.clone());
     let mut sessions = SessionServiceClient::new(channel);

@@ -54,7 +54,7 @@ pub struct Suite {
     pub sessions: Running,
     pub schema: String,
     pub prefix: String,
-    pub manager: std::sync::Arc<switchyard_sessions::SessionManager>,
+    pub switcher: std::sync::Arc<switchyard_sessions::ContextSwitcher>,
 }
 
 pub struct Running {
@@ -121,17 +121,17 @@ pub fn sessions_config(
 
 pub async fn start_sessions(
     config: &switchyard_sessions::SessionsConfig,
-) -> (Running, std::sync::Arc<switchyard_sessions::SessionManager>) {
+) -> (Running, std::sync::Arc<switchyard_sessions::ContextSwitcher>) {
     let server =
         switchyard_sessions::SessionsServer::bind(config).await.expect("bind sessions (Redis and Postgres reachable?)");
-    let manager = server.manager();
+    let switcher = server.switcher();
     (
         Running::start(server.local_addr(), |stopped| {
             server.serve(async move {
                 let _ = stopped.await;
             })
         }),
-        manager,
+        switcher,
     )
 }
 
@@ -139,8 +139,8 @@ impl Suite {
     pub async fn start() -> Self {
         let triggers = start_triggers().await;
         let (config, schema, prefix) = sessions_config(&triggers.url(), &database_url());
-        let (sessions, manager) = start_sessions(&config).await;
-        Self { triggers, sessions, schema, prefix, manager }
+        let (sessions, switcher) = start_sessions(&config).await;
+        Self { triggers, sessions, schema, prefix, switcher }
     }
 
     pub async fn channel(&self) -> tonic::transport::Channel {

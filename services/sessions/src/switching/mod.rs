@@ -1,0 +1,245 @@
+//! The context-switching core (spec "Context Switching": ContextSwitchingService): creates,
+//! reads and closes sessions, processes queries with context switching, switches by hand,
+//! and records the conversation and the switch history.
+//!
+//! Every change to a live session is a conditional update made from the state just read
+//! (its role and switch count), retried on conflict (see [`retry`]), so counters and history
+//! stay consistent however many calls arrive at once. A switch is recorded (in Postgres, or
+//! in the outage buffer) before it is acknowledged.
+
+pub mod decision;
+mod hints;
+pub mod requests;
+pub mod retry;
+mod turns;
+
+use std::sync::Arc;
+
+use chrono::Utc;
+
+use crate::{
+    domain::{LiveSession, Role, SessionId, SessionKey, SessionLimits, SessionStatus, SwitchEvent, TenantId},
+    error::SessionsError,
+    paging::{self, HISTORY_PAGE},
+    recorder::{Durability, Recorder},
+    roles::RoleCatalog,
+    store::{AppendOutcome, LiveStore, Record, RecordStore},
+    triggers::TriggersClient,
+};
+
+use self::{hints::SessionHints, retry::Attempt};
+pub use self::{
+    requests::{MessageBatch, NewMessage, NewSession, Query, ValidSession},
+    turns::Turn,
+};
+
+/// The current time at the precision every store keeps (milliseconds), so a session reads
+/// back the same from Redis, Postgres or memory.
+fn now() -> chrono::DateTime<Utc> {
+    chrono::DateTime::from_timestamp_millis(Utc::now().timestamp_millis()).unwrap_or_else(Utc::now)
+}
+
+pub struct ContextSwitcher {
+    live: Arc<dyn LiveStore>,
+    records: Arc<dyn RecordStore>,
+    recorder: Arc<Recorder>,
+    roles: Arc<RoleCatalog>,
+    triggers: TriggersClient,
+    limits: SessionLimits,
+    hints: SessionHints,
+}
+
+impl ContextSwitcher {
+    pub fn new(
+        live: Arc<dyn LiveStore>,
+        records: Arc<dyn RecordStore>,
+        recorder: Arc<Recorder>,
+        roles: Arc<RoleCatalog>,
+        triggers: TriggersClient,
+        limits: SessionLimits,
+    ) -> Self {
+        Self { live, records, recorder, roles, triggers, limits, hints: SessionHints::default() }
+    }
+
+    pub fn recorder(&self) -> &Arc<Recorder> {
+        &self.recorder
+    }
+
+    pub fn limits(&self) -> &SessionLimits {
+        &self.limits
+    }
+
+    fn key(tenant: &TenantId, session_id: &str) -> Result<SessionKey, SessionsError> {
+        Ok(SessionKey { tenant: tenant.clone(), id: SessionId::parse(session_id)? })
+    }
+
+    /// The session's role. A role deleted while sessions still use it is stood in for by a
+    /// bare role with its id, so those sessions can still switch away from it.
+    fn role_of(&self, session: &LiveSession) -> Role {
+        self.roles.get(&session.role_id).unwrap_or_else(|| {
+            tracing::warn!(session_id = %session.key.id, role_id = %session.role_id, "session's role was deleted");
+            Role {
+                id: session.role_id.clone(),
+                name: session.role_id.to_string(),
+                description: String::new(),
+                domains: Vec::new(),
+                system_prompt: String::new(),
+                custom_triggers: Vec::new(),
+                preferred_model: None,
+                created_at: session.created_at,
+                updated_at: session.updated_at,
+            }
+        })
+    }
+
+    pub async fn create(&self, tenant: &TenantId, request: NewSession) -> Result<(LiveSession, Role), SessionsError> {
+        let ValidSession { id, chosen_id, role, ttl, metadata } =
+            request.validate(&self.limits, |id| self.roles.require(id, "initial_role_id"))?;
+        let key = SessionKey { tenant: tenant.clone(), id };
+        // A caller-chosen id that exists only in the record (its live copy expired) is taken.
+        if chosen_id && self.load(&key).await.is_ok() {
+            return Err(SessionsError::SessionExists(key.id.to_string()));
+        }
+        let now = now();
+        let session = LiveSession {
+            key: key.clone(),
+            role_id: role.id.clone(),
+            status: SessionStatus::Active,
+            turn_count: 0,
+            switch_count: 0,
+            message_count: 0,
+            created_at: now,
+            updated_at: now,
+            ttl,
+            metadata,
+            recent: Vec::new(),
+        };
+        let created =
+            self.live.create(&session).await.map_err(|err| SessionsError::unavailable("creating the session", err))?;
+        if !created {
+            return Err(SessionsError::SessionExists(key.id.to_string()));
+        }
+        self.durable(self.recorder.record(vec![Record::SessionCreated(session.clone())]).await, "session creation");
+        tracing::info!(tenant = %tenant, session_id = %key.id, role_id = %role.id, "session created");
+        Ok((session, role))
+    }
+
+    /// The live session, rebuilt from the record when the live copy is gone.
+    async fn load(&self, key: &SessionKey) -> Result<LiveSession, SessionsError> {
+        if let Some(session) =
+            self.live.load(key).await.map_err(|err| SessionsError::unavailable("reading the session", err))?
+        {
+            return Ok(session);
+        }
+        let rebuilt = self
+            .records
+            .load_session(key, self.limits.message_window)
+            .await
+            .map_err(|err| SessionsError::unavailable("the session is not live and the record is unreachable", err))?
+            .ok_or_else(|| SessionsError::SessionNotFound(key.id.to_string()))?;
+        if self.live.restore(&rebuilt).await.map_err(|err| SessionsError::unavailable("restoring the session", err))? {
+            tracing::info!(session_id = %key.id, role_id = %rebuilt.role_id, "live session rebuilt from the record");
+            return Ok(rebuilt);
+        }
+        // Another call restored it first; use that copy.
+        self.live
+            .load(key)
+            .await
+            .map_err(|err| SessionsError::unavailable("reading the session", err))?
+            .ok_or_else(|| SessionsError::SessionNotFound(key.id.to_string()))
+    }
+
+    /// The live session, which must still be open to change.
+    async fn load_open(&self, key: &SessionKey) -> Result<LiveSession, SessionsError> {
+        let session = self.load(key).await?;
+        if session.status == SessionStatus::Closed {
+            return Err(SessionsError::SessionClosed(key.id.to_string()));
+        }
+        Ok(session)
+    }
+
+    pub async fn get(&self, tenant: &TenantId, session_id: &str) -> Result<(LiveSession, Role), SessionsError> {
+        let session = self.load(&Self::key(tenant, session_id)?).await?;
+        let role = self.role_of(&session);
+        Ok((session, role))
+    }
+
+    pub async fn close(&self, tenant: &TenantId, session_id: &str) -> Result<LiveSession, SessionsError> {
+        let key = Self::key(tenant, session_id)?;
+        self.load(&key).await?;
+        let now = now();
+        let session = self
+            .live
+            .close(&key, now)
+            .await
+            .map_err(|err| SessionsError::unavailable("closing the session", err))?
+            .ok_or_else(|| SessionsError::SessionNotFound(key.id.to_string()))?;
+        self.durable(self.recorder.record(vec![Record::Closed { key: key.clone(), at: now }]).await, "session close");
+        tracing::info!(session_id = %key.id, "session closed");
+        Ok(session)
+    }
+
+    /// Switch events, oldest first, a page at a time (the token is the last sequence seen).
+    pub async fn history(
+        &self,
+        tenant: &TenantId,
+        session_id: &str,
+        page_size: u32,
+        page_token: &str,
+    ) -> Result<(Vec<SwitchEvent>, Option<String>), SessionsError> {
+        let key = Self::key(tenant, session_id)?;
+        let page_size = HISTORY_PAGE.size(page_size)?;
+        let after = paging::after(page_token, paging::sequence)?.unwrap_or(0);
+        self.load(&key).await?;
+        let events = self
+            .records
+            .history(&key, after, page_size + 1)
+            .await
+            .map_err(|err| SessionsError::unavailable("reading the switch history", err))?;
+        Ok(paging::page(events, page_size as usize, |event| event.sequence.to_string()))
+    }
+
+    /// Records conversation turns (the router calls this for each user/assistant turn).
+    pub async fn append_messages(
+        &self,
+        tenant: &TenantId,
+        session_id: &str,
+        messages: Vec<NewMessage>,
+    ) -> Result<LiveSession, SessionsError> {
+        let key = Self::key(tenant, session_id)?;
+        let batch = MessageBatch::new(messages, &self.limits)?;
+        let session = self.load_open(&key).await?;
+        let now = now();
+        let messages = batch.into_messages(&session.role_id, &self.limits, now.timestamp_millis())?;
+        let (key, messages) = (&key, &messages);
+        retry::on_conflict(&key.id, move || async move {
+            let outcome = self
+                .live
+                .append_messages(key, messages, self.limits.message_window, now)
+                .await
+                .map_err(|err| SessionsError::unavailable("appending messages", err))?;
+            match outcome {
+                AppendOutcome::Applied { messages, .. } => {
+                    let record = Record::MessagesAppended { key: key.clone(), messages };
+                    self.durable(self.recorder.record(vec![record]).await, "messages");
+                    Ok(Attempt::Done(self.load(key).await?))
+                }
+                AppendOutcome::Missing => {
+                    // The live copy expired since it was read: rebuild it from the record.
+                    self.load(key).await?;
+                    Ok(Attempt::Conflict)
+                }
+                AppendOutcome::Closed => Err(SessionsError::SessionClosed(key.id.to_string())),
+            }
+        })
+        .await
+    }
+
+    fn durable(&self, durability: Durability, what: &str) {
+        match durability {
+            Durability::Written => {}
+            Durability::Buffered => tracing::debug!(what, "record buffered until the record store answers"),
+            Durability::Dropped => tracing::error!(what, "record dropped: the outage buffer is full"),
+        }
+    }
+}

@@ -1,0 +1,237 @@
+//! Turns: processing a query with context switching and switching by hand. Each turn decides
+//! from the session's current role (see [`super::decision`]), applies the outcome as one
+//! conditional update, records a switch and answers with the prompt for the active role.
+
+use switchyard_proto::triggers::v1::RoleMatch;
+
+use super::{
+    ContextSwitcher,
+    decision::Decision,
+    now,
+    requests::{Query, manual_reason},
+    retry::{self, Attempt},
+};
+use crate::{
+    domain::{LiveSession, Message, Role, RoleId, SessionKey, SwitchEvent, SwitchReason, TenantId, excerpt},
+    error::SessionsError,
+    store::{Record, TurnOutcome, TurnUpdate},
+    transition::{system_prompt, transition_context},
+    triggers::{Detection, TriggersError},
+};
+
+/// Characters of the query kept with a switch event.
+const EXCERPT_CHARS: usize = 200;
+
+/// The result of processing a query or switching by hand.
+#[derive(Debug, Clone)]
+pub struct Turn {
+    pub session: LiveSession,
+    pub role: Role,
+    pub switched: bool,
+    pub previous_role_id: RoleId,
+    pub reason: SwitchReason,
+    pub reason_detail: String,
+    pub scores: Vec<RoleMatch>,
+    pub transition_context: String,
+    pub system_prompt: String,
+}
+
+/// The conditional update that applies `decision` to `session` as it was read.
+fn update_for(session: &LiveSession, decision: &Decision, count_turn: bool) -> TurnUpdate {
+    TurnUpdate {
+        expected_role: session.role_id.clone(),
+        expected_switch_count: session.switch_count,
+        new_role: decision.new_role.as_ref().map(|role| role.id.clone()),
+        count_turn,
+        now: now(),
+    }
+}
+
+impl ContextSwitcher {
+    /// Processes a query with context switching (spec: process_query_with_context_switching).
+    pub async fn process_query(
+        &self,
+        tenant: &TenantId,
+        session_id: &str,
+        query: &str,
+        custom_instructions: Option<&str>,
+        force_role_id: Option<&str>,
+    ) -> Result<Turn, SessionsError> {
+        let key = Self::key(tenant, session_id)?;
+        let query = Query::new(query, custom_instructions, force_role_id, &self.limits, |id| {
+            self.roles.require(id, "force_role_id")
+        })?;
+        if let Some(turn) = self.keep_by_hint(&key, &query).await? {
+            return Ok(turn);
+        }
+        let (key, query) = (&key, &query);
+        retry::on_conflict(&key.id, move || async move {
+            let session = self.load_open(key).await?;
+            let current = self.role_of(&session);
+            let decision = self.decide(query, &current).await?;
+            let update = update_for(&session, &decision, true);
+            Ok(match self.apply(key, &update).await? {
+                Attempt::Done(after) => Attempt::Done(
+                    self.finish(session.recent, after, current, decision, Some(query.text), query.custom_instructions)
+                        .await,
+                ),
+                Attempt::Conflict => Attempt::Conflict,
+            })
+        })
+        .await
+    }
+
+    /// The fast path: from this replica's last known state of the session, decide and apply a
+    /// turn that keeps the role in one conditional update, with no read first. `None` when
+    /// the full path must run: no usable hint, a switch to make, or a stale hint (which costs
+    /// only a conflict).
+    async fn keep_by_hint(&self, key: &SessionKey, query: &Query<'_>) -> Result<Option<Turn>, SessionsError> {
+        let Some((role_id, switch_count)) = self.hints.get(key) else { return Ok(None) };
+        let Some(current) = self.roles.get(&role_id) else { return Ok(None) };
+        let decision = self.decide(query, &current).await?;
+        if decision.new_role.is_some() {
+            return Ok(None);
+        }
+        let update = TurnUpdate {
+            expected_role: role_id,
+            expected_switch_count: switch_count,
+            new_role: None,
+            count_turn: true,
+            now: now(),
+        };
+        match self.apply(key, &update).await? {
+            Attempt::Done(after) => Ok(Some(
+                self.finish(Vec::new(), after, current, decision, Some(query.text), query.custom_instructions).await,
+            )),
+            Attempt::Conflict => {
+                self.hints.forget(key);
+                Ok(None)
+            }
+        }
+    }
+
+    /// Switches by hand (spec: manually_switch_context).
+    pub async fn switch(
+        &self,
+        tenant: &TenantId,
+        session_id: &str,
+        new_role_id: &str,
+        reason: &str,
+    ) -> Result<Turn, SessionsError> {
+        let key = Self::key(tenant, session_id)?;
+        let target = self.roles.require(new_role_id, "new_role_id")?;
+        let detail = manual_reason(reason);
+        let (key, target, detail) = (&key, &target, &detail);
+        retry::on_conflict(&key.id, move || async move {
+            let session = self.load_open(key).await?;
+            let current = self.role_of(&session);
+            let decision = Decision::manual(&current, target, detail.clone());
+            let update = update_for(&session, &decision, false);
+            Ok(match self.apply(key, &update).await? {
+                Attempt::Done(after) => {
+                    Attempt::Done(self.finish(session.recent, after, current, decision, None, None).await)
+                }
+                Attempt::Conflict => Attempt::Conflict,
+            })
+        })
+        .await
+    }
+
+    /// A conditional update: done (refreshing this replica's hint for the session), lost to
+    /// another call, or refused because the session is closed.
+    async fn apply(&self, key: &SessionKey, update: &TurnUpdate) -> Result<Attempt<LiveSession>, SessionsError> {
+        let outcome = self
+            .live
+            .apply_turn(key, update)
+            .await
+            .map_err(|err| SessionsError::unavailable("updating the session", err))?;
+        match outcome {
+            TurnOutcome::Applied(session) => {
+                self.hints.remember(key, session.role_id.clone(), session.switch_count);
+                Ok(Attempt::Done(session))
+            }
+            TurnOutcome::Conflict | TurnOutcome::Missing => Ok(Attempt::Conflict),
+            TurnOutcome::Closed => Err(SessionsError::SessionClosed(key.id.to_string())),
+        }
+    }
+
+    /// What to do with `query` while `current` is active: the forced role, or detection.
+    async fn decide(&self, query: &Query<'_>, current: &Role) -> Result<Decision, SessionsError> {
+        match &query.forced {
+            Some(forced) => Ok(Decision::forced(current, forced)),
+            None => {
+                let answer = self.detect(query.text, current).await?;
+                Decision::detected(answer, current, |id| self.roles.get(id))
+            }
+        }
+    }
+
+    /// Asks the triggers service for the best role, re-registering the roles first if it
+    /// forgot the current one. Only a failed re-registration is an error here; the triggers'
+    /// own answer, failure included, is for the decision to weigh.
+    async fn detect(&self, query: &str, current: &Role) -> Result<Result<Detection, TriggersError>, SessionsError> {
+        let detection = self.triggers.best_role(query, Some(&current.id)).await;
+        if !matches!(detection, Err(TriggersError::UnknownRole(_))) {
+            return Ok(detection);
+        }
+        match self.roles.ensure_registered(&current.id).await {
+            Ok(()) => Ok(self.triggers.best_role(query, Some(&current.id)).await),
+            // The role itself was deleted: decide with no role to hold on to.
+            Err(SessionsError::RoleNotFound(_)) => Ok(self.triggers.best_role(query, None).await),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Records the outcome of an applied update and builds the answer.
+    async fn finish(
+        &self,
+        recent: Vec<Message>,
+        after: LiveSession,
+        previous: Role,
+        decision: Decision,
+        // The query that caused the turn; `None` for a manual switch, which has none to quote.
+        query: Option<&str>,
+        custom_instructions: Option<&str>,
+    ) -> Turn {
+        let Decision { new_role, reason, detail, scores, from_score, to_score } = decision;
+        let (role, transition) = match new_role {
+            Some(next) => {
+                let event = SwitchEvent {
+                    sequence: after.switch_count,
+                    from_role_id: previous.id.clone(),
+                    to_role_id: next.id.clone(),
+                    reason,
+                    reason_detail: detail.clone(),
+                    from_score,
+                    to_score,
+                    query_excerpt: excerpt(query.unwrap_or_default(), EXCERPT_CHARS),
+                    occurred_at: after.updated_at,
+                };
+                let record = Record::Switched { key: after.key.clone(), event, turn_count: after.turn_count };
+                self.durable(self.recorder.record(vec![record]).await, "context switch");
+                tracing::info!(session_id = %after.key.id, from = %previous.id, to = %next.id, reason = reason.as_str(), "context switched");
+                let transition = transition_context(&previous, &next, reason, &detail, &recent, query);
+                (next, transition)
+            }
+            None => {
+                self.recorder.record_turns(&after.key, after.turn_count, after.updated_at);
+                (previous.clone(), String::new())
+            }
+        };
+        let switched = role.id != previous.id;
+        let prompt = system_prompt(&role, &transition, custom_instructions);
+        let mut session = after;
+        session.recent = recent;
+        Turn {
+            session,
+            role,
+            switched,
+            previous_role_id: previous.id,
+            reason,
+            reason_detail: detail,
+            scores,
+            transition_context: transition,
+            system_prompt: prompt,
+        }
+    }
+}
