@@ -5,7 +5,16 @@ use std::{net::SocketAddr, time::Duration};
 use clap::Args;
 use switchyard_kit::{ServerArgs, config::parse_duration};
 
-use crate::{domain::SessionLimits, recorder::RecorderConfig};
+use crate::{domain::SessionLimits, recorder::RecordBufferConfig};
+
+switchyard_kit::store_args! {
+    /// The sessions service's store flags.
+    pub struct SessionsStoreArgs {
+        db_schema: env "SESSIONS_DB_SCHEMA", default "sessions";
+        redis_prefix: env "SESSIONS_REDIS_PREFIX", default "sy";
+        in_memory: env "SESSIONS_IN_MEMORY";
+    }
+}
 
 #[derive(Debug, Clone, Args)]
 pub struct SessionsConfig {
@@ -17,26 +26,10 @@ pub struct SessionsConfig {
     #[arg(long, env = "TRIGGERS_URL", default_value = "http://127.0.0.1:50051")]
     pub triggers_url: String,
 
-    /// Postgres for roles, session records and switch history. Required unless --in-memory.
-    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
-    pub database_url: Option<String>,
-
-    /// Postgres schema of this service's tables (created if missing).
-    #[arg(long, env = "SESSIONS_DB_SCHEMA", default_value = "sessions")]
-    pub db_schema: String,
-
-    /// Redis for live sessions, e.g. redis://127.0.0.1:6379. Required unless --in-memory.
-    #[arg(long, env = "REDIS_URL", hide_env_values = true)]
-    pub redis_url: Option<String>,
-
-    /// Prefix of this service's Redis keys.
-    #[arg(long, env = "SESSIONS_REDIS_PREFIX", default_value = "sy")]
-    pub redis_prefix: String,
-
-    /// Keep everything in memory (lost on exit; for development). Wins over REDIS_URL and
-    /// DATABASE_URL, which a shell or test environment may well have set.
-    #[arg(long, env = "SESSIONS_IN_MEMORY")]
-    pub in_memory: bool,
+    /// Redis for live sessions, Postgres for roles, session records and switch history; or
+    /// memory with --in-memory.
+    #[command(flatten)]
+    pub stores: SessionsStoreArgs,
 
     /// Recent messages kept with a live session (and quoted in transition contexts).
     #[arg(long, env = "SESSIONS_MESSAGE_WINDOW", default_value_t = 20)]
@@ -63,6 +56,16 @@ pub struct SessionsConfig {
     #[arg(long, env = "SESSIONS_RECORD_WRITE_TIMEOUT", default_value = "500ms", value_parser = parse_duration)]
     pub record_write_timeout: Duration,
 
+    /// How often coalesced turn counts are written to Postgres (they are also written on
+    /// shutdown).
+    #[arg(long, env = "SESSIONS_RECORD_FLUSH_INTERVAL", default_value = "500ms", value_parser = parse_duration)]
+    pub record_flush_interval: Duration,
+
+    /// On shutdown, how long writing the records still held may take before the process exits
+    /// (what is left is logged as lost).
+    #[arg(long, env = "SESSIONS_RECORD_DRAIN_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    pub record_drain_timeout: Duration,
+
     /// How often roles are reloaded to pick up other replicas' changes.
     #[arg(long, env = "SESSIONS_ROLE_REFRESH", default_value = "5s", value_parser = parse_duration)]
     pub role_refresh: Duration,
@@ -77,17 +80,15 @@ impl SessionsConfig {
         Self {
             listen,
             triggers_url: triggers_url.to_owned(),
-            database_url: None,
-            db_schema: "sessions".into(),
-            redis_url: None,
-            redis_prefix: "sy".into(),
-            in_memory: true,
+            stores: SessionsStoreArgs::in_memory(),
             message_window: 20,
             default_ttl: Duration::from_secs(24 * 3600),
             max_ttl: Duration::from_secs(720 * 3600),
             max_query_bytes: 16 * 1024,
             record_buffer: 10_000,
             record_write_timeout: Duration::from_millis(500),
+            record_flush_interval: Duration::from_millis(500),
+            record_drain_timeout: Duration::from_secs(5),
             role_refresh: Duration::from_secs(5),
             server: ServerArgs::default(),
         }
@@ -103,11 +104,13 @@ impl SessionsConfig {
         }
     }
 
-    pub fn recorder(&self) -> RecorderConfig {
-        RecorderConfig {
+    pub fn recorder(&self) -> RecordBufferConfig {
+        RecordBufferConfig {
+            name: "session records",
             capacity: self.record_buffer,
             write_timeout: self.record_write_timeout,
-            ..RecorderConfig::default()
+            flush_interval: self.record_flush_interval,
+            ..RecordBufferConfig::default()
         }
     }
 }

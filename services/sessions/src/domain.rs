@@ -1,93 +1,18 @@
 //! Domain types of the sessions service, validated on construction: tenants, session and role
 //! ids, roles, live sessions, conversation messages and context switch events.
 
-use std::{collections::BTreeMap, fmt, time::Duration};
+use std::{collections::BTreeMap, time::Duration};
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-/// Why a request field is invalid: `(field path, reason)`.
-pub type FieldError = (String, String);
+pub use switchyard_kit::{
+    FieldError,
+    identity::{SessionId, SessionKey, TenantId},
+};
 
 fn field_error(field: &str, reason: impl Into<String>) -> FieldError {
-    (field.to_owned(), reason.into())
-}
-
-/// The tenant a session belongs to (from the `x-tenant-id` metadata the edge sets).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TenantId(String);
-
-impl TenantId {
-    pub const DEFAULT: &'static str = "default";
-
-    /// 1 to 64 characters of `[A-Za-z0-9._-]`.
-    pub fn parse(text: &str) -> Result<Self, FieldError> {
-        let valid = !text.is_empty()
-            && text.len() <= 64
-            && text.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
-        if valid {
-            Ok(Self(text.to_owned()))
-        } else {
-            Err(field_error("x-tenant-id", format!("`{text}` must be 1 to 64 characters of [A-Za-z0-9._-]")))
-        }
-    }
-
-    pub fn default_tenant() -> Self {
-        Self(Self::DEFAULT.to_owned())
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for TenantId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-/// A session id: caller-chosen or a generated UUID.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SessionId(String);
-
-impl SessionId {
-    pub const MAX_LEN: usize = 128;
-
-    /// 1 to 128 characters of `[A-Za-z0-9._:-]`.
-    pub fn parse(text: &str) -> Result<Self, FieldError> {
-        if text.is_empty() {
-            return Err(field_error("session_id", "must not be empty"));
-        }
-        let valid = text.len() <= Self::MAX_LEN
-            && text.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-'));
-        if valid {
-            Ok(Self(text.to_owned()))
-        } else {
-            Err(field_error("session_id", format!("must be 1 to {} characters of [A-Za-z0-9._:-]", Self::MAX_LEN)))
-        }
-    }
-
-    pub fn generate() -> Self {
-        Self(uuid::Uuid::new_v4().to_string())
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for SessionId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-/// Where a session lives: its tenant and id. Another tenant's key never finds it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct SessionKey {
-    pub tenant: TenantId,
-    pub id: SessionId,
+    FieldError::new(field, reason)
 }
 
 pub use switchyard_kit::RoleId;
@@ -327,20 +252,20 @@ mod tests {
     #[test]
     fn ids_validate() {
         assert!(TenantId::parse("acme-1").is_ok());
-        assert_eq!(TenantId::parse("").unwrap_err().0, "x-tenant-id");
+        assert_eq!(TenantId::parse("").unwrap_err().field, "x-tenant-id");
         assert!(SessionId::parse("3fa85f64-5717-4562-b3fc-2c963f66afa6").is_ok());
         assert!(SessionId::parse("a b").is_err());
-        assert_eq!(SessionId::parse("").unwrap_err().0, "session_id");
+        assert_eq!(SessionId::parse("").unwrap_err().field, "session_id");
         assert!(parse_role_id("finance-expert", "role.id").is_ok());
-        assert_eq!(parse_role_id("Finance", "role.id").unwrap_err().0, "role.id");
+        assert_eq!(parse_role_id("Finance", "role.id").unwrap_err().field, "role.id");
     }
 
     #[test]
     fn queries_are_checked_and_excerpts_cut() {
         let limits = SessionLimits { max_query_bytes: 5, ..SessionLimits::default() };
         assert!(check_query("hi", &limits).is_ok());
-        assert_eq!(check_query(" ", &limits).unwrap_err().1, "must not be empty");
-        assert!(check_query("too long", &limits).unwrap_err().1.contains("limit of 5 bytes"));
+        assert_eq!(check_query(" ", &limits).unwrap_err().reason, "must not be empty");
+        assert!(check_query("too long", &limits).unwrap_err().reason.contains("limit of 5 bytes"));
         assert_eq!(excerpt("hello world", 5), "hello…");
         assert_eq!(excerpt("hello", 5), "hello");
     }

@@ -37,7 +37,7 @@ impl SessionsError {
 }
 
 impl From<FieldError> for SessionsError {
-    fn from((field, reason): FieldError) -> Self {
+    fn from(FieldError { field, reason }: FieldError) -> Self {
         Self::InvalidArgument { field, reason }
     }
 }

@@ -1,8 +1,13 @@
-//! The gRPC adapters: proto ⇄ domain conversion, tenant extraction and error mapping.
+//! The gRPC adapters: proto ⇄ domain conversion and error mapping. The caller's tenant comes
+//! from the kit's identity layer, which has already checked it.
 
 use std::{sync::Arc, time::Duration};
 
-use switchyard_kit::to_status;
+use switchyard_kit::{
+    Identity,
+    proto_time::{timestamp, timestamp_ms},
+    to_status,
+};
 use switchyard_proto::{
     sessions::v1::{self as pb, role_service_server::RoleService, session_service_server::SessionService},
     triggers::v1 as triggers_pb,
@@ -10,44 +15,15 @@ use switchyard_proto::{
 use tonic::{Request, Response, Status};
 
 use crate::{
-    domain::{
-        LiveSession, Message, MessageRole, Role, SessionStatus, SwitchEvent, SwitchReason, TenantId, TriggerKind,
-    },
+    domain::{LiveSession, Message, MessageRole, Role, SessionStatus, SwitchEvent, SwitchReason},
     error::SessionsError,
     roles::{RoleCatalog, RoleInput},
     switching::{ContextSwitcher, NewMessage, NewSession, Turn},
+    triggers::{kind_from_proto, kind_to_proto},
 };
-
-/// The metadata key the edge sets to the caller's tenant.
-pub const TENANT_HEADER: &str = "x-tenant-id";
 
 fn status(err: SessionsError) -> Status {
     to_status(&err)
-}
-
-/// The tenant of a request: `x-tenant-id`, or the default tenant for internal callers.
-fn tenant<T>(request: &Request<T>) -> Result<TenantId, Status> {
-    match request.metadata().get(TENANT_HEADER) {
-        None => Ok(TenantId::default_tenant()),
-        Some(value) => {
-            let text = value.to_str().map_err(|_| status(SessionsError::invalid(TENANT_HEADER, "must be ASCII")))?;
-            TenantId::parse(text).map_err(|err| status(err.into()))
-        }
-    }
-}
-
-fn timestamp(time: chrono::DateTime<chrono::Utc>) -> prost_types::Timestamp {
-    prost_types::Timestamp {
-        seconds: time.timestamp(),
-        nanos: i32::try_from(time.timestamp_subsec_nanos()).unwrap_or(0),
-    }
-}
-
-fn timestamp_ms(ms: i64) -> prost_types::Timestamp {
-    prost_types::Timestamp {
-        seconds: ms.div_euclid(1000),
-        nanos: i32::try_from(ms.rem_euclid(1000) * 1_000_000).unwrap_or(0),
-    }
 }
 
 fn count(value: u64) -> u32 {
@@ -71,23 +47,6 @@ fn session_to_proto(session: &LiveSession) -> pb::Session {
         expires_at: Some(timestamp(expires)),
         metadata: session.metadata.clone().into_iter().collect(),
         tenant_id: session.key.tenant.to_string(),
-    }
-}
-
-fn kind_to_proto(kind: TriggerKind) -> triggers_pb::TriggerKind {
-    match kind {
-        TriggerKind::Keyword => triggers_pb::TriggerKind::Keyword,
-        TriggerKind::Phrase => triggers_pb::TriggerKind::Phrase,
-        TriggerKind::Regex => triggers_pb::TriggerKind::Regex,
-    }
-}
-
-fn kind_from_proto(kind: i32) -> Option<TriggerKind> {
-    match triggers_pb::TriggerKind::try_from(kind).ok()? {
-        triggers_pb::TriggerKind::Keyword => Some(TriggerKind::Keyword),
-        triggers_pb::TriggerKind::Phrase => Some(TriggerKind::Phrase),
-        triggers_pb::TriggerKind::Regex => Some(TriggerKind::Regex),
-        triggers_pb::TriggerKind::Unspecified => None,
     }
 }
 
@@ -207,7 +166,7 @@ impl SessionService for SessionsGrpc {
         &self,
         request: Request<pb::CreateSessionRequest>,
     ) -> Result<Response<pb::CreateSessionResponse>, Status> {
-        let tenant = tenant(&request)?;
+        let tenant = Identity::of(&request).tenant;
         let request = request.into_inner();
         let new = NewSession {
             session_id: request.session_id,
@@ -226,7 +185,7 @@ impl SessionService for SessionsGrpc {
         &self,
         request: Request<pb::GetSessionRequest>,
     ) -> Result<Response<pb::GetSessionResponse>, Status> {
-        let tenant = tenant(&request)?;
+        let tenant = Identity::of(&request).tenant;
         let request = request.into_inner();
         let (session, role) = self.switcher.get(&tenant, &request.session_id).await.map_err(status)?;
         let recent_messages =
@@ -242,7 +201,7 @@ impl SessionService for SessionsGrpc {
         &self,
         request: Request<pb::CloseSessionRequest>,
     ) -> Result<Response<pb::CloseSessionResponse>, Status> {
-        let tenant = tenant(&request)?;
+        let tenant = Identity::of(&request).tenant;
         let session = self.switcher.close(&tenant, &request.get_ref().session_id).await.map_err(status)?;
         Ok(Response::new(pb::CloseSessionResponse { session: Some(session_to_proto(&session)) }))
     }
@@ -251,7 +210,7 @@ impl SessionService for SessionsGrpc {
         &self,
         request: Request<pb::ProcessQueryRequest>,
     ) -> Result<Response<pb::ProcessQueryResponse>, Status> {
-        let tenant = tenant(&request)?;
+        let tenant = Identity::of(&request).tenant;
         let request = request.into_inner();
         let turn = self
             .switcher
@@ -271,7 +230,7 @@ impl SessionService for SessionsGrpc {
         &self,
         request: Request<pb::SwitchContextRequest>,
     ) -> Result<Response<pb::SwitchContextResponse>, Status> {
-        let tenant = tenant(&request)?;
+        let tenant = Identity::of(&request).tenant;
         let request = request.into_inner();
         let turn = self
             .switcher
@@ -293,7 +252,7 @@ impl SessionService for SessionsGrpc {
         &self,
         request: Request<pb::GetHistoryRequest>,
     ) -> Result<Response<pb::GetHistoryResponse>, Status> {
-        let tenant = tenant(&request)?;
+        let tenant = Identity::of(&request).tenant;
         let request = request.into_inner();
         let (events, next) = self
             .switcher
@@ -310,7 +269,7 @@ impl SessionService for SessionsGrpc {
         &self,
         request: Request<pb::AppendMessagesRequest>,
     ) -> Result<Response<pb::AppendMessagesResponse>, Status> {
-        let tenant = tenant(&request)?;
+        let tenant = Identity::of(&request).tenant;
         let request = request.into_inner();
         let messages = request
             .messages

@@ -21,7 +21,7 @@ pub mod triggers;
 use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::Context;
-use switchyard_kit::GrpcServer;
+use switchyard_kit::{GrpcServer, store::StorePlan};
 use switchyard_proto::sessions::v1::{
     role_service_server::RoleServiceServer, session_service_server::SessionServiceServer,
 };
@@ -30,7 +30,6 @@ pub use config::SessionsConfig;
 pub use switching::ContextSwitcher;
 
 use crate::{
-    recorder::Recorder,
     roles::RoleCatalog,
     store::{
         LiveStore, RecordStore, RoleStore,
@@ -51,24 +50,27 @@ pub struct Stores {
 impl Stores {
     /// Redis and Postgres as configured, or memory with `--in-memory`.
     pub async fn open(config: &SessionsConfig) -> anyhow::Result<Self> {
-        if config.in_memory {
-            return Ok(Self {
-                live: Arc::new(MemoryLiveStore::default()),
-                records: Arc::new(MemoryRecordStore::default()),
-                roles: Arc::new(MemoryRoleStore::default()),
-            });
-        }
-        let database_url = config
-            .database_url
-            .as_deref()
-            .context("DATABASE_URL (or --database-url) is required; pass --in-memory for throwaway stores")?;
-        let redis_url = config
-            .redis_url
-            .as_deref()
-            .context("REDIS_URL (or --redis-url) is required; pass --in-memory for throwaway stores")?;
-        let postgres =
-            Arc::new(PostgresStore::connect(database_url, &config.db_schema).await.context("opening Postgres")?);
-        let live = Arc::new(RedisLiveStore::connect(redis_url, &config.redis_prefix).await.context("opening Redis")?);
+        let args = config.stores.store_args();
+        let (database_url, redis_url) = match args.plan("sessions", true).map_err(anyhow::Error::msg)? {
+            StorePlan::InMemory => {
+                return Ok(Self {
+                    live: Arc::new(MemoryLiveStore::default()),
+                    records: Arc::new(MemoryRecordStore::default()),
+                    roles: Arc::new(MemoryRoleStore::default()),
+                });
+            }
+            StorePlan::Durable { database_url, redis_url } => (database_url, redis_url.context("redis url")?),
+        };
+        let postgres = Arc::new(
+            PostgresStore::connect(database_url.expose(), &args.db_schema)
+                .await
+                .with_context(|| format!("opening Postgres at {}", database_url.url_without_credentials()))?,
+        );
+        let live = Arc::new(
+            RedisLiveStore::connect(&redis_url, &args.redis_prefix)
+                .await
+                .with_context(|| format!("opening Redis at {}", redis_url.url_without_credentials()))?,
+        );
         Ok(Self { live, records: postgres.clone(), roles: postgres })
     }
 }
@@ -77,6 +79,7 @@ impl Stores {
 pub struct SessionsServer {
     server: GrpcServer,
     switcher: Arc<ContextSwitcher>,
+    drain_timeout: Duration,
 }
 
 impl SessionsServer {
@@ -89,7 +92,7 @@ impl SessionsServer {
         let triggers = TriggersClient::new(&config.triggers_url)?;
         let roles = RoleCatalog::open(stores.roles, triggers.clone()).await?;
         roles.spawn_refresh(config.role_refresh);
-        let recorder = Recorder::start(stores.records.clone(), config.recorder());
+        let recorder = recorder::start(stores.records.clone(), config.recorder());
         let live = stores.live.clone();
         let switcher = Arc::new(ContextSwitcher::new(
             stores.live,
@@ -124,7 +127,7 @@ impl SessionsServer {
                 live.ping().await.map_err(|err| err.to_string())
             }
         });
-        Ok(Self { server, switcher })
+        Ok(Self { server, switcher, drain_timeout: config.record_drain_timeout })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -135,7 +138,11 @@ impl SessionsServer {
         self.switcher.clone()
     }
 
+    /// Serves until `shutdown`, drains in-flight calls, then writes the records still held
+    /// (buffered during an outage, or coalesced turn counts) within the drain timeout.
     pub async fn serve(self, shutdown: impl Future<Output = ()> + Send) -> anyhow::Result<()> {
-        self.server.serve(shutdown).await
+        let served = self.server.serve(shutdown).await;
+        self.switcher.recorder().drain(self.drain_timeout).await;
+        served
     }
 }

@@ -112,12 +112,7 @@ impl TriggersClient {
                 .iter()
                 .map(|t| pb::Trigger {
                     pattern: t.pattern.clone(),
-                    kind: match t.kind {
-                        TriggerKind::Keyword => pb::TriggerKind::Keyword,
-                        TriggerKind::Phrase => pb::TriggerKind::Phrase,
-                        TriggerKind::Regex => pb::TriggerKind::Regex,
-                    }
-                    .into(),
+                    kind: kind_to_proto(t.kind).into(),
                     priority: t.priority,
                 })
                 .collect(),
@@ -137,6 +132,25 @@ impl TriggersClient {
             Err(status) if status.code() == Code::NotFound => Ok(()),
             Err(status) => Err(TriggersError::from_status(status, role.as_str())),
         }
+    }
+}
+
+/// A role's trigger kind as the triggers service names it.
+pub(crate) fn kind_to_proto(kind: TriggerKind) -> pb::TriggerKind {
+    match kind {
+        TriggerKind::Keyword => pb::TriggerKind::Keyword,
+        TriggerKind::Phrase => pb::TriggerKind::Phrase,
+        TriggerKind::Regex => pb::TriggerKind::Regex,
+    }
+}
+
+/// A trigger kind from the wire; `None` for unspecified or unknown values.
+pub(crate) fn kind_from_proto(kind: i32) -> Option<TriggerKind> {
+    match pb::TriggerKind::try_from(kind).ok()? {
+        pb::TriggerKind::Keyword => Some(TriggerKind::Keyword),
+        pb::TriggerKind::Phrase => Some(TriggerKind::Phrase),
+        pb::TriggerKind::Regex => Some(TriggerKind::Regex),
+        pb::TriggerKind::Unspecified => None,
     }
 }
 

@@ -27,7 +27,7 @@ async fn memory_live_store() {
 async fn redis_live_store() {
     let prefix = common::unique("t");
     let url = common::redis_url();
-    let store = RedisLiveStore::connect(&url, &prefix)
+    let store = RedisLiveStore::connect(&url.as_str().into(), &prefix)
         .await
         .unwrap_or_else(|err| panic!("connecting to redis at {url} (set REDIS_URL): {err}"));
     store.ping().await.expect("ping redis");
@@ -366,7 +366,9 @@ async fn redis_outage_fails_fast_and_recovers() {
     let proxied_url = format!("{scheme}://{user}{}{path}", proxy.addr());
 
     let prefix = common::unique("t");
-    let store = RedisLiveStore::connect(&proxied_url, &prefix).await.expect("connect to redis through the proxy");
+    let store = RedisLiveStore::connect(&proxied_url.as_str().into(), &prefix)
+        .await
+        .expect("connect to redis through the proxy");
     let session = created(&store).await;
 
     proxy.cut();

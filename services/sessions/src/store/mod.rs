@@ -19,30 +19,7 @@ pub mod memory;
 pub mod postgres;
 pub mod redis;
 
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("redis: {0}")]
-    Redis(#[from] ::redis::RedisError),
-    #[error("database: {0}")]
-    Database(#[from] sqlx::Error),
-    #[error("migrating the schema: {0}")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
-    #[error("stored data is unreadable: {0}")]
-    Corrupt(String),
-    #[error("invalid store configuration: {0}")]
-    Config(String),
-    #[error("store operation timed out")]
-    Timeout,
-}
-
-impl From<switchyard_kit::postgres::SchemaPoolError> for StoreError {
-    fn from(err: switchyard_kit::postgres::SchemaPoolError) -> Self {
-        match err {
-            switchyard_kit::postgres::SchemaPoolError::Database(err) => Self::Database(err),
-            invalid => Self::Config(invalid.to_string()),
-        }
-    }
-}
+pub use switchyard_kit::store::StoreError;
 
 /// A conditional update of a live session, made from the state the caller read.
 #[derive(Debug, Clone, PartialEq)]

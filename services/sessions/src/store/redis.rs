@@ -14,23 +14,25 @@
 //! Both keys expire after `ttl` seconds; every turn and append restarts that, reads and closing
 //! do not.
 
-use std::{collections::BTreeMap, collections::HashMap, future::Future, time::Duration};
+use std::{collections::BTreeMap, collections::HashMap, time::Duration};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use redis::{
-    RedisResult, Script, ScriptInvocation, Value,
-    aio::{ConnectionManager, ConnectionManagerConfig},
-};
+use redis::{Script, ScriptInvocation, Value, aio::ConnectionManager};
 use serde::Serialize;
+
+use switchyard_kit::{
+    Secret,
+    store::{KeyPrefix, REDIS_COMMAND_TIMEOUT, REDIS_CONNECT_TIMEOUT, bounded, connect_redis, ping_redis},
+};
 
 use super::{AppendOutcome, LiveStore, StoreError, TurnOutcome, TurnUpdate};
 use crate::domain::{LiveSession, Message, MessageRole, RoleId, SessionKey, SessionStatus};
 
 /// Bound on every Redis command, so a hung Redis fails a request instead of hanging it.
-const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
+const COMMAND_TIMEOUT: Duration = REDIS_COMMAND_TIMEOUT;
 /// Bound on connecting (and loading the scripts) at startup.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+const CONNECT_TIMEOUT: Duration = REDIS_CONNECT_TIMEOUT;
 
 /// Shared by `create` and `restore`: both write a whole session unless its hash exists.
 /// ARGV: ttl seconds, the number n of hash field/value pairs, the n pairs, then the messages.
@@ -174,20 +176,13 @@ impl std::fmt::Debug for RedisLiveStore {
 }
 
 impl RedisLiveStore {
-    /// Connects to Redis at `url` and loads the scripts. Keys start with `key_prefix` (1 or more
-    /// characters of `[A-Za-z0-9_.:-]`), so several deployments or tests can share one Redis.
-    pub async fn connect(url: &str, key_prefix: &str) -> Result<Self, StoreError> {
-        validate_key_prefix(key_prefix)?;
-        let client = redis::Client::open(url).map_err(|err| StoreError::Config(format!("redis url: {err}")))?;
-        // One plain connection first, so a refused or misconfigured Redis is reported as such:
-        // the manager alone keeps retrying until the timeout.
-        drop(bounded(CONNECT_TIMEOUT, client.get_multiplexed_async_connection()).await?);
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(COMMAND_TIMEOUT))
-            .set_response_timeout(Some(COMMAND_TIMEOUT));
-        let mut conn = bounded(CONNECT_TIMEOUT, ConnectionManager::new_with_config(client, config)).await?;
+    /// Connects to Redis at `url` and loads the scripts. Keys start with `key_prefix` (see
+    /// [`KeyPrefix`]), so several deployments or tests can share one Redis.
+    pub async fn connect(url: &Secret, key_prefix: &str) -> Result<Self, StoreError> {
+        let key_prefix = KeyPrefix::parse(key_prefix)?;
+        let mut conn = connect_redis(url).await?;
         let store = Self {
-            key_prefix: key_prefix.to_owned(),
+            key_prefix: key_prefix.to_string(),
             create: Script::new(CREATE_LUA),
             load: Script::new(LOAD_LUA),
             apply_turn: Script::new(APPLY_TURN_LUA),
@@ -200,7 +195,7 @@ impl RedisLiveStore {
         for script in [&store.create, &store.load, &store.apply_turn, &store.append, &store.close] {
             bounded(CONNECT_TIMEOUT, script.load_async(&mut conn)).await?;
         }
-        tracing::debug!(key_prefix, "connected to redis live store");
+        tracing::debug!(%key_prefix, "connected to redis live store");
         Ok(store)
     }
 
@@ -336,30 +331,7 @@ impl LiveStore for RedisLiveStore {
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
-        let mut conn = self.conn.clone();
-        let reply: String = bounded(COMMAND_TIMEOUT, redis::cmd("PING").query_async(&mut conn)).await?;
-        if reply == "PONG" { Ok(()) } else { Err(StoreError::Corrupt(format!("unexpected PING reply `{reply}`"))) }
-    }
-}
-
-/// Runs a Redis call within `limit`; a timeout from either the clock or the connection is
-/// [`StoreError::Timeout`].
-async fn bounded<T>(limit: Duration, call: impl Future<Output = RedisResult<T>>) -> Result<T, StoreError> {
-    match tokio::time::timeout(limit, call).await {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(err)) if err.is_timeout() => Err(StoreError::Timeout),
-        Ok(Err(err)) => Err(StoreError::Redis(err)),
-        Err(_) => Err(StoreError::Timeout),
-    }
-}
-
-fn validate_key_prefix(prefix: &str) -> Result<(), StoreError> {
-    let valid =
-        !prefix.is_empty() && prefix.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-'));
-    if valid {
-        Ok(())
-    } else {
-        Err(StoreError::Config(format!("redis key prefix `{prefix}` must be 1 or more characters of [A-Za-z0-9_.:-]")))
+        ping_redis(&self.conn).await
     }
 }
 
@@ -482,14 +454,6 @@ mod tests {
         ("ttl", "60"),
         ("meta", r#"{"a":"b"}"#),
     ];
-
-    #[test]
-    fn key_prefixes_are_validated() {
-        assert!(validate_key_prefix("switchyard:live_1.a-b").is_ok());
-        assert!(matches!(validate_key_prefix(""), Err(StoreError::Config(_))));
-        assert!(matches!(validate_key_prefix("a{b}"), Err(StoreError::Config(_))));
-        assert!(matches!(validate_key_prefix("a b"), Err(StoreError::Config(_))));
-    }
 
     #[test]
     fn ttls_are_whole_seconds_rounded_up() {

@@ -119,7 +119,10 @@ impl ContextSwitcher {
         if !created {
             return Err(SessionsError::SessionExists(key.id.to_string()));
         }
-        self.durable(self.recorder.record(vec![Record::SessionCreated(session.clone())]).await, "session creation");
+        self.durable(
+            self.recorder.write_through(vec![Record::SessionCreated(session.clone())]).await,
+            "session creation",
+        );
         tracing::info!(tenant = %tenant, session_id = %key.id, role_id = %role.id, "session created");
         Ok((session, role))
     }
@@ -174,7 +177,10 @@ impl ContextSwitcher {
             .await
             .map_err(|err| SessionsError::unavailable("closing the session", err))?
             .ok_or_else(|| SessionsError::SessionNotFound(key.id.to_string()))?;
-        self.durable(self.recorder.record(vec![Record::Closed { key: key.clone(), at: now }]).await, "session close");
+        self.durable(
+            self.recorder.write_through(vec![Record::Closed { key: key.clone(), at: now }]).await,
+            "session close",
+        );
         tracing::info!(session_id = %key.id, "session closed");
         Ok(session)
     }
@@ -221,7 +227,7 @@ impl ContextSwitcher {
             match outcome {
                 AppendOutcome::Applied { messages, .. } => {
                     let record = Record::MessagesAppended { key: key.clone(), messages };
-                    self.durable(self.recorder.record(vec![record]).await, "messages");
+                    self.durable(self.recorder.write_through(vec![record]).await, "messages");
                     Ok(Attempt::Done(self.load(key).await?))
                 }
                 AppendOutcome::Missing => {

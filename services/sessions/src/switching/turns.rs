@@ -208,13 +208,17 @@ impl ContextSwitcher {
                     occurred_at: after.updated_at,
                 };
                 let record = Record::Switched { key: after.key.clone(), event, turn_count: after.turn_count };
-                self.durable(self.recorder.record(vec![record]).await, "context switch");
+                self.durable(self.recorder.write_through(vec![record]).await, "context switch");
                 tracing::info!(session_id = %after.key.id, from = %previous.id, to = %next.id, reason = reason.as_str(), "context switched");
                 let transition = transition_context(&previous, &next, reason, &detail, &recent, query);
                 (next, transition)
             }
             None => {
-                self.recorder.record_turns(&after.key, after.turn_count, after.updated_at);
+                self.recorder.push(Record::Turns {
+                    key: after.key.clone(),
+                    turn_count: after.turn_count,
+                    at: after.updated_at,
+                });
                 (previous.clone(), String::new())
             }
         };

@@ -111,11 +111,11 @@ pub fn sessions_config(
 ) -> (switchyard_sessions::SessionsConfig, String, String) {
     let (schema, prefix) = (unique("s"), unique("sy"));
     let mut config = switchyard_sessions::SessionsConfig::in_memory("127.0.0.1:0".parse().expect("addr"), triggers_url);
-    config.in_memory = false;
-    config.database_url = Some(database_url.to_owned());
-    config.redis_url = Some(redis_url());
-    config.db_schema = schema.clone();
-    config.redis_prefix = prefix.clone();
+    config.stores.in_memory = false;
+    config.stores.database_url = Some(database_url.into());
+    config.stores.redis_url = Some(redis_url().into());
+    config.stores.db_schema = schema.clone();
+    config.stores.redis_prefix = prefix.clone();
     (config, schema, prefix)
 }
 
