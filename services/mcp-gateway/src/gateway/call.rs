@@ -8,11 +8,13 @@ use std::{
 };
 
 use chrono::Utc;
-use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CallToolResponse, CancelledNotificationParam, ClientRequest, JsonObject,
-    ServerResult,
+use rmcp::{
+    model::{
+        CallToolRequest, CallToolRequestParams, CallToolResponse, CancelledNotificationParam, ClientRequest,
+        JsonObject, ServerResult,
+    },
+    service::PeerRequestOptions,
 };
-use rmcp::service::PeerRequestOptions;
 
 use super::Gateway;
 use crate::{
