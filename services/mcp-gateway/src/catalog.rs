@@ -14,7 +14,7 @@ use rmcp::model::Tool;
 use switchyard_models::Embedder;
 use switchyard_retrieval::{ToolRanker, ToolText, Weights, prior::PriorParams, tool_document};
 
-use crate::{naming, store::UsagePair, upstream::Upstreams};
+use crate::{domain::UsagePair, naming, upstream::Upstreams};
 
 /// Tools embedded per forward pass when a tool list changes.
 const EMBED_BATCH: usize = 32;

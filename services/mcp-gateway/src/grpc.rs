@@ -12,9 +12,11 @@ use switchyard_proto::mcp::v1::{self as pb, mcp_gateway_service_server::McpGatew
 use tonic::{Request, Response, Status};
 
 use crate::{
-    gateway::{Gateway, GatewayError, ShownTool, Stats, ToolList},
+    domain::SessionContext,
+    error::GatewayError,
+    gateway::{Gateway, ShownTool, Stats, ToolList},
     mcp::{DEFAULT_TENANT, TENANT_HEADER},
-    store::{SessionContext, SessionKey},
+    store::SessionKey,
     upstream::{ServerState, ServerStatus},
 };
 

@@ -2,9 +2,12 @@
 //! and `tools/list` narrowed to the tools relevant to the context a session set — ranked by
 //! words, meaning (MiniLM) and what sessions with similar contexts actually called.
 //!
-//! Fronts: MCP over streamable HTTP at `/mcp` (or stdio), and the internal gRPC API
-//! `switchyard.mcp.v1.McpGatewayService`. [`Gateway`] is the service; `mcp` and `grpc` adapt
-//! it.
+//! Parts: [`gateway`] is the core (contexts and tool lists; the call path, catalog upkeep and
+//! background loops in its submodules), [`catalog`] ranks tools, [`upstream`] runs the
+//! downstream servers (one file per transport), [`domain`] holds what the core and [`store`]
+//! share, [`error`] its error type. Fronts: [`mcp`] (MCP over streamable HTTP at `/mcp`, or
+//! stdio) and [`grpc`] (the internal `switchyard.mcp.v1.McpGatewayService`) adapt the core
+//! and do every protocol conversion.
 //!
 //! Replicas: every piece of session state — the context, the list last shown, and the MCP
 //! transport's own session (its `initialize` parameters) — lives in Redis, so a client's
@@ -12,6 +15,8 @@
 
 pub mod catalog;
 pub mod config;
+pub mod domain;
+pub mod error;
 pub mod gateway;
 pub mod grpc;
 pub mod mcp;
@@ -34,6 +39,7 @@ use switchyard_proto::mcp::v1::mcp_gateway_service_server::McpGatewayServiceServ
 use tokio_util::sync::CancellationToken;
 
 pub use config::GatewayConfig;
+pub use error::GatewayError;
 pub use gateway::Gateway;
 
 use crate::{

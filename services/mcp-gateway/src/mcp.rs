@@ -11,19 +11,21 @@ use rmcp::{
     model::{
         CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult, ContentBlock,
         GetPromptRequestParams, GetPromptResponse, Implementation, JsonObject, ListPromptsResult,
-        ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams, Prompt,
-        ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, Reference, RequestParamsMeta,
-        ServerCapabilities, ServerConfig, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
+        ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+        ProgressNotificationParam, ProgressToken, Prompt, ProtocolVersion, ReadResourceRequestParams,
+        ReadResourceResponse, Reference, RequestParamsMeta, ServerCapabilities, ServerConfig, SubscribeRequestParams,
+        Tool, UnsubscribeRequestParams,
     },
-    service::{NotificationContext, RequestContext, RoleServer},
+    service::{NotificationContext, Peer, RequestContext, RoleServer},
 };
 use serde_json::json;
 
 use crate::{
-    gateway::{Gateway, GatewayError, ToolList},
+    error::GatewayError,
+    gateway::{Gateway, ToolList},
     naming::{self, SET_CONTEXT},
     store::SessionKey,
-    upstream::Upstream,
+    upstream::{ProgressSink, Upstream},
 };
 
 /// The tenant an API gateway in front of `/mcp` may set; the default tenant otherwise.
@@ -148,6 +150,20 @@ pub fn to_mcp(err: GatewayError) -> McpError {
     }
 }
 
+/// A call's progress, back to the MCP client that made it under the token it chose.
+struct ClientProgress {
+    peer: Peer<RoleServer>,
+    token: ProgressToken,
+}
+
+#[async_trait::async_trait]
+impl ProgressSink for ClientProgress {
+    async fn relay(&self, mut params: ProgressNotificationParam) {
+        params.progress_token = self.token.clone();
+        let _ = self.peer.notify_progress(params).await;
+    }
+}
+
 fn tool_list(set_context: bool, list: ToolList) -> ListToolsResult {
     let mut tools = Vec::with_capacity(list.tools.len() + 1);
     if set_context {
@@ -224,7 +240,8 @@ impl ServerHandler for McpHandler {
             return Ok(result.into());
         }
         let token = context.meta.get_progress_token().or_else(|| request.progress_token());
-        let progress = token.map(|token| (context.peer.clone(), token));
+        let progress =
+            token.map(|token| Arc::new(ClientProgress { peer: context.peer.clone(), token }) as Arc<dyn ProgressSink>);
         let outcome = self
             .gateway
             .call_tool_with_progress(key.as_ref(), &request.name, request.arguments, progress)

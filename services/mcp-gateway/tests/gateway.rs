@@ -11,7 +11,8 @@ use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject};
 use serde_json::{Value, json};
 use switchyard_mcp_gateway::{
     Stores,
-    store::{SessionKey, ShownMatch, UsageRecord},
+    domain::{ShownMatch, UsageRecord},
+    store::SessionKey,
     testkit::{FixtureServer, tool},
 };
 use switchyard_proto::mcp::v1::{self as pb, mcp_gateway_service_client::McpGatewayServiceClient};

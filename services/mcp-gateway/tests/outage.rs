@@ -11,7 +11,8 @@ use std::{sync::Arc, time::Duration};
 
 use switchyard_mcp_gateway::{
     Stores,
-    store::{SessionKey, UsageRecord, UsageStore, memory::MemoryContextStore, postgres::PostgresUsageStore},
+    domain::UsageRecord,
+    store::{SessionKey, UsageStore, memory::MemoryContextStore, postgres::PostgresUsageStore},
     testkit::{FixtureServer, tool},
 };
 

@@ -6,11 +6,14 @@ mod common;
 use std::sync::Arc;
 
 use chrono::{DateTime, TimeZone, Utc};
-use switchyard_mcp_gateway::store::{
-    ContextStore, Counters, SessionKey, ShownMatch, UsagePair, UsageRecord, UsageStore,
-    memory::{MemoryContextStore, MemoryUsageStore},
-    postgres::PostgresUsageStore,
-    redis::RedisContextStore,
+use switchyard_mcp_gateway::{
+    domain::{Counters, ShownMatch, UsagePair, UsageRecord},
+    store::{
+        ContextStore, SessionKey, UsageStore,
+        memory::{MemoryContextStore, MemoryUsageStore},
+        postgres::PostgresUsageStore,
+        redis::RedisContextStore,
+    },
 };
 
 fn key(tenant: &str, session: &str) -> SessionKey {

@@ -9,10 +9,8 @@ use std::{
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use super::{
-    ContextStore, Counters, SessionContext, SessionKey, ShownMatch, StoreError, UsagePair, UsageRecord, UsageStore,
-    context_text,
-};
+use super::{ContextStore, SessionKey, StoreError, UsageStore};
+use crate::domain::{Counters, SessionContext, ShownMatch, UsagePair, UsageRecord, context_text};
 
 #[derive(Default)]
 struct Contexts {

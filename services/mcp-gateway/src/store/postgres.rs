@@ -4,10 +4,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::{PgPool, Row};
 
-use super::{
-    SessionKey, ShownMatch, StoreError, UsagePair, UsageRecord, UsageStore, context_text, embedding_from_bytes,
-    embedding_to_bytes,
-};
+use super::{SessionKey, StoreError, UsageStore, embedding_from_bytes, embedding_to_bytes};
+use crate::domain::{ShownMatch, UsagePair, UsageRecord, context_text};
 
 pub struct PostgresUsageStore {
     pool: PgPool,

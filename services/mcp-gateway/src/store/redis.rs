@@ -23,10 +23,8 @@ use redis::{
     aio::{ConnectionManager, ConnectionManagerConfig},
 };
 
-use super::{
-    ContextStore, Counters, SessionContext, SessionKey, ShownMatch, StoreError, embedding_from_bytes,
-    embedding_to_bytes,
-};
+use super::{ContextStore, SessionKey, StoreError, embedding_from_bytes, embedding_to_bytes};
+use crate::domain::{Counters, SessionContext, ShownMatch};
 
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);

@@ -1,0 +1,155 @@
+//! Calling a tool: find it, bound its arguments, send it to its server with a deadline (and
+//! tell the server to stop when the deadline passes), relay its progress to the caller, and
+//! note the call against the session's context.
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use chrono::Utc;
+use rmcp::{
+    model::{
+        CallToolRequest, CallToolRequestParams, CallToolResponse, CancelledNotificationParam, ClientRequest,
+        JsonObject, ServerResult,
+    },
+    service::PeerRequestOptions,
+};
+
+use super::Gateway;
+use crate::{
+    catalog::CatalogTool,
+    domain::{SessionContext, ShownMatch, UsageRecord},
+    error::GatewayError,
+    store::SessionKey,
+    upstream::ProgressSink,
+};
+
+#[derive(Debug)]
+pub struct CallOutcome {
+    pub response: CallToolResponse,
+    pub server: String,
+    pub duration: Duration,
+}
+
+impl Gateway {
+    /// Calls a tool by its gateway name — listed or not (clients call tools by name) — and
+    /// records the call with the session's current context.
+    pub async fn call_tool(
+        &self,
+        key: Option<&SessionKey>,
+        name: &str,
+        arguments: Option<JsonObject>,
+    ) -> Result<CallOutcome, GatewayError> {
+        self.call_tool_with_progress(key, name, arguments, None).await
+    }
+
+    /// [`Self::call_tool`], relaying the server's progress notifications to `progress` (the
+    /// front that made the call knows where its client wants them).
+    pub async fn call_tool_with_progress(
+        &self,
+        key: Option<&SessionKey>,
+        name: &str,
+        arguments: Option<JsonObject>,
+        progress: Option<Arc<dyn ProgressSink>>,
+    ) -> Result<CallOutcome, GatewayError> {
+        let catalog = self.catalog();
+        let tool = catalog.get(name).cloned().ok_or_else(|| GatewayError::UnknownTool(name.to_owned()))?;
+        if let Some(arguments) = &arguments {
+            let size = serde_json::to_vec(arguments).map(|b| b.len()).unwrap_or(usize::MAX);
+            let max = self.settings.max_argument_bytes;
+            if size > max {
+                return Err(GatewayError::invalid(
+                    "arguments",
+                    format!("are {size} bytes of JSON, over the limit of {max}"),
+                ));
+            }
+        }
+        let upstream = self
+            .upstreams
+            .get(&tool.server)
+            .ok_or_else(|| GatewayError::ServerUnavailable(format!("server `{}` is not configured", tool.server)))?;
+        let peer = upstream.peer().map_err(GatewayError::ServerUnavailable)?;
+        let mut params = CallToolRequestParams::new(tool.upstream_name.clone());
+        params.arguments = arguments;
+
+        let started = Instant::now();
+        let sent = peer
+            .send_request_with_option(
+                ClientRequest::CallToolRequest(CallToolRequest::new(params)),
+                PeerRequestOptions::no_options(),
+            )
+            .await;
+        let outcome = match sent {
+            Err(err) => Ok(Err(err)),
+            Ok(handle) => {
+                // The connection numbers the call's progress token itself; relay under that one.
+                let _relayed =
+                    progress.map(|sink| self.upstreams.progress().register(&tool.server, &handle.progress_token, sink));
+                let (id, upstream) = (handle.id.clone(), handle.peer.clone());
+                let outcome = tokio::time::timeout(self.settings.call_timeout, handle.await_response()).await;
+                if outcome.is_err() {
+                    // Nobody waits for this call any more: tell the server to stop.
+                    let _ = upstream.notify_cancelled(CancelledNotificationParam::new(Some(id), None)).await;
+                }
+                outcome.map(|response| {
+                    response.and_then(|result| match result {
+                        ServerResult::CallToolResult(result) => Ok(CallToolResponse::Complete(result)),
+                        ServerResult::InputRequiredResult(result) => Ok(CallToolResponse::InputRequired(result)),
+                        _ => Err(rmcp::ServiceError::UnexpectedResponse),
+                    })
+                })
+            }
+        };
+        let duration = started.elapsed();
+        let (result, is_error) = match outcome {
+            Err(_) => (
+                Err(GatewayError::Timeout {
+                    tool: name.to_owned(),
+                    server: tool.server.clone(),
+                    after: self.settings.call_timeout,
+                }),
+                true,
+            ),
+            Ok(Err(rmcp::ServiceError::McpError(err))) => (Err(GatewayError::Downstream(err)), true),
+            Ok(Err(err)) => {
+                (Err(GatewayError::ServerUnavailable(format!("server `{}` failed the call: {err}", tool.server))), true)
+            }
+            Ok(Ok(response)) => {
+                let is_error = matches!(&response, CallToolResponse::Complete(r) if r.is_error == Some(true));
+                (Ok(response), is_error)
+            }
+        };
+
+        self.metrics.tool_call(&tool.server, duration.as_secs_f64() * 1000.0, is_error);
+        if let Some(key) = key {
+            self.note_call(key, &tool, is_error, duration).await;
+        }
+        result.map(|response| CallOutcome { response, server: tool.server.clone(), duration })
+    }
+
+    /// Counts and records a call. The call already happened: a store failure here is logged,
+    /// never returned in place of the tool's result.
+    async fn note_call(&self, key: &SessionKey, tool: &CatalogTool, is_error: bool, duration: Duration) {
+        let (shown, context) = match self.contexts.record_call(key, &tool.name).await {
+            Ok(recorded) => recorded,
+            Err(err) => {
+                tracing::warn!(error = %err, "counting a tool call");
+                (ShownMatch::NoList, SessionContext::default())
+            }
+        };
+        self.record(UsageRecord::ToolCall {
+            key: key.clone(),
+            tool: tool.name.clone(),
+            server: tool.server.clone(),
+            upstream_tool: tool.upstream_name.clone(),
+            context_query: context.current_query,
+            context_intent: context.current_intent,
+            context_embedding: context.embedding,
+            shown,
+            is_error,
+            duration_ms: u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
+            at: Utc::now(),
+        });
+    }
+}

@@ -1,0 +1,273 @@
+//! The gateway itself, whatever the front (MCP over HTTP or stdio, or gRPC): set a session's
+//! context and list the tools relevant to it here; calling a tool is in `call`, keeping the
+//! catalog current in `publish`, and the work that runs beside requests in `upkeep`.
+
+mod call;
+mod publish;
+mod upkeep;
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use arc_swap::ArcSwap;
+use chrono::Utc;
+use switchyard_models::Embedder;
+use tokio::sync::{broadcast, mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+pub use call::CallOutcome;
+
+use crate::{
+    catalog::{Catalog, CatalogTool, EmbeddingCache, History, Ranked},
+    domain::{Counters, SessionContext, UsageRecord},
+    error::GatewayError,
+    metrics::Metrics,
+    store::{ContextStore, SessionKey, UsageStore},
+    upstream::{ServerStatus, Upstreams},
+};
+
+/// Limits and choices of the gateway's behaviour.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub top_k: usize,
+    pub prefix_tools: bool,
+    pub max_query_bytes: usize,
+    pub max_argument_bytes: usize,
+    pub call_timeout: Duration,
+    pub history_limit: usize,
+    pub history_refresh: Duration,
+    pub record_buffer: usize,
+}
+
+/// A ranked tool, ready to show.
+#[derive(Debug, Clone)]
+pub struct ShownTool {
+    pub tool: Arc<CatalogTool>,
+    /// Where its rank came from (none when every tool is listed unranked).
+    pub score: Option<Ranked>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ToolList {
+    pub tools: Vec<ShownTool>,
+    /// False when the session has no context and every tool is listed.
+    pub filtered: bool,
+    pub total: usize,
+}
+
+/// The spec's verification figures.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Stats {
+    pub counters: Counters,
+    pub records_dropped: u64,
+}
+
+impl Stats {
+    pub fn set_context_session_share(&self) -> f64 {
+        ratio(self.counters.sessions_with_context, self.counters.sessions)
+    }
+
+    pub fn filtered_hit_rate(&self) -> f64 {
+        ratio(self.counters.filtered_hits, self.counters.calls_after_filtered_list)
+    }
+}
+
+fn ratio(part: u64, whole: u64) -> f64 {
+    if whole == 0 { 0.0 } else { part as f64 / whole as f64 }
+}
+
+pub struct Gateway {
+    upstreams: Arc<Upstreams>,
+    catalog: ArcSwap<Catalog>,
+    contexts: Arc<dyn ContextStore>,
+    usage: Arc<dyn UsageStore>,
+    embedder: Option<Arc<Embedder>>,
+    embeddings: Arc<EmbeddingCache>,
+    history: ArcSwap<History>,
+    settings: Settings,
+    records: mpsc::Sender<UsageRecord>,
+    records_dropped: AtomicU64,
+    /// Ticks when the catalog changes (MCP clients are told their tool list changed).
+    catalog_changed: broadcast::Sender<()>,
+    rebuild: watch::Sender<u64>,
+    metrics: Metrics,
+}
+
+impl Gateway {
+    /// Starts the gateway's background work (catalog upkeep, record writing, history
+    /// reloads), all of which stops with `shutdown`.
+    pub fn start(
+        upstreams: Arc<Upstreams>,
+        contexts: Arc<dyn ContextStore>,
+        usage: Arc<dyn UsageStore>,
+        embedder: Option<Arc<Embedder>>,
+        settings: Settings,
+        shutdown: CancellationToken,
+    ) -> Arc<Self> {
+        let (records, records_rx) = mpsc::channel(settings.record_buffer.max(1));
+        let (catalog_changed, _) = broadcast::channel(16);
+        let (rebuild, _) = watch::channel(0);
+        let gateway = Arc::new(Self {
+            upstreams,
+            catalog: ArcSwap::from_pointee(Catalog::empty()),
+            contexts,
+            usage,
+            embedder,
+            embeddings: Arc::new(EmbeddingCache::default()),
+            history: ArcSwap::from_pointee(History::default()),
+            settings,
+            records,
+            records_dropped: AtomicU64::new(0),
+            catalog_changed,
+            rebuild,
+            metrics: Metrics::new(),
+        });
+        upkeep::spawn(&gateway, records_rx, shutdown);
+        gateway
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    pub fn catalog(&self) -> Arc<Catalog> {
+        self.catalog.load_full()
+    }
+
+    /// Whether the embedding model is loaded (the semantic signal is on).
+    pub fn has_embedder(&self) -> bool {
+        self.embedder.is_some()
+    }
+
+    pub fn upstreams(&self) -> &Arc<Upstreams> {
+        &self.upstreams
+    }
+
+    pub fn contexts(&self) -> &Arc<dyn ContextStore> {
+        &self.contexts
+    }
+
+    pub fn usage(&self) -> &Arc<dyn UsageStore> {
+        &self.usage
+    }
+
+    /// Stores a session's context (spec `set_context(query, intent)`) and returns it with the
+    /// tools now shown for it.
+    pub async fn set_context(
+        &self,
+        key: &SessionKey,
+        query: &str,
+        intent: Option<&str>,
+    ) -> Result<(SessionContext, ToolList), GatewayError> {
+        let query = query.trim();
+        if query.is_empty() {
+            return Err(GatewayError::invalid("query", "is required and must not be empty"));
+        }
+        self.check_length("query", query)?;
+        let intent = intent.map(str::trim).filter(|i| !i.is_empty());
+        if let Some(intent) = intent {
+            self.check_length("intent", intent)?;
+        }
+        let text = crate::domain::context_text(query, intent);
+        let embedding = self.embed(&text).await?;
+        let now = Utc::now();
+        let context = self.contexts.set_context(key, query, intent, embedding.as_deref(), now).await?;
+        self.metrics.set_context();
+        self.record(UsageRecord::SetContext {
+            key: key.clone(),
+            query: query.to_owned(),
+            intent: intent.map(str::to_owned),
+            at: now,
+        });
+        let tools = self.filtered(key, &context, None).await?;
+        Ok((context, tools))
+    }
+
+    fn check_length(&self, field: &str, value: &str) -> Result<(), GatewayError> {
+        let max = self.settings.max_query_bytes;
+        if value.len() > max {
+            return Err(GatewayError::invalid(field, format!("is {} bytes, over the limit of {max}", value.len())));
+        }
+        Ok(())
+    }
+
+    /// The context's embedding, when the model is loaded.
+    async fn embed(&self, text: &str) -> Result<Option<Vec<f32>>, GatewayError> {
+        let Some(embedder) = self.embedder.clone() else { return Ok(None) };
+        let text = text.to_owned();
+        let vectors = tokio::task::spawn_blocking(move || embedder.embed(&[text.as_str()]))
+            .await
+            .map_err(|err| GatewayError::Internal(format!("embedding task: {err}")))?
+            .map_err(|err| GatewayError::Internal(format!("embedding the context: {err}")))?;
+        Ok(vectors.into_iter().next())
+    }
+
+    /// The session's context, if it set one.
+    pub async fn context(&self, key: &SessionKey) -> Result<Option<SessionContext>, GatewayError> {
+        Ok(self.contexts.get(key).await?)
+    }
+
+    /// The tools for a session: the top `limit` (or top-k) for its context, or every tool
+    /// when it has none (spec: "falls back to showing all tools").
+    pub async fn list_tools(&self, key: Option<&SessionKey>, limit: Option<usize>) -> Result<ToolList, GatewayError> {
+        let context = match key {
+            Some(key) => self.contexts.get(key).await?,
+            None => None,
+        };
+        match (key, context) {
+            (Some(key), Some(context)) if context.current_query.is_some() => self.filtered(key, &context, limit).await,
+            (key, _) => {
+                if let Some(key) = key {
+                    self.contexts.touch(key).await?;
+                }
+                let catalog = self.catalog();
+                let tools: Vec<ShownTool> =
+                    catalog.tools().iter().map(|tool| ShownTool { tool: tool.clone(), score: None }).collect();
+                let total = tools.len();
+                let tools = match limit {
+                    Some(limit) => tools.into_iter().take(limit).collect(),
+                    None => tools,
+                };
+                Ok(ToolList { tools, filtered: false, total })
+            }
+        }
+    }
+
+    async fn filtered(
+        &self,
+        key: &SessionKey,
+        context: &SessionContext,
+        limit: Option<usize>,
+    ) -> Result<ToolList, GatewayError> {
+        let catalog = self.catalog();
+        let text = context.text().unwrap_or_default();
+        let ranked: Vec<Ranked> =
+            catalog.rank(&text, context.embedding.as_deref(), limit.unwrap_or(self.settings.top_k));
+        let tools: Vec<ShownTool> =
+            ranked.iter().map(|r| ShownTool { tool: catalog.tool(r.index).clone(), score: Some(*r) }).collect();
+        let names: Vec<String> = tools.iter().map(|t| t.tool.name.clone()).collect();
+        self.contexts.record_shown(key, &names).await?;
+        Ok(ToolList { tools, filtered: true, total: catalog.len() })
+    }
+
+    pub fn servers(&self) -> Vec<ServerStatus> {
+        self.upstreams.servers().iter().map(|s| s.status()).collect()
+    }
+
+    pub async fn stats(&self) -> Result<Stats, GatewayError> {
+        Ok(Stats {
+            counters: self.contexts.counters().await?,
+            records_dropped: self.records_dropped.load(Ordering::Relaxed),
+        })
+    }
+
+    /// Counts an MCP session when it starts.
+    pub async fn session_started(&self, key: &SessionKey) -> Result<(), GatewayError> {
+        Ok(self.contexts.touch(key).await?)
+    }
+}
