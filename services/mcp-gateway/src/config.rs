@@ -10,6 +10,15 @@ use crate::upstream::{
     config::{self, ConfigError},
 };
 
+switchyard_kit::store_args! {
+    /// The gateway's store flags.
+    pub struct GatewayStoreArgs {
+        db_schema: env "MCP_GATEWAY_DB_SCHEMA", default "mcp_gateway";
+        redis_prefix: env "MCP_GATEWAY_REDIS_PREFIX", default "sy";
+        in_memory: env "MCP_GATEWAY_IN_MEMORY";
+    }
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct GatewayConfig {
     /// Address the internal gRPC API (switchyard.mcp.v1) listens on.
@@ -49,30 +58,14 @@ pub struct GatewayConfig {
     #[arg(long = "allowed-host", env = "MCP_GATEWAY_ALLOWED_HOSTS", value_delimiter = ',', default_values_t = ["localhost".to_owned(), "127.0.0.1".to_owned(), "::1".to_owned()])]
     pub allowed_hosts: Vec<String>,
 
-    /// Redis for session contexts and MCP session state. Required unless --in-memory.
-    #[arg(long, env = "REDIS_URL", hide_env_values = true)]
-    pub redis_url: Option<String>,
-
-    /// Prefix of this service's Redis keys.
-    #[arg(long, env = "MCP_GATEWAY_REDIS_PREFIX", default_value = "sy")]
-    pub redis_prefix: String,
+    /// Redis for session contexts and MCP session state, Postgres for the record of
+    /// set_context and tool calls; or memory with --in-memory.
+    #[command(flatten)]
+    pub stores: GatewayStoreArgs,
 
     /// How long an idle session's context is kept.
     #[arg(long, env = "MCP_GATEWAY_CONTEXT_TTL", default_value = "24h", value_parser = parse_duration)]
     pub context_ttl: Duration,
-
-    /// Postgres for the record of set_context and tool calls. Required unless --in-memory.
-    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
-    pub database_url: Option<String>,
-
-    /// Postgres schema of this service's tables (created if missing).
-    #[arg(long, env = "MCP_GATEWAY_DB_SCHEMA", default_value = "mcp_gateway")]
-    pub db_schema: String,
-
-    /// Keep contexts and records in memory (lost on exit; for development). Wins over
-    /// REDIS_URL and DATABASE_URL, which a shell or test environment may well have set.
-    #[arg(long, env = "MCP_GATEWAY_IN_MEMORY")]
-    pub in_memory: bool,
 
     /// A sentence-transformers BERT folder for the semantic signal (scripts/fetch-models.sh
     /// puts all-MiniLM-L6-v2 in models/). Without it, ranking uses words and usage only.
@@ -115,6 +108,11 @@ pub struct GatewayConfig {
     #[arg(long, env = "MCP_GATEWAY_RECORD_BUFFER", default_value_t = 10_000)]
     pub record_buffer: usize,
 
+    /// On shutdown, how long writing the records still held may take before the process exits
+    /// (what is left is logged as lost).
+    #[arg(long, env = "MCP_GATEWAY_RECORD_DRAIN_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    pub record_drain_timeout: Duration,
+
     #[command(flatten)]
     pub server: ServerArgs,
 }
@@ -132,12 +130,8 @@ impl GatewayConfig {
             top_k: 8,
             prefix_tools: true,
             allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
-            redis_url: None,
-            redis_prefix: "sy".into(),
+            stores: GatewayStoreArgs::in_memory(),
             context_ttl: Duration::from_secs(24 * 3600),
-            database_url: None,
-            db_schema: "mcp_gateway".into(),
-            in_memory: true,
             model_dir: PathBuf::from("models/all-MiniLM-L6-v2"),
             no_embeddings: false,
             history_limit: 20_000,
@@ -148,6 +142,7 @@ impl GatewayConfig {
             reconnect_initial: Duration::from_millis(500),
             reconnect_max: Duration::from_secs(30),
             record_buffer: 10_000,
+            record_drain_timeout: Duration::from_secs(5),
             server: ServerArgs::default(),
         }
     }
@@ -163,6 +158,6 @@ impl GatewayConfig {
     }
 
     pub fn backoff(&self) -> Backoff {
-        Backoff { initial: self.reconnect_initial, max: self.reconnect_max.max(self.reconnect_initial) }
+        Backoff::new(self.reconnect_initial, self.reconnect_max)
     }
 }

@@ -7,7 +7,7 @@ use base64::Engine;
 use prost_types::{Struct, Value as ProtoValue, value::Kind};
 use rmcp::model::{CallToolResponse as McpCallResponse, ContentBlock, ResourceContents};
 use serde_json::{Map, Number, Value};
-use switchyard_kit::to_status;
+use switchyard_kit::{Identity, SessionId, proto_time::timestamp, to_status};
 use switchyard_proto::mcp::v1::{self as pb, mcp_gateway_service_server::McpGatewayService};
 use tonic::{Request, Response, Status};
 
@@ -15,7 +15,6 @@ use crate::{
     domain::SessionContext,
     error::GatewayError,
     gateway::{Gateway, ShownTool, Stats, ToolList},
-    mcp::{DEFAULT_TENANT, TENANT_HEADER},
     store::SessionKey,
     upstream::{ServerState, ServerStatus},
 };
@@ -34,43 +33,19 @@ fn status(err: GatewayError) -> Status {
     to_status(&err)
 }
 
-/// The session a request is about: `x-tenant-id` (or the default tenant) and `session_id`.
+/// The session a request is about: the caller's tenant (from the kit's identity layer) and
+/// `session_id`.
 fn session_key<T>(request: &Request<T>, session_id: &str) -> Result<SessionKey, Status> {
-    let tenant = match request.metadata().get(TENANT_HEADER) {
-        None => DEFAULT_TENANT.to_owned(),
-        Some(value) => {
-            let text = value.to_str().map_err(|_| status(GatewayError::invalid(TENANT_HEADER, "must be ASCII")))?;
-            if !SessionKey::valid_tenant(text) {
-                return Err(status(GatewayError::invalid(
-                    TENANT_HEADER,
-                    format!("`{text}` must be 1 to 64 characters of [A-Za-z0-9._-]"),
-                )));
-            }
-            text.to_owned()
-        }
-    };
     if session_id.is_empty() {
         return Err(status(GatewayError::invalid("session_id", "is required")));
     }
-    if !SessionKey::valid_session_id(session_id) {
-        return Err(status(GatewayError::invalid(
-            "session_id",
-            format!("must be 1 to {} characters of [A-Za-z0-9._:-]", SessionKey::MAX_SESSION_ID),
-        )));
-    }
-    Ok(SessionKey { tenant, session_id: session_id.to_owned() })
-}
-
-fn timestamp(time: chrono::DateTime<chrono::Utc>) -> prost_types::Timestamp {
-    prost_types::Timestamp {
-        seconds: time.timestamp(),
-        nanos: i32::try_from(time.timestamp_subsec_nanos()).unwrap_or(0),
-    }
+    let id = SessionId::parse(session_id).map_err(|err| status(GatewayError::invalid(err.field, err.reason)))?;
+    Ok(Identity::of(request).session(id))
 }
 
 fn context_message(key: &SessionKey, context: &SessionContext) -> pb::SessionContext {
     pb::SessionContext {
-        session_id: key.session_id.clone(),
+        session_id: key.id.to_string(),
         current_query: context.current_query.clone().unwrap_or_default(),
         current_intent: context.current_intent.clone(),
         tools_used_this_session: context.tools_used.clone(),

@@ -33,7 +33,7 @@ use rmcp::transport::streamable_http_server::{
     StreamableHttpServerConfig, StreamableHttpService,
     session::{SessionState, SessionStore, SessionStoreError, local::LocalSessionManager},
 };
-use switchyard_kit::GrpcServer;
+use switchyard_kit::{GrpcServer, identity::IdentityLayer, store::StorePlan};
 use switchyard_models::Embedder;
 use switchyard_proto::mcp::v1::mcp_gateway_service_server::McpGatewayServiceServer;
 use tokio_util::sync::CancellationToken;
@@ -67,21 +67,17 @@ impl Stores {
 
     /// Redis and Postgres as configured, or memory with `--in-memory`.
     pub async fn open(config: &GatewayConfig) -> anyhow::Result<Self> {
-        if config.in_memory {
-            return Ok(Self::in_memory());
-        }
-        let redis_url = config
-            .redis_url
-            .as_deref()
-            .context("REDIS_URL (or --redis-url) is required; pass --in-memory for throwaway stores")?;
-        let database_url = config
-            .database_url
-            .as_deref()
-            .context("DATABASE_URL (or --database-url) is required; pass --in-memory for throwaway stores")?;
-        let contexts = RedisContextStore::connect(redis_url, &config.redis_prefix, config.context_ttl)
+        let args = config.stores.store_args();
+        let (database_url, redis_url) = match args.plan("mcp-gateway", true).map_err(anyhow::Error::msg)? {
+            StorePlan::InMemory => return Ok(Self::in_memory()),
+            StorePlan::Durable { database_url, redis_url } => (database_url, redis_url.context("redis url")?),
+        };
+        let contexts = RedisContextStore::connect(&redis_url, &args.redis_prefix, config.context_ttl)
             .await
-            .context("opening Redis")?;
-        let usage = PostgresUsageStore::connect(database_url, &config.db_schema).await.context("opening Postgres")?;
+            .with_context(|| format!("opening Redis at {}", redis_url.url_without_credentials()))?;
+        let usage = PostgresUsageStore::connect(database_url.expose(), &args.db_schema)
+            .await
+            .with_context(|| format!("opening Postgres at {}", database_url.url_without_credentials()))?;
         Ok(Self { contexts: Arc::new(contexts), usage: Arc::new(usage) })
     }
 }
@@ -168,7 +164,8 @@ pub fn mcp_router(gateway: Arc<Gateway>, config: &GatewayConfig, shutdown: Cance
         Arc::new(LocalSessionManager::default()),
         http,
     );
-    axum::Router::new().nest_service("/mcp", service)
+    // Tenant and user from the headers an API gateway in front sets, checked like gRPC's.
+    axum::Router::new().nest_service("/mcp", service).layer(IdentityLayer::http())
 }
 
 /// A gateway bound to its ports (gRPC and MCP HTTP), ready to serve.
@@ -178,6 +175,7 @@ pub struct GatewayServer {
     mcp: axum::Router,
     gateway: Arc<Gateway>,
     stop: CancellationToken,
+    drain_timeout: Duration,
 }
 
 impl GatewayServer {
@@ -214,7 +212,7 @@ impl GatewayServer {
             .await
             .with_context(|| format!("binding the MCP endpoint on {}", config.mcp_listen))?;
         let mcp = mcp_router(gateway.clone(), config, stop.child_token());
-        Ok(Self { grpc, mcp_listener, mcp, gateway, stop })
+        Ok(Self { grpc, mcp_listener, mcp, gateway, stop, drain_timeout: config.record_drain_timeout })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -231,7 +229,7 @@ impl GatewayServer {
 
     /// Serves gRPC and MCP until `shutdown`; then stops the downstream servers.
     pub async fn serve(self, shutdown: impl Future<Output = ()> + Send) -> anyhow::Result<()> {
-        let Self { grpc, mcp_listener, mcp, stop, .. } = self;
+        let Self { grpc, mcp_listener, mcp, stop, gateway, drain_timeout } = self;
         let http_stop = stop.clone();
         let http = tokio::spawn(async move {
             axum::serve(mcp_listener, mcp).with_graceful_shutdown(http_stop.cancelled_owned()).await
@@ -246,6 +244,7 @@ impl GatewayServer {
         let result = served.await;
         stop.cancel();
         http.await.context("MCP endpoint task")?.context("MCP endpoint")?;
+        gateway.drain_records(drain_timeout).await;
         result
     }
 }
@@ -260,12 +259,14 @@ pub async fn serve_stdio(config: &GatewayConfig, shutdown: impl Future<Output = 
     // Servers that come up quickly are listed in the first tools/list.
     gateway.upstreams().settled(Duration::from_secs(10)).await;
     gateway.rebuild_catalog().await;
-    let running = McpHandler::stdio(gateway).serve(rmcp::transport::stdio()).await.context("starting MCP on stdio")?;
+    let running =
+        McpHandler::stdio(gateway.clone()).serve(rmcp::transport::stdio()).await.context("starting MCP on stdio")?;
     let cancel = running.cancellation_token();
     tokio::select! {
         reason = running.waiting() => { tracing::info!(?reason, "stdio client disconnected"); }
         () = shutdown => cancel.cancel(),
     }
     stop.cancel();
+    gateway.drain_records(config.record_drain_timeout).await;
     Ok(())
 }

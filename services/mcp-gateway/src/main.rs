@@ -19,8 +19,7 @@ struct Cli {
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let _telemetry = telemetry::init("switchyard-mcp-gateway", &cli.telemetry)?;
-    // HTTPS downstream servers: rustls with the ring provider (no second TLS stack).
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    switchyard_kit::tls::install_crypto_provider();
     if cli.config.stdio {
         serve_stdio(&cli.config, shutdown_signal()).await
     } else {

@@ -19,6 +19,7 @@ use rmcp::{
     service::{NotificationContext, Peer, RequestContext, RoleServer},
 };
 use serde_json::json;
+use switchyard_kit::{Identity, SessionId};
 
 use crate::{
     error::GatewayError,
@@ -27,10 +28,6 @@ use crate::{
     store::SessionKey,
     upstream::{ProgressSink, Upstream},
 };
-
-/// The tenant an API gateway in front of `/mcp` may set; the default tenant otherwise.
-pub const TENANT_HEADER: &str = "x-tenant-id";
-pub const DEFAULT_TENANT: &str = "default";
 
 const INSTRUCTIONS: &str = "This server fronts many tool servers. Call `set_context` with the user's request (and \
 your intent) before choosing tools: the tool list is then narrowed to the tools relevant to it. Call it again \
@@ -79,21 +76,18 @@ impl McpHandler {
         Self { gateway, fixed_session: Some(format!("stdio-{}", uuid::Uuid::new_v4())) }
     }
 
+    /// The session of a request: the tenant the kit's identity layer read from the HTTP
+    /// headers (stdio has none: the default tenant) and the MCP session id.
     fn key(&self, extensions: &rmcp::model::Extensions) -> Result<Option<SessionKey>, McpError> {
         let parts = extensions.get::<http::request::Parts>();
-        let header = |name: &str| parts.and_then(|p| p.headers.get(name)).and_then(|v| v.to_str().ok());
-        let tenant = match header(TENANT_HEADER) {
-            None => DEFAULT_TENANT.to_owned(),
-            Some(tenant) if SessionKey::valid_tenant(tenant) => tenant.to_owned(),
-            Some(_) => {
-                return Err(McpError::invalid_request(
-                    format!("header {TENANT_HEADER} must be 1 to 64 characters of [A-Za-z0-9._-]"),
-                    None,
-                ));
-            }
+        let identity = parts.map(|p| Identity::from_extensions(&p.extensions)).unwrap_or_default();
+        let header = parts.and_then(|p| p.headers.get("mcp-session-id")).and_then(|v| v.to_str().ok());
+        let Some(session) = header.map(str::to_owned).or_else(|| self.fixed_session.clone()) else {
+            return Ok(None);
         };
-        let session = header("mcp-session-id").map(str::to_owned).or_else(|| self.fixed_session.clone());
-        Ok(session.map(|session_id| SessionKey { tenant, session_id }))
+        let id = SessionId::parse_field(&session, "mcp-session-id")
+            .map_err(|err| McpError::invalid_request(err.to_string(), None))?;
+        Ok(Some(identity.session(id)))
     }
 
     async fn set_context(

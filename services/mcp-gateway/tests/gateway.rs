@@ -121,7 +121,7 @@ async fn session_walkthrough(first: common::Running, second: common::Running, sc
     assert_eq!(there[1], "meta__AI2sql");
     let called_there = raw.request("tools/call", json!({"name": "meta__AI2sql", "arguments": {"q": "again"}})).await;
     assert!(called_there["content"][0]["text"].as_str().unwrap().contains("AI2sql called with"));
-    let raw_key = SessionKey { tenant: "default".into(), session_id: raw.session_id.clone() };
+    let raw_key = common::session_key("default", &raw.session_id);
     let raw_records = wait_for_records(&second, &raw_key, 2).await;
     assert!(
         matches!(&raw_records[1], UsageRecord::ToolCall { tool, context_query: Some(q), shown: ShownMatch::InList, .. }
@@ -130,7 +130,7 @@ async fn session_walkthrough(first: common::Running, second: common::Running, sc
     );
 
     // Postgres holds the set_context and every call that reached a server, with the context.
-    let key = SessionKey { tenant: "default".into(), session_id: client_session(&schema, &raw.session_id).await };
+    let key = common::session_key("default", &client_session(&schema, &raw.session_id).await);
     let records = wait_for_records(&first, &key, 4).await;
     let calls: Vec<_> = records
         .iter()
@@ -287,7 +287,7 @@ async fn the_usage_prior_raises_tools_used_for_similar_contexts() {
     let query = "help me plan what to cook for dinner this week";
 
     // Before any use: where does a tool that descriptions alone rank low stand?
-    let learner = SessionKey { tenant: "default".into(), session_id: "learner".into() };
+    let learner = common::session_key("default", "learner");
     let (_, before) = gateway.set_context(&learner, query, None).await.unwrap();
     let before: Vec<String> = before.tools.iter().map(|t| t.tool.name.clone()).collect();
     let chosen = before.last().unwrap().clone();
@@ -297,7 +297,7 @@ async fn the_usage_prior_raises_tools_used_for_similar_contexts() {
     for (i, asked) in
         ["plan my dinners for the week", "what should I cook tonight", "weekly dinner ideas"].iter().enumerate()
     {
-        let key = SessionKey { tenant: "default".into(), session_id: format!("user-{i}") };
+        let key = common::session_key("default", &format!("user-{i}"));
         gateway.set_context(&key, asked, None).await.unwrap();
         gateway.call_tool(Some(&key), &chosen, None).await.unwrap();
     }
@@ -368,8 +368,7 @@ async fn grpc_api_sets_context_lists_scores_and_calls() {
     assert_eq!(called.server, "meta");
     let Some(pb::content::Kind::Text(text)) = &called.content[0].kind else { panic!("text content") };
     assert!(text.contains(r#""n":3"#), "whole numbers stay integers: {text}");
-    let context =
-        running.gateway.context(&SessionKey { tenant: "default".into(), session_id: "g1".into() }).await.unwrap();
+    let context = running.gateway.context(&common::session_key("default", "g1")).await.unwrap();
     assert_eq!(context.unwrap().tools_used, ["meta__search_notes"]);
 
     // Bad input: named fields and the right codes.

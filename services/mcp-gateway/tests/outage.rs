@@ -12,7 +12,7 @@ use std::{sync::Arc, time::Duration};
 use switchyard_mcp_gateway::{
     Stores,
     domain::UsageRecord,
-    store::{SessionKey, UsageStore, memory::MemoryContextStore, postgres::PostgresUsageStore},
+    store::{UsageStore, memory::MemoryContextStore, postgres::PostgresUsageStore},
     testkit::{FixtureServer, tool},
 };
 
@@ -37,7 +37,7 @@ async fn outage(schema: String) {
     let gateway = running.gateway.clone();
 
     proxy.cut();
-    let key = SessionKey { tenant: "default".into(), session_id: "during-outage".into() };
+    let key = common::session_key("default", "during-outage");
     gateway.set_context(&key, "look this up", None).await.expect("set_context serves without Postgres");
     for _ in 0..3 {
         let outcome = gateway.call_tool(Some(&key), "fx__lookup", None).await.expect("calls serve without Postgres");

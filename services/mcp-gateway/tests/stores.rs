@@ -17,7 +17,7 @@ use switchyard_mcp_gateway::{
 };
 
 fn key(tenant: &str, session: &str) -> SessionKey {
-    SessionKey { tenant: tenant.to_owned(), session_id: session.to_owned() }
+    common::session_key(tenant, session)
 }
 
 fn at(ms: i64) -> DateTime<Utc> {
@@ -32,7 +32,7 @@ async fn memory_context_store() {
 #[tokio::test]
 async fn redis_context_store() {
     let prefix = common::unique("gw");
-    let store = RedisContextStore::connect(&common::redis_url(), &prefix, std::time::Duration::from_secs(60))
+    let store = RedisContextStore::connect(&common::redis_url().into(), &prefix, std::time::Duration::from_secs(60))
         .await
         .unwrap_or_else(|err| panic!("redis at {} (set REDIS_URL): {err}", common::redis_url()));
     let result = tokio::spawn(context_suite(Arc::new(store))).await;

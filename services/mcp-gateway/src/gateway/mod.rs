@@ -6,18 +6,13 @@ mod call;
 mod publish;
 mod upkeep;
 
-use std::{
-    sync::{
-        Arc,
-        atomic::{AtomicU64, Ordering},
-    },
-    time::Duration,
-};
+use std::{sync::Arc, time::Duration};
 
 use arc_swap::ArcSwap;
 use chrono::Utc;
+use switchyard_kit::records::{RecordBuffer, RecordBufferConfig};
 use switchyard_models::Embedder;
-use tokio::sync::{broadcast, mpsc, watch};
+use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
 pub use call::CallOutcome;
@@ -90,8 +85,7 @@ pub struct Gateway {
     embeddings: Arc<EmbeddingCache>,
     history: ArcSwap<History>,
     settings: Settings,
-    records: mpsc::Sender<UsageRecord>,
-    records_dropped: AtomicU64,
+    records: Arc<RecordBuffer<UsageRecord>>,
     /// Ticks when the catalog changes (MCP clients are told their tool list changed).
     catalog_changed: broadcast::Sender<()>,
     rebuild: watch::Sender<u64>,
@@ -109,7 +103,14 @@ impl Gateway {
         settings: Settings,
         shutdown: CancellationToken,
     ) -> Arc<Self> {
-        let (records, records_rx) = mpsc::channel(settings.record_buffer.max(1));
+        let records = RecordBuffer::start(
+            Arc::new(upkeep::UsageSink(usage.clone())),
+            RecordBufferConfig {
+                name: "usage records",
+                capacity: settings.record_buffer.max(1),
+                ..RecordBufferConfig::default()
+            },
+        );
         let (catalog_changed, _) = broadcast::channel(16);
         let (rebuild, _) = watch::channel(0);
         let gateway = Arc::new(Self {
@@ -122,12 +123,11 @@ impl Gateway {
             history: ArcSwap::from_pointee(History::default()),
             settings,
             records,
-            records_dropped: AtomicU64::new(0),
             catalog_changed,
             rebuild,
             metrics: Metrics::new(),
         });
-        upkeep::spawn(&gateway, records_rx, shutdown);
+        upkeep::spawn(&gateway, shutdown);
         gateway
     }
 
@@ -260,10 +260,7 @@ impl Gateway {
     }
 
     pub async fn stats(&self) -> Result<Stats, GatewayError> {
-        Ok(Stats {
-            counters: self.contexts.counters().await?,
-            records_dropped: self.records_dropped.load(Ordering::Relaxed),
-        })
+        Ok(Stats { counters: self.contexts.counters().await?, records_dropped: self.records.dropped() })
     }
 
     /// Counts an MCP session when it starts.

@@ -17,42 +17,7 @@ use chrono::{DateTime, Utc};
 
 use crate::domain::{Counters, SessionContext, ShownMatch, UsagePair, UsageRecord};
 
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("store unavailable: {0}")]
-    Unavailable(String),
-    #[error("store timed out")]
-    Timeout,
-    #[error("stored data is corrupt: {0}")]
-    Corrupt(String),
-}
-
-/// Whose session: contexts of one tenant are invisible to another.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct SessionKey {
-    pub tenant: String,
-    pub session_id: String,
-}
-
-impl SessionKey {
-    /// Longest session id accepted.
-    pub const MAX_SESSION_ID: usize = 128;
-
-    /// A tenant is 1 to 64 characters of `[A-Za-z0-9._-]`: no `:`, which joins tenant and
-    /// session in store keys, so two tenants' sessions can never share a key.
-    pub fn valid_tenant(tenant: &str) -> bool {
-        !tenant.is_empty()
-            && tenant.len() <= 64
-            && tenant.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-    }
-
-    /// A session id is 1 to 128 characters of `[A-Za-z0-9._:-]`.
-    pub fn valid_session_id(session_id: &str) -> bool {
-        !session_id.is_empty()
-            && session_id.len() <= Self::MAX_SESSION_ID
-            && session_id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':'))
-    }
-}
+pub use switchyard_kit::{identity::SessionKey, store::StoreError};
 
 #[async_trait]
 pub trait ContextStore: Send + Sync + 'static {

@@ -42,8 +42,8 @@ impl UsageStore for PostgresUsageStore {
                         "INSERT INTO context_events (tenant, session_id, query, intent, created_at) \
                          VALUES ($1, $2, $3, $4, $5)",
                     )
-                    .bind(&key.tenant)
-                    .bind(&key.session_id)
+                    .bind(key.tenant.as_str())
+                    .bind(key.id.as_str())
                     .bind(query)
                     .bind(intent)
                     .bind(at)
@@ -69,8 +69,8 @@ impl UsageStore for PostgresUsageStore {
                          context_intent, context_embedding, in_filtered_list, is_error, duration_ms, created_at) \
                          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
                     )
-                    .bind(&key.tenant)
-                    .bind(&key.session_id)
+                    .bind(key.tenant.as_str())
+                    .bind(key.id.as_str())
                     .bind(tool)
                     .bind(server)
                     .bind(upstream_tool)
@@ -119,8 +119,8 @@ impl UsageStore for PostgresUsageStore {
             "SELECT query, intent, created_at FROM context_events WHERE tenant = $1 AND session_id = $2 \
              ORDER BY created_at DESC, id DESC LIMIT $3",
         )
-        .bind(&key.tenant)
-        .bind(&key.session_id)
+        .bind(key.tenant.as_str())
+        .bind(key.id.as_str())
         .bind(limit)
         .fetch_all(&self.pool)
         .await
@@ -130,8 +130,8 @@ impl UsageStore for PostgresUsageStore {
              is_error, duration_ms, created_at FROM tool_calls WHERE tenant = $1 AND session_id = $2 \
              ORDER BY created_at DESC, id DESC LIMIT $3",
         )
-        .bind(&key.tenant)
-        .bind(&key.session_id)
+        .bind(key.tenant.as_str())
+        .bind(key.id.as_str())
         .bind(limit)
         .fetch_all(&self.pool)
         .await

@@ -14,20 +14,20 @@
 //! The counters live in a separate key from the session, so the scripts need a single Redis
 //! (or Sentinel), not Cluster.
 
-use std::{collections::HashMap, future::Future, time::Duration};
+use std::{collections::HashMap, time::Duration};
 
 use async_trait::async_trait;
 use chrono::{DateTime, TimeZone, Utc};
-use redis::{
-    RedisResult, Script,
-    aio::{ConnectionManager, ConnectionManagerConfig},
+use redis::{Script, aio::ConnectionManager};
+use switchyard_kit::{
+    Secret,
+    store::{KeyPrefix, REDIS_COMMAND_TIMEOUT, bounded, connect_redis, ping_redis},
 };
 
 use super::{ContextStore, SessionKey, StoreError, embedding_from_bytes, embedding_to_bytes};
 use crate::domain::{Counters, SessionContext, ShownMatch};
 
-const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+const COMMAND_TIMEOUT: Duration = REDIS_COMMAND_TIMEOUT;
 
 const TOUCH_LUA: &str = r"
 if redis.call('HSETNX', KEYS[1], 'seen', '1') == 1 then
@@ -104,24 +104,14 @@ impl std::fmt::Debug for RedisContextStore {
 }
 
 impl RedisContextStore {
-    /// Connects to Redis at `url`. Keys start with `prefix` (characters of `[A-Za-z0-9_.:-]`);
-    /// contexts expire `ttl` after their last write.
-    pub async fn connect(url: &str, prefix: &str, ttl: Duration) -> Result<Self, StoreError> {
-        if prefix.is_empty() || !prefix.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-'))
-        {
-            return Err(StoreError::Unavailable(format!(
-                "redis key prefix `{prefix}` must be 1 or more characters of [A-Za-z0-9_.:-]"
-            )));
-        }
-        let client = redis::Client::open(url).map_err(|err| StoreError::Unavailable(format!("redis url: {err}")))?;
-        drop(bounded(CONNECT_TIMEOUT, client.get_multiplexed_async_connection()).await?);
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(COMMAND_TIMEOUT))
-            .set_response_timeout(Some(COMMAND_TIMEOUT));
-        let conn = bounded(CONNECT_TIMEOUT, ConnectionManager::new_with_config(client, config)).await?;
+    /// Connects to Redis at `url`. Keys start with `prefix` (see [`KeyPrefix`]); contexts
+    /// expire `ttl` after their last write.
+    pub async fn connect(url: &Secret, prefix: &str, ttl: Duration) -> Result<Self, StoreError> {
+        let prefix = KeyPrefix::parse(prefix)?;
+        let conn = connect_redis(url).await?;
         Ok(Self {
             conn,
-            prefix: prefix.to_owned(),
+            prefix: prefix.to_string(),
             ttl_secs: ttl.as_secs().max(1),
             touch: Script::new(TOUCH_LUA),
             set_context: Script::new(SET_CONTEXT_LUA),
@@ -131,7 +121,7 @@ impl RedisContextStore {
     }
 
     fn context_key(&self, key: &SessionKey) -> String {
-        format!("{}:mcp:{{{}:{}}}", self.prefix, key.tenant, key.session_id)
+        format!("{}:mcp:{{{}}}", self.prefix, key.store_key())
     }
 
     fn stats_key(&self) -> String {
@@ -140,15 +130,6 @@ impl RedisContextStore {
 
     fn transport_key(&self, session_id: &str) -> String {
         format!("{}:mcp:transport:{session_id}", self.prefix)
-    }
-}
-
-async fn bounded<T>(limit: Duration, call: impl Future<Output = RedisResult<T>>) -> Result<T, StoreError> {
-    match tokio::time::timeout(limit, call).await {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(err)) if err.is_timeout() => Err(StoreError::Timeout),
-        Ok(Err(err)) => Err(StoreError::Unavailable(format!("redis: {err}"))),
-        Err(_) => Err(StoreError::Timeout),
     }
 }
 
@@ -257,9 +238,7 @@ impl ContextStore for RedisContextStore {
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
-        let mut conn = self.conn.clone();
-        let reply: String = bounded(COMMAND_TIMEOUT, redis::cmd("PING").query_async(&mut conn)).await?;
-        if reply == "PONG" { Ok(()) } else { Err(StoreError::Corrupt(format!("unexpected PING reply `{reply}`"))) }
+        ping_redis(&self.conn).await
     }
 
     async fn load_transport(&self, session_id: &str) -> Result<Option<String>, StoreError> {

@@ -134,9 +134,9 @@ pub struct Upstreams {
 impl Upstreams {
     /// Starts a supervisor for each server; they run until `shutdown` is cancelled.
     pub fn start(specs: Vec<UpstreamSpec>, backoff: Backoff, shutdown: CancellationToken) -> Arc<Self> {
-        // HTTPS to downstream servers uses rustls with the ring provider (the one TLS stack of
-        // the workspace); installing it is a no-op when the process already has a provider.
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        // HTTPS to downstream servers needs the process's rustls provider (a no-op when the
+        // binary installed it already).
+        switchyard_kit::tls::install_crypto_provider();
         let (changed, _) = tokio::sync::watch::channel(0);
         let set = Arc::new(Self {
             servers: specs.into_iter().map(|s| Arc::new(Upstream::new(s))).collect(),
@@ -144,7 +144,7 @@ impl Upstreams {
             progress: Arc::default(),
         });
         for upstream in &set.servers {
-            tokio::spawn(supervisor::supervise(upstream.clone(), set.clone(), backoff, shutdown.clone()));
+            tokio::spawn(supervisor::supervise(upstream.clone(), set.clone(), backoff.clone(), shutdown.clone()));
         }
         set
     }

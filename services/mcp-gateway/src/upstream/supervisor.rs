@@ -22,18 +22,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// A connection that lasted this long resets the backoff.
 const STABLE_AFTER: Duration = Duration::from_secs(30);
 
-/// Reconnection delays: doubling from `initial` up to `max`.
-#[derive(Debug, Clone, Copy)]
-pub struct Backoff {
-    pub initial: Duration,
-    pub max: Duration,
-}
-
-impl Backoff {
-    fn delay(&self, failures: u32) -> Duration {
-        self.initial.saturating_mul(2u32.saturating_pow(failures.min(16))).min(self.max)
-    }
-}
+/// Reconnection delays: doubling from `initial` up to `max`, jittered so replicas that lost
+/// a server together do not reconnect in lockstep.
+pub use switchyard_kit::backoff::Backoff;
 
 /// Keeps one server connected until `shutdown`: each failed attempt or lost connection waits
 /// out the backoff and tries again.
@@ -169,19 +160,5 @@ async fn connect(upstream: &Upstream, client: UpstreamClient) -> Result<Running,
             stdio::connect(upstream, client, command, args, env, cwd.as_deref()).await
         }
         Transport::Http { url, headers } => http::connect(client, url, headers).await,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_up_to_the_cap() {
-        let backoff = Backoff { initial: Duration::from_millis(100), max: Duration::from_secs(2) };
-        assert_eq!(backoff.delay(0), Duration::from_millis(100));
-        assert_eq!(backoff.delay(3), Duration::from_millis(800));
-        assert_eq!(backoff.delay(10), Duration::from_secs(2));
-        assert_eq!(backoff.delay(u32::MAX), Duration::from_secs(2));
     }
 }

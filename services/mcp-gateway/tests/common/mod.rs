@@ -73,7 +73,7 @@ pub fn config(servers: &[String]) -> GatewayConfig {
 
 /// Redis and Postgres stores under a fresh prefix and schema.
 pub async fn shared_stores(prefix: &str, schema: &str) -> Stores {
-    let contexts = RedisContextStore::connect(&redis_url(), prefix, Duration::from_secs(600))
+    let contexts = RedisContextStore::connect(&redis_url().into(), prefix, Duration::from_secs(600))
         .await
         .unwrap_or_else(|err| panic!("redis at {} (set REDIS_URL): {err}", redis_url()));
     let usage = PostgresUsageStore::connect(&database_url(), schema)
@@ -179,4 +179,10 @@ pub async fn mcp_client(url: &str) -> Client {
 /// A free loopback port (for peers that take a port rather than binding port 0).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A session of `tenant` (both valid, or the test is wrong).
+pub fn session_key(tenant: &str, id: &str) -> switchyard_mcp_gateway::store::SessionKey {
+    let tenant = switchyard_kit::TenantId::parse(tenant).expect("tenant");
+    switchyard_mcp_gateway::store::SessionKey::new(tenant, switchyard_kit::SessionId::parse(id).expect("session id"))
 }
