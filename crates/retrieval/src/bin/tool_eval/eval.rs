@@ -1,7 +1,6 @@
-//! `switchyard-tool-eval TOOLS QUERIES [HISTORY]`: measures tool retrieval on MetaTool-shaped
-//! JSON-lines files — TOOLS: `{"name", "description"}`; QUERIES and HISTORY:
-//! `{"query", "tool"}`. Prints recall@1/5/10 and MRR per method as one JSON object, so it runs
-//! unchanged on any split. Methods: `bm25` (tool text alone), `embedding` (MiniLM cosine),
+//! The evaluation: reads TOOLS (`{"name", "description"}` per line), QUERIES and HISTORY
+//! (`{"query", "tool"}`), and prints recall@1/5/10 and MRR per method as one JSON object, so it
+//! runs unchanged on any split. Methods: `bm25` (tool text alone), `embedding` (MiniLM cosine),
 //! `hybrid` (both) and, with HISTORY, `hybrid+usage_prior` (the past queries nearest in meaning
 //! vote for the tools they used) and `bm25+usage_prior` (no model, neighbours by shared words).
 //! The model folder is `SWITCHYARD_MODEL_DIR`, else `models/all-MiniLM-L6-v2` of the
@@ -11,20 +10,18 @@
 //! between runs, keyed by the model's files and the exact text, so a tuning sweep runs the model
 //! once.
 
-mod cache;
+use std::{collections::HashMap, fs, path::Path};
 
-use std::{
-    collections::HashMap,
-    fs,
-    path::{Path, PathBuf},
-};
-
-use anyhow::{Context, bail};
-use cache::EmbeddingCache;
+use anyhow::Context;
 use serde::Deserialize;
 use serde_json::json;
 use switchyard_models::Embedder;
 use switchyard_retrieval::{Fusion, PriorParams, ToolRanker, ToolText, Votes, Weights, tool_document};
+
+use crate::{
+    args::Args,
+    cache::{self, EmbeddingCache},
+};
 
 #[derive(Deserialize)]
 struct ToolLine {
@@ -62,28 +59,6 @@ fn read_lines<T: for<'de> Deserialize<'de>>(path: &Path) -> anyhow::Result<Vec<T
         .collect()
 }
 
-const USAGE: &str = "usage: switchyard-tool-eval [--embedding-cache PATH] TOOLS QUERIES [HISTORY]";
-
-/// The positional arguments and the cache file, if any.
-fn parse_args() -> anyhow::Result<(Vec<String>, Option<PathBuf>)> {
-    let mut positional = Vec::new();
-    let mut cache = std::env::var_os("SWITCHYARD_EMBEDDING_CACHE").map(PathBuf::from);
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        if arg == "--embedding-cache" {
-            cache = Some(args.next().map(PathBuf::from).context(USAGE)?);
-        } else if let Some(path) = arg.strip_prefix("--embedding-cache=") {
-            cache = Some(PathBuf::from(path));
-        } else {
-            positional.push(arg);
-        }
-    }
-    if !(2..=3).contains(&positional.len()) {
-        bail!(USAGE);
-    }
-    Ok((positional, cache))
-}
-
 fn measure(ranker: &ToolRanker, queries: &[(String, usize)], embeddings: Option<&[Vec<f32>]>) -> serde_json::Value {
     let (mut hits1, mut hits5, mut hits10, mut reciprocal) = (0usize, 0usize, 0usize, 0.0f64);
     for (index, (query, expected)) in queries.iter().enumerate() {
@@ -106,9 +81,8 @@ fn measure(ranker: &ToolRanker, queries: &[(String, usize)], embeddings: Option<
     })
 }
 
-fn main() -> anyhow::Result<()> {
-    let (args, cache_path) = parse_args()?;
-    let tools: Vec<ToolLine> = read_lines(Path::new(&args[0]))?;
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    let tools: Vec<ToolLine> = read_lines(&args.tools)?;
     let index_of: HashMap<&str, usize> = tools.iter().enumerate().map(|(i, t)| (t.name.as_str(), i)).collect();
     let known = |lines: Vec<QueryLine>| -> (Vec<(String, usize)>, usize) {
         let total = lines.len();
@@ -117,7 +91,7 @@ fn main() -> anyhow::Result<()> {
         let unknown = total - kept.len();
         (kept, unknown)
     };
-    let (queries, unknown_tools) = known(read_lines(Path::new(&args[1]))?);
+    let (queries, unknown_tools) = known(read_lines(&args.queries)?);
     let texts: Vec<ToolText> = tools
         .iter()
         .map(|t| ToolText { name: t.name.clone(), description: t.description.clone(), parameters: Vec::new() })
@@ -129,7 +103,7 @@ fn main() -> anyhow::Result<()> {
     });
     let embedder = Embedder::load(&model_dir)
         .with_context(|| format!("loading the embedding model from {}", model_dir.display()))?;
-    let mut cache = EmbeddingCache::open(cache_path, cache::fingerprint(&model_dir)?);
+    let mut cache = EmbeddingCache::open(args.embedding_cache.clone(), cache::fingerprint(&model_dir)?);
     let documents: Vec<String> = texts.iter().map(tool_document).collect();
     let tool_embeddings = cache.embed(&embedder, &documents.iter().map(String::as_str).collect::<Vec<_>>())?;
     let query_embeddings = cache.embed(&embedder, &queries.iter().map(|(q, _)| q.as_str()).collect::<Vec<_>>())?;
@@ -149,8 +123,8 @@ fn main() -> anyhow::Result<()> {
     let cold = Weights { semantic: tuning("SWITCHYARD_EVAL_SEMANTIC_WEIGHT", cold.semantic), ..cold };
     let hybrid = ToolRanker::new(&texts, cold).with_fusion(fusion).with_tool_embeddings(tool_embeddings.clone());
     methods.insert("hybrid".into(), measure(&hybrid, &queries, Some(&query_embeddings)));
-    if let Some(history_path) = args.get(2) {
-        let (history, _) = known(read_lines(Path::new(history_path))?);
+    if let Some(history_path) = &args.history {
+        let (history, _) = known(read_lines(history_path)?);
         let lexical_prior = ToolRanker::new(&texts, weights(1.0, 0.0, LEXICAL_PRIOR_WEIGHT)).with_history(
             &history,
             None,

@@ -1,0 +1,30 @@
+//! `switchyard-tool-eval TOOLS QUERIES [HISTORY]`: measures tool retrieval on MetaTool-shaped
+//! JSON-lines files (see `eval.rs`). Usage mistakes print the usage and exit 2; a failed run
+//! prints its error chain and exits 1, never a backtrace.
+
+mod args;
+mod cache;
+mod eval;
+
+use std::{path::PathBuf, process::ExitCode};
+
+fn main() -> ExitCode {
+    let cache_from_env = std::env::var_os("SWITCHYARD_EMBEDDING_CACHE").map(PathBuf::from);
+    match args::parse(std::env::args().skip(1), cache_from_env) {
+        Ok(args::Command::Help) => {
+            print!("{}", args::HELP);
+            ExitCode::SUCCESS
+        }
+        Ok(args::Command::Run(args)) => match eval::run(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                eprintln!("switchyard-tool-eval: error: {err:#}");
+                ExitCode::FAILURE
+            }
+        },
+        Err(mistake) => {
+            eprintln!("switchyard-tool-eval: error: {mistake}\n{}\n(--help for more)", args::USAGE);
+            ExitCode::from(2)
+        }
+    }
+}
