@@ -72,8 +72,8 @@ pub fn parse(args: impl IntoIterator<Item = String>, cache_from_env: Option<Path
         (Some(tools), Some(queries), history, None) => {
             Ok(Command::Run(Args { tools, queries, history, embedding_cache }))
         }
-        (None | Some(_), None, _, _) => Err("expected the TOOLS and QUERIES files".to_owned()),
         (_, _, _, Some(extra)) => Err(format!("unexpected argument `{}`", extra.display())),
+        _ => Err("expected the TOOLS and QUERIES files".to_owned()),
     }
 }
 
