@@ -92,11 +92,7 @@ impl FloorClient {
             ("meta", "{}".to_owned()),
         ];
         let mut pipe = redis::pipe();
-        pipe.atomic()
-            .hset_multiple(&session.hash, &fields)
-            .ignore()
-            .expire(&session.hash, ttl_secs as i64)
-            .ignore();
+        pipe.atomic().hset_multiple(&session.hash, &fields).ignore().expire(&session.hash, ttl_secs as i64).ignore();
         let mut conn = self.conn.clone();
         bounded(COMMAND_TIMEOUT, pipe.query_async::<()>(&mut conn)).await?;
         Ok(session)
@@ -134,12 +130,8 @@ mod tests {
         assert_eq!(client.keep_role_turn(&session, "tech-expert").await.unwrap(), "ok");
         assert_eq!(client.keep_role_turn(&session, "chef").await.unwrap(), "conflict");
         let mut conn = client.conn.clone();
-        let (turns, ttl): (u64, i64) = redis::pipe()
-            .hget(&session.hash, "turns")
-            .ttl(&session.hash)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        let (turns, ttl): (u64, i64) =
+            redis::pipe().hget(&session.hash, "turns").ttl(&session.hash).query_async(&mut conn).await.unwrap();
         assert_eq!(turns, 1);
         assert!((1..=60).contains(&ttl), "ttl {ttl}");
         let _: () = redis::cmd("DEL").arg(&session.hash).query_async(&mut conn).await.unwrap();

@@ -53,10 +53,8 @@ impl Scenario for SessionsRedisFloor {
         let run = format!("{}-{}", std::process::id(), chrono::Utc::now().timestamp_millis());
         for index in 0..self.args.sessions.max(1) {
             let id = format!("floor-{run}-{index}");
-            let session = client
-                .create(&self.args.prefix, &id, ROLE, SESSION_TTL)
-                .await
-                .context("creating a floor session")?;
+            let session =
+                client.create(&self.args.prefix, &id, ROLE, SESSION_TTL).await.context("creating a floor session")?;
             self.sessions.push(session);
         }
         self.client = Some(Arc::new(client));
@@ -68,7 +66,8 @@ impl Scenario for SessionsRedisFloor {
         let session = self.sessions[worker % self.sessions.len()].clone();
         async move {
             let client = client.ok_or_else(|| Status::failed_precondition("setup did not run"))?;
-            let outcome = client.keep_role_turn(&session, ROLE).await.map_err(|err| Status::unavailable(format!("{err:#}")))?;
+            let outcome =
+                client.keep_role_turn(&session, ROLE).await.map_err(|err| Status::unavailable(format!("{err:#}")))?;
             match outcome.as_str() {
                 "ok" => Ok(()),
                 other => Err(Status::aborted(other.to_owned())),
