@@ -152,12 +152,14 @@ fn compose_problems(compose: &Value, servers: &BTreeMap<PathBuf, ServersFile>) -
             })
             .collect();
         if sources.is_empty() {
-            problems.push(format!("docker-compose.yml: service {name}: nothing is mounted at MCP_GATEWAY_CONFIG {target}"));
+            problems
+                .push(format!("docker-compose.yml: service {name}: nothing is mounted at MCP_GATEWAY_CONFIG {target}"));
         }
         for source in sources {
             let path = PathBuf::from(source.trim_start_matches("./"));
             let Some(file) = servers.get(&path) else {
-                problems.push(format!("docker-compose.yml: service {name}: {source} is not a servers file under deploy/"));
+                problems
+                    .push(format!("docker-compose.yml: service {name}: {source} is not a servers file under deploy/"));
                 continue;
             };
             for variable in file.variables.iter().filter(|v| !environment.contains_key(*v)) {
@@ -248,18 +250,24 @@ fn every_servers_file_loads_with_the_gateways_loader() {
     let servers = servers_files();
     // The two files the deployments use: finding fewer means the search broke, not that all is well.
     for expected in ["deploy/mcp-gateway/servers.example.toml", "deploy/k8s/base/mcp-gateway-servers.toml"] {
-        let file = servers.get(Path::new(expected)).unwrap_or_else(|| panic!("{expected} was not found as a servers file"));
+        let file =
+            servers.get(Path::new(expected)).unwrap_or_else(|| panic!("{expected} was not found as a servers file"));
         assert!(!file.specs.is_empty(), "{expected} configures no server");
     }
 }
 
 #[test]
 fn servers_files_run_only_packages_the_image_installs() {
-    let manifest: Value = serde_json::from_str(&read(Path::new("deploy/mcp-gateway/package.json"))).expect("package.json");
+    let manifest: Value =
+        serde_json::from_str(&read(Path::new("deploy/mcp-gateway/package.json"))).expect("package.json");
     let lock: Value =
         serde_json::from_str(&read(Path::new("deploy/mcp-gateway/package-lock.json"))).expect("package-lock.json");
-    let declared: BTreeSet<&String> =
-        manifest.get("dependencies").and_then(Value::as_object).expect("package.json has dependencies").keys().collect();
+    let declared: BTreeSet<&String> = manifest
+        .get("dependencies")
+        .and_then(Value::as_object)
+        .expect("package.json has dependencies")
+        .keys()
+        .collect();
     let mut problems = Vec::new();
     for name in &declared {
         if lock.pointer("/packages").and_then(|p| p.get(format!("node_modules/{name}"))).is_none() {
@@ -321,7 +329,10 @@ fn the_checks_report_what_is_missing() {
         );
         serde_norway::from_str(&text).expect("yaml")
     };
-    assert_eq!(compose_problems(&compose("      TOKEN: x\n", "./deploy/s.toml:/etc/s.toml:ro"), &servers), [] as [String; 0]);
+    assert_eq!(
+        compose_problems(&compose("      TOKEN: x\n", "./deploy/s.toml:/etc/s.toml:ro"), &servers),
+        [] as [String; 0]
+    );
     assert_eq!(
         compose_problems(&compose("", "./deploy/s.toml:/etc/s.toml:ro"), &servers),
         ["docker-compose.yml: service gw: ./deploy/s.toml uses ${TOKEN}, which is not in its environment"]
