@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Measures gRPC ProcessQuery (no switch) with switchyard-loadgen against release binaries: a
 # triggers server (in memory) and a sessions server on the real Redis and Postgres. In the same
-# run it measures the floor: the Redis round trips one such call needs (read the live session,
-# conditional turn update), made directly with the sessions service's Redis store.
+# run it measures the floor: the Redis round trip one such call needs (the conditional turn
+# update script), made directly by the loadgen's own Redis client.
 # Usage: scripts/bench-sessions.sh [CONCURRENCY] [DURATION]   (defaults: 16 10s)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

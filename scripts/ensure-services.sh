@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Makes sure PostgreSQL (DATABASE_URL) and Redis (REDIS_URL) answer for the tests: a no-op when
-# both do; otherwise starts them if installed, or installs them with apt-get (PostgreSQL set up
-# with trust auth, roles postgres/root, database test), then waits for both (~30 s at most).
+# Makes sure PostgreSQL (DATABASE_URL) and Redis (REDIS_URL) answer for the tests. Changes
+# nothing when both do. Otherwise, for a local URL, it installs what is missing with apt-get,
+# sets PostgreSQL up (trust auth for local connections, roles postgres/root, database test),
+# starts what is stopped, and waits for it (~30 s at most). Each change to the machine is
+# printed as it is made.
 set -euo pipefail
 
 DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}"
@@ -9,14 +11,23 @@ REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379}"
 TIMEOUT="${ENSURE_SERVICES_TIMEOUT:-30}"
 PATH="$PATH:/usr/sbin:/sbin" # runuser, and the daemons on a minimal PATH
 HBA_MARKER="# switchyard: trust local connections (added by scripts/ensure-services.sh)"
+LOG="$(mktemp)"
+trap 'rm -f "$LOG"' EXIT
 
 die() {
   echo "ensure-services: error: $*" >&2
   exit 1
 }
-note() { echo "ensure-services: $*" >&2; }
+# Announces a change to the machine before making it.
+change() { echo "ensure-services: $*" >&2; }
+# Runs a command with its output captured; shows the output only if it fails.
+quietly() {
+  if ! "$@" >>"$LOG" 2>&1; then
+    cat "$LOG" >&2
+    die "command failed: $*"
+  fi
+}
 
-# ---- helpers -------------------------------------------------------------------------------
 as_root() {
   if [[ "$(id -u)" -eq 0 ]]; then
     "$@"
@@ -69,11 +80,31 @@ tcp_open() {
   timeout 3 bash -c 'exec 3<>"/dev/tcp/$0/$1"' "$1" "$2" 2>/dev/null
 }
 
-# ---- PostgreSQL ----------------------------------------------------------------------------
-parse_url "$DATABASE_URL" 5432
-PG_HOST=$URL_HOST PG_PORT=$URL_PORT PG_USER=$URL_USER PG_DB=$URL_PATH
+# Waits until the check command answers; else prints the daemon's log hint and fails.
+wait_for() {
+  local what="$1" hint="$2" deadline=$((SECONDS + TIMEOUT))
+  shift 2
+  until "$@"; do
+    ((SECONDS < deadline)) || die "$what did not answer within ${TIMEOUT}s; see $hint"
+    sleep 0.5
+  done
+}
 
-pg_server_up() {
+APT_UPDATED=""
+apt_install() {
+  command -v apt-get >/dev/null 2>&1 || die "$* not installed and apt-get is not available: install them yourself"
+  change "installing $* with apt-get"
+  if [[ -z "$APT_UPDATED" ]]; then
+    quietly as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=120 update -q
+    APT_UPDATED=1
+  fi
+  # The packages' own attempts to start the services may fail without an init system; fine.
+  quietly as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=120 install -y -q "$@"
+}
+
+# ---- PostgreSQL: check, install, configure, start ---------------------------------------------
+
+pg_up() {
   if command -v pg_isready >/dev/null 2>&1; then
     timeout 5 pg_isready -q -h "$PG_HOST" -p "$PG_PORT" -t 3
   else
@@ -85,55 +116,57 @@ pg_connects() {
   command -v psql >/dev/null 2>&1 || return 0
   PGCONNECT_TIMEOUT=3 timeout 10 psql "$DATABASE_URL" -X -Atqc 'select 1' >/dev/null 2>&1
 }
+# The cluster the machine's start command names: the newest under /etc/postgresql.
 pg_cluster_version() {
-  # The cluster the machine's start command names: `ls /etc/postgresql` (newest if several).
-  local versions
+  local version
   # shellcheck disable=SC2012 # version directories: plain names
-  versions=$(ls /etc/postgresql 2>/dev/null | sort -V) || true
-  [[ -n "$versions" ]] || return 1
-  versions=$(tail -n1 <<<"$versions")
-  [[ -d "/etc/postgresql/$versions/main" ]] || return 1
-  echo "$versions"
+  version=$(ls /etc/postgresql 2>/dev/null | sort -V | tail -n1) || true
+  [[ -n "$version" && -d "/etc/postgresql/$version/main" ]] || return 1
+  echo "$version"
 }
-pg_installed() {
-  command -v pg_ctlcluster >/dev/null 2>&1 && pg_cluster_version >/dev/null
+pg_installed() { command -v pg_ctlcluster >/dev/null 2>&1 && pg_cluster_version >/dev/null; }
+
+pg_install() {
+  local version
+  apt_install postgresql
+  if ! pg_cluster_version >/dev/null; then
+    # Installed without a cluster (create_main_cluster off): create the default one.
+    # shellcheck disable=SC2012 # version directories: plain names
+    version=$(ls /usr/lib/postgresql 2>/dev/null | sort -V | tail -n1) || true
+    [[ -n "$version" ]] || die "PostgreSQL installed but no server version under /usr/lib/postgresql"
+    change "creating the PostgreSQL cluster $version/main"
+    quietly as_root pg_createcluster "$version" main
+  fi
+  pg_installed || die "apt-get installed postgresql but pg_ctlcluster or its cluster is missing"
 }
-pg_start() {
-  local ver
-  ver=$(pg_cluster_version) || die "no PostgreSQL cluster under /etc/postgresql"
-  note "starting PostgreSQL $ver/main"
-  # /run may be fresh (a new container): recreate the socket directory the cluster expects.
-  as_root install -d -o postgres -g postgres -m 2775 /var/run/postgresql
-  # Fails harmlessly if the cluster is already starting; the wait below is the real check.
-  as_root pg_ctlcluster --skip-systemctl-redirect "$ver" main start >"$PG_START_LOG" 2>&1 || true
-}
+
 # Trust auth for local sockets and loopback, ahead of the cluster's own rules (first match
-# wins). Reloads a running server. Safe to run again.
+# wins). Reloads a running server. Does nothing the second time.
 pg_configure_hba() {
-  local ver hba tmp
-  ver=$(pg_cluster_version) || die "no PostgreSQL cluster under /etc/postgresql to configure"
-  hba="/etc/postgresql/$ver/main/pg_hba.conf"
+  local version hba tmp
+  version=$(pg_cluster_version) || die "no PostgreSQL cluster under /etc/postgresql to configure"
+  hba="/etc/postgresql/$version/main/pg_hba.conf"
   as_root test -f "$hba" || die "missing $hba"
-  if ! as_root grep -qF "$HBA_MARKER" "$hba"; then
-    note "configuring trust auth for local connections in $hba"
-    tmp=$(mktemp)
-    {
-      echo "$HBA_MARKER"
-      printf '%-7s %-15s %-15s %-23s %s\n' local all all "" trust host all all 127.0.0.1/32 trust \
-        host all all ::1/128 trust
-      echo
-      as_root cat "$hba"
-    } >"$tmp"
-    as_root install -o postgres -g postgres -m 0640 "$tmp" "$hba"
-    rm -f "$tmp"
-    if pg_server_up; then
-      as_postgres psql -X -q -p "$PG_PORT" -d postgres -c 'select pg_reload_conf()' >/dev/null ||
-        die "could not reload PostgreSQL's configuration"
-    fi
+  as_root grep -qF "$HBA_MARKER" "$hba" && return
+  change "trusting local connections in $hba"
+  tmp=$(mktemp)
+  {
+    echo "$HBA_MARKER"
+    printf '%-7s %-15s %-15s %-23s %s\n' local all all "" trust host all all 127.0.0.1/32 trust \
+      host all all ::1/128 trust
+    echo
+    as_root cat "$hba"
+  } >"$tmp"
+  as_root install -o postgres -g postgres -m 0640 "$tmp" "$hba"
+  rm -f "$tmp"
+  if pg_up; then
+    as_postgres psql -X -q -p "$PG_PORT" -d postgres -c 'select pg_reload_conf()' >/dev/null ||
+      die "could not reload PostgreSQL's configuration"
   fi
 }
-# Trust auth, roles postgres/root (+ the URL's user) and databases test (+ the URL's
-# database) on a running local server. Safe to run again.
+
+# Roles postgres/root (+ the URL's user) and databases test (+ the URL's database), those
+# missing only, on a running local server.
 pg_provision() {
   local name sql=""
   pg_configure_hba
@@ -147,13 +180,42 @@ pg_provision() {
     [[ "$name" =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || die "unsupported database name '$name' in DATABASE_URL"
     sql+="SELECT 'CREATE DATABASE \"$name\"' WHERE NOT EXISTS (SELECT 1 FROM pg_database WHERE datname = '$name') \\gexec"$'\n'
   done
+  change "creating the PostgreSQL roles and databases that are missing (roles postgres, root and the URL's user; databases test and the URL's)"
   as_postgres psql -X -q -v ON_ERROR_STOP=1 -p "$PG_PORT" -d postgres <<<"$sql" >/dev/null ||
     die "could not create the PostgreSQL roles and databases"
 }
 
-# ---- Redis ---------------------------------------------------------------------------------
-parse_url "$REDIS_URL" 6379
-REDIS_HOST=$URL_HOST REDIS_PORT=$URL_PORT
+pg_start() {
+  local version
+  version=$(pg_cluster_version) || die "no PostgreSQL cluster under /etc/postgresql"
+  change "starting PostgreSQL $version/main"
+  # /run may be fresh (a new container): recreate the socket directory the cluster expects.
+  as_root install -d -o postgres -g postgres -m 2775 /var/run/postgresql
+  # Fails harmlessly if the cluster is already starting; the wait is the real check.
+  as_root pg_ctlcluster --skip-systemctl-redirect "$version" main start >>"$LOG" 2>&1 || true
+  wait_for "PostgreSQL at $PG_HOST:$PG_PORT" "/var/log/postgresql/postgresql-$version-main.log" pg_up
+}
+
+ensure_postgres() {
+  parse_url "$DATABASE_URL" 5432
+  PG_HOST=$URL_HOST PG_PORT=$URL_PORT PG_USER=$URL_USER PG_DB=$URL_PATH
+  pg_up && pg_connects && return
+  is_local "$PG_HOST" ||
+    die "PostgreSQL does not answer with DATABASE_URL at $PG_HOST:$PG_PORT; it is not local, so not setting it up"
+  if ! pg_up; then
+    if ! pg_installed; then
+      pg_install
+      # Trust auth before the first start; roles and databases follow once it answers.
+      pg_configure_hba
+    fi
+    pg_start
+  fi
+  pg_connects && return
+  pg_provision
+  pg_connects || die "PostgreSQL is up but cannot connect with DATABASE_URL=$DATABASE_URL (check role, database, pg_hba.conf)"
+}
+
+# ---- Redis: check, install, start ---------------------------------------------------------------
 
 redis_up() {
   local reply
@@ -167,87 +229,32 @@ redis_up() {
   fi
   [[ "${reply%$'\r'}" == PONG || "${reply%$'\r'}" == +PONG ]]
 }
-redis_installed() { command -v redis-server >/dev/null 2>&1; }
-redis_start() {
-  note "starting Redis on port $REDIS_PORT"
-  as_root mkdir -p /var/lib/redis /var/log/redis
-  as_root redis-server --daemonize yes --bind 127.0.0.1 -::1 --port "$REDIS_PORT" --save "" --appendonly no \
-    --dir /var/lib/redis --logfile /var/log/redis/ci.log >"$REDIS_START_LOG" 2>&1 || true
+
+redis_install() {
+  apt_install redis-server
+  command -v redis-server >/dev/null 2>&1 || die "apt-get installed redis-server but redis-server is not on PATH"
 }
 
-# ---- main ----------------------------------------------------------------------------------
-pg_ok=0 redis_ok=0
-pg_server_up && pg_connects && pg_ok=1
-redis_up && redis_ok=1
-((pg_ok && redis_ok)) && exit 0
+redis_start() {
+  change "starting Redis on port $REDIS_PORT (no persistence; data in /var/lib/redis, log /var/log/redis/ci.log)"
+  as_root mkdir -p /var/lib/redis /var/log/redis
+  as_root redis-server --daemonize yes --bind 127.0.0.1 -::1 --port "$REDIS_PORT" --save "" --appendonly no \
+    --dir /var/lib/redis --logfile /var/log/redis/ci.log >>"$LOG" 2>&1 || true
+  wait_for "Redis at $REDIS_HOST:$REDIS_PORT" /var/log/redis/ci.log redis_up
+}
 
-PG_START_LOG=$(mktemp) REDIS_START_LOG=$(mktemp) APT_LOG=$(mktemp)
-trap 'rm -f "$PG_START_LOG" "$REDIS_START_LOG" "$APT_LOG"' EXIT
-
-# Install whatever is missing, in one apt-get run.
-missing=()
-if ((!pg_ok)) && ! pg_server_up; then
-  is_local "$PG_HOST" || die "PostgreSQL does not answer at $PG_HOST:$PG_PORT (DATABASE_URL); it is not local, so not starting it"
-  pg_installed || missing+=(postgresql)
-fi
-if ((!redis_ok)); then
+ensure_redis() {
+  parse_url "$REDIS_URL" 6379
+  REDIS_HOST=$URL_HOST REDIS_PORT=$URL_PORT
+  redis_up && return
   is_local "$REDIS_HOST" || die "Redis does not answer at $REDIS_HOST:$REDIS_PORT (REDIS_URL); it is not local, so not starting it"
-  redis_installed || missing+=(redis-server)
-fi
-if ((${#missing[@]})); then
-  command -v apt-get >/dev/null 2>&1 || die "${missing[*]} not installed and apt-get is not available: install them yourself"
-  note "installing ${missing[*]} with apt-get"
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=120 update -q >"$APT_LOG" 2>&1 ||
-    { cat "$APT_LOG" >&2; die "apt-get update failed"; }
-  # The packages' own attempts to start the services may fail without an init system; fine.
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=120 install -y -q "${missing[@]}" \
-    >>"$APT_LOG" 2>&1 || { cat "$APT_LOG" >&2; die "apt-get install ${missing[*]} failed"; }
-  if [[ " ${missing[*]} " == *" postgresql "* ]]; then
-    if ! pg_cluster_version >/dev/null; then
-      # Installed without a cluster (create_main_cluster off): create the default one.
-      # shellcheck disable=SC2012 # version directories: plain names
-      ver=$(ls /usr/lib/postgresql 2>/dev/null | sort -V | tail -n1) || true
-      [[ -n "$ver" ]] || die "PostgreSQL installed but no server version under /usr/lib/postgresql"
-      as_root pg_createcluster "$ver" main >>"$APT_LOG" 2>&1 || { cat "$APT_LOG" >&2; die "pg_createcluster failed"; }
-    fi
-    pg_installed || die "apt-get installed postgresql but pg_ctlcluster or its cluster is missing"
-    # Trust auth before the first start; roles and database follow once it answers.
-    pg_configure_hba
-  fi
-  [[ " ${missing[*]} " != *" redis-server "* ]] || redis_installed ||
-    die "apt-get installed redis-server but redis-server is not on PATH"
-fi
+  command -v redis-server >/dev/null 2>&1 || redis_install
+  redis_start
+}
 
-if ((!pg_ok)); then
-  pg_server_up || pg_start
-fi
-if ((!redis_ok)); then
-  redis_up || redis_start
-fi
+main() {
+  ensure_postgres
+  ensure_redis
+}
 
-# Wait for both to answer.
-deadline=$((SECONDS + TIMEOUT))
-if ((!pg_ok)); then
-  until pg_server_up; do
-    if ((SECONDS >= deadline)); then
-      cat "$PG_START_LOG" >&2
-      ver=$(pg_cluster_version || echo '?')
-      die "PostgreSQL did not answer at $PG_HOST:$PG_PORT within ${TIMEOUT}s (pg_isready); see /var/log/postgresql/postgresql-$ver-main.log"
-    fi
-    sleep 0.5
-  done
-  if ! pg_connects; then
-    is_local "$PG_HOST" || die "PostgreSQL answers at $PG_HOST:$PG_PORT but DATABASE_URL cannot connect"
-    pg_provision
-    pg_connects || die "PostgreSQL is up but cannot connect with DATABASE_URL=$DATABASE_URL (check role, database, pg_hba.conf)"
-  fi
-fi
-if ((!redis_ok)); then
-  until redis_up; do
-    if ((SECONDS >= deadline)); then
-      cat "$REDIS_START_LOG" >&2
-      die "Redis did not answer PING at $REDIS_HOST:$REDIS_PORT within ${TIMEOUT}s; see /var/log/redis/ci.log"
-    fi
-    sleep 0.5
-  done
-fi
+main "$@"

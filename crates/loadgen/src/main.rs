@@ -4,6 +4,7 @@
 mod cli;
 mod connections;
 mod pacer;
+mod redis_floor;
 mod report;
 mod runner;
 mod scenario;

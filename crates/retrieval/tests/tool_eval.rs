@@ -74,3 +74,44 @@ fn prints_recall_and_mrr_per_method_as_json() {
     assert!(!usage.status.success() && String::from_utf8_lossy(&usage.stderr).contains("usage:"));
     fs::remove_dir_all(&dir).ok();
 }
+
+/// Runs the binary with `args`, with a backtrace requested, so one would show if it panicked.
+fn run_eval(args: &[&str]) -> (Option<i32>, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_switchyard-tool-eval"))
+        .args(args)
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .expect("run");
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    (output.status.code(), text(&output.stdout), text(&output.stderr))
+}
+
+#[test]
+fn help_prints_the_usage_and_exits_0() {
+    for flag in ["--help", "-h"] {
+        let (code, stdout, stderr) = run_eval(&[flag]);
+        assert_eq!(code, Some(0), "{flag}: {stderr}");
+        assert!(stdout.contains("usage: switchyard-tool-eval") && stdout.contains("--embedding-cache"), "{stdout}");
+        assert!(stderr.is_empty(), "{flag} writes nothing to stderr: {stderr}");
+    }
+}
+
+#[test]
+fn a_bad_flag_prints_the_usage_and_exits_2_without_a_backtrace() {
+    let (code, stdout, stderr) = run_eval(&["--no-such-flag", "tools.jsonl", "queries.jsonl"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    assert!(stderr.contains("unknown option `--no-such-flag`") && stderr.contains("usage:"), "{stderr}");
+    assert!(!stderr.contains("backtrace") && !stderr.contains("panicked"), "{stderr}");
+
+    let (code, _, stderr) = run_eval(&["tools.jsonl"]);
+    assert_eq!(code, Some(2), "one file is a usage mistake too: {stderr}");
+}
+
+#[test]
+fn a_missing_file_is_an_error_without_a_backtrace() {
+    let (code, _, stderr) = run_eval(&["/nonexistent/tools.jsonl", "/nonexistent/queries.jsonl"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.starts_with("switchyard-tool-eval: error: reading /nonexistent/tools.jsonl"), "{stderr}");
+    assert!(!stderr.contains("Stack backtrace") && !stderr.contains("panicked"), "{stderr}");
+}

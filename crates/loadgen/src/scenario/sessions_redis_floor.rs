@@ -1,19 +1,21 @@
 //! `sessions-redis-floor`: the Redis round trip a ProcessQuery without a switch makes in steady
 //! state — the conditional turn update (the service knows the session's role from its previous
-//! turn, so it does not read first) — made directly with the sessions service's own Redis
-//! store: no gRPC, no trigger detection. Run beside `process-query` it is the floor that
-//! ProcessQuery is compared with.
+//! turn, so it does not read first) — made directly on sessions laid out as the sessions
+//! service's Redis store keeps them: no gRPC, no trigger detection. Run beside `process-query`
+//! it is the floor that ProcessQuery is compared with.
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use anyhow::Context;
-use switchyard_sessions::{
-    domain::{LiveSession, RoleId, SessionId, SessionKey, SessionStatus, TenantId},
-    store::{LiveStore, TurnOutcome, TurnUpdate, redis::RedisLiveStore},
-};
 use tonic::Status;
 
 use super::Scenario;
+use crate::redis_floor::{FloorClient, FloorSession};
+
+/// The role every floor session keeps (a role the sessions service registers).
+const ROLE: &str = "tech-expert";
+/// Floor sessions outlive any run and are then removed by Redis.
+const SESSION_TTL: Duration = Duration::from_secs(3600);
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -32,70 +34,43 @@ pub struct Args {
 
 pub struct SessionsRedisFloor {
     args: Args,
-    store: Option<Arc<RedisLiveStore>>,
-    keys: Vec<SessionKey>,
-    role: RoleId,
+    client: Option<Arc<FloorClient>>,
+    sessions: Vec<FloorSession>,
 }
 
 impl SessionsRedisFloor {
     pub fn new(args: Args) -> Self {
-        // A constant, valid slug.
-        let role = RoleId::parse("tech-expert").unwrap_or_else(|_| unreachable!("valid role id"));
-        Self { args, store: None, keys: Vec::new(), role }
+        Self { args, client: None, sessions: Vec::new() }
     }
-}
-
-fn status(err: impl std::fmt::Display) -> Status {
-    Status::unavailable(err.to_string())
 }
 
 impl Scenario for SessionsRedisFloor {
     const NAME: &'static str = "sessions-redis-floor";
 
     async fn setup(&mut self) -> anyhow::Result<()> {
-        let store = Arc::new(
-            RedisLiveStore::connect(&self.args.redis_url, &self.args.prefix).await.context("connecting to Redis")?,
-        );
-        let role = self.role.clone();
-        let now = chrono::Utc::now();
-        for _ in 0..self.args.sessions.max(1) {
-            let key = SessionKey { tenant: TenantId::default_tenant(), id: SessionId::generate() };
-            let session = LiveSession {
-                key: key.clone(),
-                role_id: role.clone(),
-                status: SessionStatus::Active,
-                turn_count: 0,
-                switch_count: 0,
-                message_count: 0,
-                created_at: now,
-                updated_at: now,
-                ttl: std::time::Duration::from_secs(3600),
-                metadata: Default::default(),
-                recent: Vec::new(),
-            };
-            store.create(&session).await.context("creating a floor session")?;
-            self.keys.push(key);
+        let client = FloorClient::connect(&self.args.redis_url).await.context("connecting to Redis")?;
+        // Unique per run, so runs sharing a prefix never share a session.
+        let run = format!("{}-{}", std::process::id(), chrono::Utc::now().timestamp_millis());
+        for index in 0..self.args.sessions.max(1) {
+            let id = format!("floor-{run}-{index}");
+            let session =
+                client.create(&self.args.prefix, &id, ROLE, SESSION_TTL).await.context("creating a floor session")?;
+            self.sessions.push(session);
         }
-        self.store = Some(store);
+        self.client = Some(Arc::new(client));
         Ok(())
     }
 
     fn call(&self, worker: usize, _seq: u64) -> impl Future<Output = Result<(), Status>> + Send {
-        let store = self.store.clone();
-        let key = self.keys[worker % self.keys.len()].clone();
-        let role = self.role.clone();
+        let client = self.client.clone();
+        let session = self.sessions[worker % self.sessions.len()].clone();
         async move {
-            let store = store.ok_or_else(|| Status::failed_precondition("setup did not run"))?;
-            let update = TurnUpdate {
-                expected_role: role,
-                expected_switch_count: 0,
-                new_role: None,
-                count_turn: true,
-                now: chrono::Utc::now(),
-            };
-            match store.apply_turn(&key, &update).await.map_err(status)? {
-                TurnOutcome::Applied(_) => Ok(()),
-                other => Err(Status::aborted(format!("{other:?}"))),
+            let client = client.ok_or_else(|| Status::failed_precondition("setup did not run"))?;
+            let outcome =
+                client.keep_role_turn(&session, ROLE).await.map_err(|err| Status::unavailable(format!("{err:#}")))?;
+            match outcome.as_str() {
+                "ok" => Ok(()),
+                other => Err(Status::aborted(other.to_owned())),
             }
         }
     }

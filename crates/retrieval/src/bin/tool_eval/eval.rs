@@ -1,0 +1,170 @@
+//! The evaluation: reads TOOLS (`{"name", "description"}` per line), QUERIES and HISTORY
+//! (`{"query", "tool"}`), and prints recall@1/5/10 and MRR per method as one JSON object, so it
+//! runs unchanged on any split. Methods: `bm25` (tool text alone), `embedding` (MiniLM cosine),
+//! `hybrid` (both) and, with HISTORY, `hybrid+usage_prior` (the past queries nearest in meaning
+//! vote for the tools they used) and `bm25+usage_prior` (no model, neighbours by shared words).
+//! The model folder is `SWITCHYARD_MODEL_DIR`, else `models/all-MiniLM-L6-v2` of the
+//! workspace (`scripts/fetch-models.sh`).
+//!
+//! `--embedding-cache PATH` (or `SWITCHYARD_EMBEDDING_CACHE`) keeps the embeddings in a file
+//! between runs, keyed by the model's files and the exact text, so a tuning sweep runs the model
+//! once.
+
+use std::{collections::HashMap, fs, path::Path};
+
+use anyhow::Context;
+use serde::Deserialize;
+use serde_json::json;
+use switchyard_models::Embedder;
+use switchyard_retrieval::{Fusion, PriorParams, ToolRanker, ToolText, Votes, Weights, tool_document};
+
+use crate::{
+    args::Args,
+    cache::{self, EmbeddingCache},
+};
+
+#[derive(Deserialize)]
+struct ToolLine {
+    name: String,
+    description: String,
+}
+
+#[derive(Deserialize)]
+struct QueryLine {
+    query: String,
+    tool: String,
+}
+
+/// Past queries that vote for each new one in `bm25+usage_prior` (neighbours by shared words,
+/// voting their BM25 score; 10 measured best of 5–40), and that prior's weight. The
+/// `hybrid` methods use the library's defaults ([`Weights::cold_start`],
+/// [`Weights::with_history`], [`PriorParams::default`]).
+const LEXICAL_NEIGHBOURS: usize = 10;
+const LEXICAL_PRIOR_WEIGHT: f32 = 3.0;
+
+/// Tuning overrides, read from the environment: `SWITCHYARD_EVAL_` + `SEMANTIC_WEIGHT` (both
+/// hybrids), `HISTORY_LEXICAL_WEIGHT`, `PRIOR_WEIGHT`, `NEIGHBOURS`, `TEMPERATURE`,
+/// `CONFIDENCE_FLOOR`, `CONFIDENCE_FULL`, `CENTROID_WEIGHT`, `VOTES` (`sum`, `best`) and
+/// `FUSION` (`minmax`, `zscore`, `rrf`).
+fn tuning<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn read_lines<T: for<'de> Deserialize<'de>>(path: &Path) -> anyhow::Result<Vec<T>> {
+    let text = fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| !line.trim().is_empty())
+        .map(|(number, line)| serde_json::from_str(line).with_context(|| format!("{}:{}", path.display(), number + 1)))
+        .collect()
+}
+
+fn measure(ranker: &ToolRanker, queries: &[(String, usize)], embeddings: Option<&[Vec<f32>]>) -> serde_json::Value {
+    let (mut hits1, mut hits5, mut hits10, mut reciprocal) = (0usize, 0usize, 0usize, 0.0f64);
+    for (index, (query, expected)) in queries.iter().enumerate() {
+        let embedding = embeddings.map(|e| e[index].as_slice());
+        let rank = ranker.rank(query, embedding).iter().position(|tool| tool == expected).map_or(usize::MAX, |p| p + 1);
+        hits1 += usize::from(rank <= 1);
+        hits5 += usize::from(rank <= 5);
+        hits10 += usize::from(rank <= 10);
+        if rank != usize::MAX {
+            reciprocal += 1.0 / rank as f64;
+        }
+    }
+    let n = queries.len().max(1) as f64;
+    let round = |x: f64| (x * 10_000.0).round() / 10_000.0;
+    json!({
+        "recall@1": round(hits1 as f64 / n),
+        "recall@5": round(hits5 as f64 / n),
+        "recall@10": round(hits10 as f64 / n),
+        "mrr": round(reciprocal / n),
+    })
+}
+
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    let tools: Vec<ToolLine> = read_lines(&args.tools)?;
+    let index_of: HashMap<&str, usize> = tools.iter().enumerate().map(|(i, t)| (t.name.as_str(), i)).collect();
+    let known = |lines: Vec<QueryLine>| -> (Vec<(String, usize)>, usize) {
+        let total = lines.len();
+        let kept: Vec<_> =
+            lines.into_iter().filter_map(|l| index_of.get(l.tool.as_str()).map(|&i| (l.query, i))).collect();
+        let unknown = total - kept.len();
+        (kept, unknown)
+    };
+    let (queries, unknown_tools) = known(read_lines(&args.queries)?);
+    let texts: Vec<ToolText> = tools
+        .iter()
+        .map(|t| ToolText { name: t.name.clone(), description: t.description.clone(), parameters: Vec::new() })
+        .collect();
+
+    let model_dir = std::env::var("SWITCHYARD_MODEL_DIR").map(std::path::PathBuf::from).unwrap_or_else(|_| {
+        Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned()))
+            .join("../../models/all-MiniLM-L6-v2")
+    });
+    let embedder = Embedder::load(&model_dir)
+        .with_context(|| format!("loading the embedding model from {}", model_dir.display()))?;
+    let mut cache = EmbeddingCache::open(args.embedding_cache.clone(), cache::fingerprint(&model_dir)?);
+    let documents: Vec<String> = texts.iter().map(tool_document).collect();
+    let tool_embeddings = cache.embed(&embedder, &documents.iter().map(String::as_str).collect::<Vec<_>>())?;
+    let query_embeddings = cache.embed(&embedder, &queries.iter().map(|(q, _)| q.as_str()).collect::<Vec<_>>())?;
+    let weights = |lexical, semantic, usage_prior| Weights { lexical, semantic, usage_prior };
+
+    let mut methods = serde_json::Map::new();
+    let bm25 = ToolRanker::new(&texts, weights(1.0, 0.0, 0.0));
+    methods.insert("bm25".into(), measure(&bm25, &queries, None));
+    let embedding = ToolRanker::new(&texts, weights(0.0, 1.0, 0.0)).with_tool_embeddings(tool_embeddings.clone());
+    methods.insert("embedding".into(), measure(&embedding, &queries, Some(&query_embeddings)));
+    let fusion = match std::env::var("SWITCHYARD_EVAL_FUSION").as_deref() {
+        Ok("zscore") => Fusion::ZScore,
+        Ok("rrf") => Fusion::Rrf,
+        _ => Fusion::MinMax,
+    };
+    let cold = Weights::cold_start();
+    let cold = Weights { semantic: tuning("SWITCHYARD_EVAL_SEMANTIC_WEIGHT", cold.semantic), ..cold };
+    let hybrid = ToolRanker::new(&texts, cold).with_fusion(fusion).with_tool_embeddings(tool_embeddings.clone());
+    methods.insert("hybrid".into(), measure(&hybrid, &queries, Some(&query_embeddings)));
+    if let Some(history_path) = &args.history {
+        let (history, _) = known(read_lines(history_path)?);
+        let lexical_prior = ToolRanker::new(&texts, weights(1.0, 0.0, LEXICAL_PRIOR_WEIGHT)).with_history(
+            &history,
+            None,
+            LEXICAL_NEIGHBOURS,
+        );
+        methods.insert("bm25+usage_prior".into(), measure(&lexical_prior, &queries, None));
+        let history_embeddings =
+            cache.embed(&embedder, &history.iter().map(|(q, _)| q.as_str()).collect::<Vec<_>>())?;
+        let warm = Weights::with_history();
+        let warm = Weights {
+            lexical: tuning("SWITCHYARD_EVAL_HISTORY_LEXICAL_WEIGHT", warm.lexical),
+            semantic: tuning("SWITCHYARD_EVAL_SEMANTIC_WEIGHT", warm.semantic),
+            usage_prior: tuning("SWITCHYARD_EVAL_PRIOR_WEIGHT", warm.usage_prior),
+        };
+        let defaults = PriorParams::default();
+        let params = PriorParams {
+            neighbours: tuning("SWITCHYARD_EVAL_NEIGHBOURS", defaults.neighbours),
+            temperature: tuning("SWITCHYARD_EVAL_TEMPERATURE", defaults.temperature),
+            confidence_floor: tuning("SWITCHYARD_EVAL_CONFIDENCE_FLOOR", defaults.confidence_floor),
+            confidence_full: tuning("SWITCHYARD_EVAL_CONFIDENCE_FULL", defaults.confidence_full),
+            votes: match std::env::var("SWITCHYARD_EVAL_VOTES").as_deref() {
+                Ok("best") => Votes::Best,
+                Ok("sum") => Votes::Sum,
+                _ => defaults.votes,
+            },
+            centroid_weight: tuning("SWITCHYARD_EVAL_CENTROID_WEIGHT", defaults.centroid_weight),
+        };
+        let full = ToolRanker::new(&texts, warm)
+            .with_fusion(fusion)
+            .with_tool_embeddings(tool_embeddings)
+            .with_history_params(&history, Some(history_embeddings), params);
+        methods.insert("hybrid+usage_prior".into(), measure(&full, &queries, Some(&query_embeddings)));
+    }
+    let report = json!({
+        "tools": tools.len(),
+        "queries": queries.len(),
+        "queries_with_unknown_tool": unknown_tools,
+        "methods": methods,
+    });
+    cache.save()?;
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(())
+}
