@@ -16,6 +16,7 @@ use std::{
 };
 
 use chrono::Utc;
+use switchyard_kit::backoff::Backoff;
 
 use crate::{
     defaults,
@@ -264,7 +265,7 @@ impl RoleCatalog {
 
 /// Registers every role until the triggers service has taken them all.
 async fn register_all(catalog: std::sync::Weak<RoleCatalog>) {
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
     loop {
         let Some(this) = catalog.upgrade() else { return };
         let roles: Vec<Role> = this.read().values().cloned().collect();
@@ -281,9 +282,9 @@ async fn register_all(catalog: std::sync::Weak<RoleCatalog>) {
             return;
         }
         drop(this);
-        tracing::warn!(failed, retry_in = ?backoff, "some roles could not be registered with the triggers service");
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(10));
+        let delay = backoff.next_delay();
+        tracing::warn!(failed, retry_in = ?delay, "some roles could not be registered with the triggers service");
+        tokio::time::sleep(delay).await;
     }
 }
 

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use switchyard_kit::to_status;
+use switchyard_kit::{proto_time::timestamp, to_status};
 use switchyard_proto::triggers::v1::{self as pb, trigger_service_server::TriggerService};
 use tonic::{Request, Response, Status};
 
@@ -50,13 +50,6 @@ fn trigger_to_proto(trigger: &Trigger) -> pb::Trigger {
         pattern: trigger.pattern.clone(),
         kind: kind_to_proto(trigger.kind).into(),
         priority: trigger.priority,
-    }
-}
-
-fn timestamp(time: chrono::DateTime<chrono::Utc>) -> prost_types::Timestamp {
-    prost_types::Timestamp {
-        seconds: time.timestamp(),
-        nanos: i32::try_from(time.timestamp_subsec_nanos()).unwrap_or(0),
     }
 }
 
