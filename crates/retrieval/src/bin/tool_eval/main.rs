@@ -10,6 +10,11 @@
 //! `--embedding-cache PATH` (or `SWITCHYARD_EMBEDDING_CACHE`) keeps the embeddings in a file
 //! between runs, keyed by the model's files and the exact text, so a tuning sweep runs the model
 //! once.
+//!
+//! The files come from the public MetaTool benchmark (github.com/HowieHwong/MetaTool, MIT):
+//! its 199 tools are in the repository (`services/mcp-gateway/tests/data/`, with source and
+//! licence); a dev split of its queries (16,384 `{"query", "tool"}` lines) is kept outside it and
+//! split into QUERIES and HISTORY by `scripts/eval-split.py` (BENCHMARKS.md, "Tool retrieval").
 
 mod cache;
 
