@@ -59,6 +59,19 @@ async fn a_schema_is_dropped_with_its_guard() {
     drop(Schema::new("kit"));
 }
 
+#[tokio::test]
+async fn a_schema_is_dropped_past_a_connection_left_in_a_transaction() {
+    let schema = Schema::new("kit");
+    create_schema(&schema).await;
+    // What a pool's connection looks like while its rollback waits for the (blocked) runtime.
+    let mut holder = postgres().await;
+    sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!("SELECT * FROM \"{schema}\".t"))).execute(&mut holder).await.unwrap();
+    let name = schema.to_string();
+    drop(schema);
+    assert!(!schema_exists(&name).await, "{name} dropped");
+}
+
 #[test]
 fn a_schema_is_dropped_when_its_test_panics() {
     let (sender, named) = std::sync::mpsc::channel();
