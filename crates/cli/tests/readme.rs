@@ -3,27 +3,11 @@
 //! README must fail with that code. grpcurl comes from `scripts/install-tools.sh`
 //! (`.tools/bin/grpcurl`), `$GRPCURL`, or PATH; the test fails when it is missing.
 
-use std::{path::PathBuf, process::Command, time::Duration};
+use std::{process::Command, time::Duration};
 
 use switchyard_cli::{DevMcp, DevPorts, DevStack};
+use switchyard_testkit::{eventually, grpcurl, peer_tool};
 use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
-
-fn grpcurl() -> PathBuf {
-    if let Ok(path) = std::env::var("GRPCURL") {
-        return PathBuf::from(path);
-    }
-    let tools =
-        PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned()))
-            .join("../../.tools/bin/grpcurl");
-    if tools.exists() {
-        return tools;
-    }
-    assert!(
-        Command::new("grpcurl").arg("-version").output().is_ok(),
-        "grpcurl not found: run scripts/install-tools.sh (or set GRPCURL) — this test never skips"
-    );
-    PathBuf::from("grpcurl")
-}
 
 /// The grpcurl command lines of the README's `sh` blocks, each with the error it documents.
 fn readme_examples() -> Vec<(String, Option<String>)> {
@@ -53,27 +37,24 @@ async fn wait_ready(addr: std::net::SocketAddr, service: &str) {
         .connect()
         .await
         .expect("connect");
-    let mut health = HealthClient::new(channel);
-    for _ in 0..400 {
-        let status =
-            health.check(HealthCheckRequest { service: service.into() }).await.map(|r| r.into_inner().status());
-        if matches!(status, Ok(ServingStatus::Serving)) {
-            return;
+    let health = HealthClient::new(channel);
+    eventually(Duration::from_secs(10), &format!("{service} ready"), || {
+        let mut health = health.clone();
+        async move {
+            let status =
+                health.check(HealthCheckRequest { service: service.into() }).await.map(|r| r.into_inner().status());
+            if matches!(status, Ok(ServingStatus::Serving)) { Ok(()) } else { Err(format!("{status:?}")) }
         }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("{service} never became ready");
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readme_grpcurl_examples_work_verbatim_against_switchyard_dev() {
     let loopback = "127.0.0.1".parse().expect("ip");
     // The demo server scripts/dev starts, as `everything`.
-    let everything =
-        PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned()))
-            .join("../../.tools/bin/mcp-server-everything");
-    assert!(everything.exists(), "{} missing: run scripts/install-tools.sh", everything.display());
-    let mcp = DevMcp { servers: vec![format!("everything={} stdio", everything.display())], config_file: None };
+    let everything = peer_tool("mcp-server-everything");
+    let mcp = DevMcp { servers: vec![format!("everything={everything} stdio")], config_file: None };
     let ports = DevPorts { host: loopback, triggers: 0, sessions: 0, mcp_gateway: 0, mcp: 0 };
     let stack = DevStack::start(ports, mcp).await.expect("dev stack");
     let (triggers, sessions, mcp_gateway) = (stack.triggers_addr(), stack.sessions_addr().0, stack.mcp_gateway_addr());
@@ -84,11 +65,10 @@ async fn readme_grpcurl_examples_work_verbatim_against_switchyard_dev() {
     }));
     wait_ready(sessions, "switchyard.sessions.v1.SessionService").await;
     // The demo MCP server is connected and its tools are listed.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while gateway.catalog().is_empty() {
-        assert!(tokio::time::Instant::now() < deadline, "the gateway never listed server-everything's tools");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(Duration::from_secs(60), "the gateway lists server-everything's tools", || async {
+        !gateway.catalog().is_empty()
+    })
+    .await;
 
     let result = tokio::task::spawn_blocking(move || {
         let examples = readme_examples();

@@ -6,13 +6,14 @@
 //! under) and `padded` — the first implementation: the tokenizer pads the whole batch to its
 //! longest text, one forward pass with an attention mask, texts in input order.
 
-use std::{hint::black_box, path::PathBuf};
+use std::hint::black_box;
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use candle_transformers::models::bert::{BertModel, Config, DTYPE};
 use criterion::{Criterion, criterion_group, criterion_main};
 use switchyard_models::Embedder;
+use switchyard_testkit::model_dir;
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
 const QUERY: &str = "Can I find academic research papers about climate change?";
@@ -52,13 +53,6 @@ const TOOLS: [&str; 32] = [
     "Podcasts: Discover podcasts and episodes by topic.",
     "SportsScores: Live scores, fixtures and league tables for football, basketball, tennis and more.",
 ];
-
-fn model_dir() -> PathBuf {
-    std::env::var("SWITCHYARD_MODEL_DIR").map(PathBuf::from).unwrap_or_else(|_| {
-        PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned()))
-            .join("../../models/all-MiniLM-L6-v2")
-    })
-}
 
 /// The first implementation, kept here as the baseline: batch padded to its longest text.
 struct Padded {

@@ -1,16 +1,8 @@
 //! The real all-MiniLM-L6-v2 (fetched by `scripts/fetch-models.sh`; `SWITCHYARD_MODEL_DIR`
 //! overrides the folder). The test fails, never skips, when the model is missing.
 
-use std::path::PathBuf;
-
 use switchyard_models::{Embedder, cosine};
-
-fn model_dir() -> PathBuf {
-    std::env::var("SWITCHYARD_MODEL_DIR").map(PathBuf::from).unwrap_or_else(|_| {
-        PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned()))
-            .join("../../models/all-MiniLM-L6-v2")
-    })
-}
+use switchyard_testkit::model_dir;
 
 #[test]
 fn embeddings_are_unit_length_batch_independent_and_semantic() {

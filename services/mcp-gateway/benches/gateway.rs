@@ -15,42 +15,23 @@ use std::{
 };
 
 use hdrhistogram::Histogram;
-use rmcp::{
-    RoleClient, ServiceExt,
-    model::{CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, ProtocolVersion},
-    service::RunningService,
-    transport::{StreamableHttpClientTransport, streamable_http_client::StreamableHttpClientTransportConfig},
-};
+use rmcp::model::CallToolRequestParams;
 use serde_json::{Value, json};
-use switchyard_mcp_gateway::{
-    GatewayConfig, GatewayServer, Stores,
-    testkit::{FixtureServer, tool},
-};
+use switchyard_mcp_gateway::{GatewayConfig, GatewayServer, Stores};
 use switchyard_models::Embedder;
+use switchyard_testkit::{
+    eventually,
+    mcp::{FixtureServer, client, tool},
+};
 
 const TOOLS: usize = 1000;
 const WARMUP: usize = 50;
 const SAMPLES: usize = 1000;
 
-type Client = RunningService<RoleClient, ClientConfig>;
-
-async fn client(url: String) -> Client {
-    let transport = StreamableHttpClientTransport::from_config(StreamableHttpClientTransportConfig::with_uri(url));
-    ClientConfig::new(ClientCapabilities::default(), Implementation::new("bench", "0"))
-        .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
-        .serve(transport)
-        .await
-        .expect("MCP client")
-}
-
-/// 1,000 tools with real descriptions: MetaTool's 199, each in five variants.
+/// 1,000 tools with real descriptions: MetaTool's 199 (tests/data/README.md), each in five
+/// variants.
 fn tools() -> Vec<rmcp::model::Tool> {
-    let root = std::path::Path::new(
-        &std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned()),
-    )
-    .join("../..");
-    let text = std::fs::read_to_string(root.join("../shared/eval/metatool/tools.jsonl")).expect("metatool tools");
-    let base: Vec<(String, String)> = text
+    let base: Vec<(String, String)> = include_str!("../tests/data/metatool-tools.jsonl")
         .lines()
         .map(|line| serde_json::from_str::<Value>(line).expect("json"))
         .map(|v| (v["name"].as_str().unwrap_or("").to_owned(), v["description"].as_str().unwrap_or("").to_owned()))
@@ -107,11 +88,8 @@ fn main() {
 }
 
 async fn run() {
-    let model_dir = std::path::Path::new(
-        &std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned()),
-    )
-    .join("../../models/all-MiniLM-L6-v2");
-    let embedder = Arc::new(Embedder::load(&model_dir).expect("model (run scripts/fetch-models.sh)"));
+    let embedder =
+        Arc::new(Embedder::load(&switchyard_testkit::model_dir()).expect("model (run scripts/fetch-models.sh)"));
     let big = FixtureServer::start(tools()).await.expect("fixture");
     let small = FixtureServer::start((0..8).map(|i| tool(&format!("t{i}"), "A tool.", &["input"])).collect())
         .await
@@ -128,15 +106,15 @@ async fn run() {
         let _ = stopped.await;
     }));
     let started = Instant::now();
-    while !(gateway.catalog().len() == TOOLS && gateway.catalog().embedded) {
-        assert!(started.elapsed() < Duration::from_secs(600), "catalog not ready");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(Duration::from_secs(600), "catalog ready", || async {
+        gateway.catalog().len() == TOOLS && gateway.catalog().embedded
+    })
+    .await;
     eprintln!("catalog of {TOOLS} tools embedded in {:?}", started.elapsed());
 
-    let through = client(url).await;
-    let direct = client(big.url()).await;
-    let floor = client(small.url()).await;
+    let through = client(&url).await;
+    let direct = client(&big.url()).await;
+    let floor = client(&small.url()).await;
 
     // set_context, and the embedding alone as its baseline.
     let queries = [

@@ -23,7 +23,6 @@ pub mod mcp;
 pub mod metrics;
 pub mod naming;
 pub mod store;
-pub mod testkit;
 pub mod upstream;
 
 use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};

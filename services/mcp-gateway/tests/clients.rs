@@ -7,9 +7,10 @@ mod common;
 use std::process::Command;
 
 use serde_json::Value;
-use switchyard_mcp_gateway::{
-    Stores,
-    testkit::{FixtureServer, tool},
+use switchyard_mcp_gateway::Stores;
+use switchyard_testkit::{
+    mcp::{FixtureServer, tool},
+    peer_tool, root,
 };
 
 fn fixture_tools() -> Vec<rmcp::model::Tool> {
@@ -42,8 +43,8 @@ fn run(program: &str, args: &[&str]) -> (bool, String, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_sdk_client() {
     let (_fixture, running) = gateway().await;
-    let script = common::root().join("services/mcp-gateway/tests/clients/python_client.py");
-    let python = common::tool("mcp-python");
+    let script = root().join("services/mcp-gateway/tests/clients/python_client.py");
+    let python = peer_tool("mcp-python");
     let url = running.mcp_url();
     let (ok, stdout, stderr) =
         tokio::task::spawn_blocking(move || run(&python, &[&script.display().to_string(), &url])).await.unwrap();
@@ -64,7 +65,7 @@ async fn python_sdk_client() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspector_cli() {
     let (_fixture, running) = gateway().await;
-    let inspector = common::tool("mcp-inspector");
+    let inspector = peer_tool("mcp-inspector");
     let url = running.mcp_url();
     let (listed, called, unknown) = tokio::task::spawn_blocking(move || {
         (

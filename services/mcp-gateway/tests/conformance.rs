@@ -11,17 +11,18 @@
 mod common;
 
 use switchyard_mcp_gateway::Stores;
+use switchyard_testkit::{peer_tool, root};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_server_scenarios() {
-    let fixture = common::root().join("services/mcp-gateway/tests/conformance/fixture_server.py");
-    let baseline = common::root().join("services/mcp-gateway/tests/conformance/expected-failures.yml");
-    let mut config = common::config(&[format!("fixture={} {}", common::tool("mcp-python"), fixture.display())]);
+    let fixture = root().join("services/mcp-gateway/tests/conformance/fixture_server.py");
+    let baseline = root().join("services/mcp-gateway/tests/conformance/expected-failures.yml");
+    let mut config = common::config(&[format!("fixture={} {}", peer_tool("mcp-python"), fixture.display())]);
     config.prefix_tools = false;
     let running = common::start(&config, Stores::in_memory(), None).await;
     running.ready(8).await;
 
-    let conformance = common::tool("mcp-conformance");
+    let conformance = peer_tool("mcp-conformance");
     let url = running.mcp_url();
     let output = tokio::task::spawn_blocking(move || {
         std::process::Command::new(conformance)

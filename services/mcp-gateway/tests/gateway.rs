@@ -1,6 +1,6 @@
 //! The gateway end to end over real transports: MCP clients on `/mcp` (streamable HTTP), the
-//! gRPC API on loopback, a real MCP server downstream (the testkit's, over streamable HTTP,
-//! serving MetaTool's 199 real tool descriptions), Redis and Postgres.
+//! gRPC API on loopback, a real MCP server downstream (the test kit's, over streamable HTTP,
+//! serving MetaTool's 199 real tool descriptions, kept in tests/data), Redis and Postgres.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -13,15 +13,17 @@ use switchyard_mcp_gateway::{
     Stores,
     domain::{ShownMatch, UsageRecord},
     store::SessionKey,
-    testkit::{FixtureServer, tool},
 };
 use switchyard_proto::mcp::v1::{self as pb, mcp_gateway_service_client::McpGatewayServiceClient};
+use switchyard_testkit::{
+    KeyPrefix, Schema, eventually,
+    mcp::{self, FixtureServer, tool},
+};
 
-/// MetaTool's real tool descriptions, plus one tool with a required parameter.
+/// MetaTool's real tool descriptions (tests/data/README.md), plus one tool with a required
+/// parameter.
 fn metatool_tools() -> Vec<rmcp::model::Tool> {
-    let path = common::root().join("../shared/eval/metatool/tools.jsonl");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|err| panic!("{}: {err}", path.display()));
-    let mut tools: Vec<_> = text
+    let mut tools: Vec<_> = include_str!("data/metatool-tools.jsonl")
         .lines()
         .map(|line| serde_json::from_str::<Value>(line).unwrap())
         .map(|v| tool(v["name"].as_str().unwrap(), v["description"].as_str().unwrap(), &[]))
@@ -38,7 +40,7 @@ fn text_of(result: &CallToolResult) -> String {
     result.content.iter().filter_map(|c| c.as_text()).map(|t| t.text.clone()).collect::<Vec<_>>().join("\n")
 }
 
-async fn call(client: &common::Client, name: &str, arguments: Value) -> Result<CallToolResult, rmcp::ServiceError> {
+async fn call(client: &mcp::Client, name: &str, arguments: Value) -> Result<CallToolResult, rmcp::ServiceError> {
     let mut params = CallToolRequestParams::new(name.to_owned());
     params.arguments = args(arguments);
     client.call_tool(params).await
@@ -51,25 +53,19 @@ fn names(tools: &[rmcp::model::Tool]) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sessions_are_filtered_recorded_and_continue_on_another_replica() {
     let fixture = FixtureServer::start(metatool_tools()).await.unwrap();
-    let prefix = common::unique("gw");
-    let schema = common::unique("gw");
+    let prefix = KeyPrefix::new("gw");
+    let schema = Schema::new("gw");
     let mut config = common::config(&[format!("meta={}", fixture.url())]);
     config.top_k = 5;
     let first = common::start(&config, common::shared_stores(&prefix, &schema).await, Some(common::embedder())).await;
     let second = common::start(&config, common::shared_stores(&prefix, &schema).await, Some(common::embedder())).await;
     first.ready(200).await;
     second.ready(200).await;
-
-    let result = tokio::spawn(session_walkthrough(first, second, schema.clone())).await;
-    common::delete_redis_keys(&prefix).await;
-    common::drop_schema(&schema).await;
-    if let Err(err) = result {
-        std::panic::resume_unwind(err.into_panic());
-    }
+    session_walkthrough(first, second, &schema).await;
 }
 
-async fn session_walkthrough(first: common::Running, second: common::Running, schema: String) {
-    let client = common::mcp_client(&first.mcp_url()).await;
+async fn session_walkthrough(first: common::Running, second: common::Running, schema: &str) {
+    let client = mcp::client(&first.mcp_url()).await;
 
     // No context yet: every tool, set_context first (spec: "falls back to showing all tools").
     let all = client.list_all_tools().await.unwrap();
@@ -130,7 +126,7 @@ async fn session_walkthrough(first: common::Running, second: common::Running, sc
     );
 
     // Postgres holds the set_context and every call that reached a server, with the context.
-    let key = common::session_key("default", &client_session(&schema, &raw.session_id).await);
+    let key = common::session_key("default", &client_session(schema, &raw.session_id).await);
     let records = wait_for_records(&first, &key, 4).await;
     let calls: Vec<_> = records
         .iter()
@@ -174,7 +170,7 @@ async fn session_walkthrough(first: common::Running, second: common::Running, sc
 /// The rmcp client's session id: the session other than `raw`'s that set a context.
 async fn client_session(schema: &str, raw: &str) -> String {
     use sqlx::Connection;
-    let mut conn = sqlx::PgConnection::connect(&common::database_url()).await.unwrap();
+    let mut conn = sqlx::PgConnection::connect(&switchyard_testkit::database_url()).await.unwrap();
     let sessions: Vec<String> =
         sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT DISTINCT session_id FROM \"{schema}\".context_events")))
             .fetch_all(&mut conn)
@@ -184,16 +180,16 @@ async fn client_session(schema: &str, raw: &str) -> String {
 }
 
 async fn wait_for_records(gateway: &common::Running, key: &SessionKey, count: usize) -> Vec<UsageRecord> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
+    eventually(Duration::from_secs(10), &format!("{count} records of {key:?}"), || async {
         let mut records = gateway.gateway.usage().session_records(key, 100).await.unwrap();
         if records.len() >= count {
             records.reverse();
-            return records;
+            Ok(records)
+        } else {
+            Err(format!("records: {records:?}"))
         }
-        assert!(tokio::time::Instant::now() < deadline, "records: {records:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await
 }
 
 /// Plain JSON-RPC over HTTP with a given `Mcp-Session-Id`, as any MCP client sends it.
@@ -260,15 +256,12 @@ async fn a_server_s_tool_list_changes_are_followed() {
     let config = common::config(&[format!("fx={}", fixture.url())]);
     let running = common::start(&config, Stores::in_memory(), None).await;
     running.ready(1).await;
-    let client = common::mcp_client(&running.mcp_url()).await;
+    let client = mcp::client(&running.mcp_url()).await;
     assert_eq!(names(&client.list_all_tools().await.unwrap()), ["set_context", "fx__alpha"]);
 
     fixture.set_tools(vec![tool("alpha", "First tool.", &[]), tool("beta", "Second tool.", &[])]).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while running.gateway.catalog().len() < 2 {
-        assert!(tokio::time::Instant::now() < deadline, "list_changed not followed");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(Duration::from_secs(10), "list_changed followed", || async { running.gateway.catalog().len() >= 2 })
+        .await;
     assert_eq!(names(&client.list_all_tools().await.unwrap()), ["set_context", "fx__alpha", "fx__beta"]);
     let result = call(&client, "fx__beta", json!({})).await.unwrap();
     assert!(text_of(&result).contains("beta called with"));
@@ -302,11 +295,10 @@ async fn the_usage_prior_raises_tools_used_for_similar_contexts() {
         gateway.call_tool(Some(&key), &chosen, None).await.unwrap();
     }
     // Records are written off the request path: wait until all three are in the record.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while gateway.usage().history(10).await.unwrap().len() < 3 {
-        assert!(tokio::time::Instant::now() < deadline, "the calls were never recorded");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(Duration::from_secs(10), "the calls recorded", || async {
+        gateway.usage().history(10).await.unwrap().len() >= 3
+    })
+    .await;
     assert_eq!(gateway.refresh_history().await.unwrap(), 3);
 
     let (_, after) = gateway.set_context(&learner, query, None).await.unwrap();

@@ -4,8 +4,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
-#[path = "../../sessions/tests/common/proxy.rs"]
-mod proxy;
 
 use std::{sync::Arc, time::Duration};
 
@@ -13,23 +11,20 @@ use switchyard_mcp_gateway::{
     Stores,
     domain::UsageRecord,
     store::{UsageStore, memory::MemoryContextStore, postgres::PostgresUsageStore},
-    testkit::{FixtureServer, tool},
+};
+use switchyard_testkit::{
+    Schema, database_url, eventually,
+    mcp::{FixtureServer, tool},
+    postgres::{database_addr, database_url_via},
+    proxy::TcpProxy,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_wait_out_a_postgres_outage() {
-    let schema = common::unique("gw");
-    let result = tokio::spawn(outage(schema.clone())).await;
-    common::drop_schema(&schema).await;
-    if let Err(err) = result {
-        std::panic::resume_unwind(err.into_panic());
-    }
-}
-
-async fn outage(schema: String) {
+    let schema = Schema::new("gw");
     let fixture = FixtureServer::start(vec![tool("lookup", "Looks something up.", &[])]).await.unwrap();
-    let proxy = proxy::TcpProxy::start(proxy::url_addr(&common::database_url())).await;
-    let through_proxy = proxy::url_via(&common::database_url(), proxy.addr());
+    let proxy = TcpProxy::start(database_addr()).await;
+    let through_proxy = database_url_via(proxy.addr());
     let usage = PostgresUsageStore::connect(&through_proxy, &schema).await.expect("postgres through the proxy");
     let stores = Stores { contexts: Arc::new(MemoryContextStore::default()), usage: Arc::new(usage) };
     let running = common::start(&common::config(&[format!("fx={}", fixture.url())]), stores, None).await;
@@ -48,17 +43,13 @@ async fn outage(schema: String) {
 
     proxy.restore();
     // Read back directly, not through the proxy.
-    let direct = PostgresUsageStore::connect(&common::database_url(), &schema).await.unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
+    let direct = PostgresUsageStore::connect(&database_url(), &schema).await.unwrap();
+    eventually(Duration::from_secs(20), "every record written after the outage", || async {
         let records = direct.session_records(&key, 10).await.unwrap();
         let calls = records.iter().filter(|r| matches!(r, UsageRecord::ToolCall { .. })).count();
         let contexts = records.iter().filter(|r| matches!(r, UsageRecord::SetContext { .. })).count();
-        if (calls, contexts) == (3, 1) {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "records after the outage: {records:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        if (calls, contexts) == (3, 1) { Ok(()) } else { Err(format!("records after the outage: {records:?}")) }
+    })
+    .await;
     running.stop().await;
 }

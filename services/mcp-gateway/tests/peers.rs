@@ -14,8 +14,9 @@ use switchyard_mcp_gateway::{
     Stores, naming,
     upstream::{ServerState, Transport, config::parse_file},
 };
+use switchyard_testkit::{eventually, free_port, mcp, peer_tool, root};
 
-async fn call(client: &common::Client, name: &str, arguments: Value) -> CallToolResult {
+async fn call(client: &mcp::Client, name: &str, arguments: Value) -> CallToolResult {
     let mut params = CallToolRequestParams::new(name.to_owned());
     params.arguments = arguments.as_object().cloned();
     client.call_tool(params).await.unwrap_or_else(|err| panic!("{name}: {err}"))
@@ -27,8 +28,8 @@ fn text_of(result: &CallToolResult) -> String {
 
 /// server-everything in streamable HTTP mode on a free port, killed with the test.
 async fn everything_over_http() -> (tokio::process::Child, String) {
-    let port = common::free_port();
-    let child = tokio::process::Command::new(common::tool("mcp-server-everything"))
+    let port = free_port();
+    let child = tokio::process::Command::new(peer_tool("mcp-server-everything"))
         .arg("streamableHttp")
         .env("PORT", port.to_string())
         .stdout(Stdio::null())
@@ -36,11 +37,10 @@ async fn everything_over_http() -> (tokio::process::Child, String) {
         .kill_on_drop(true)
         .spawn()
         .expect("start server-everything (streamableHttp)");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
-        assert!(tokio::time::Instant::now() < deadline, "server-everything did not listen on {port}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(Duration::from_secs(30), &format!("server-everything listening on {port}"), || {
+        tokio::net::TcpStream::connect(("127.0.0.1", port))
+    })
+    .await;
     (child, format!("http://127.0.0.1:{port}/mcp"))
 }
 
@@ -73,9 +73,9 @@ env = {{ MEMORY_FILE_PATH = "{memory_file}" }}
 command = "{files}"
 args = ["{files_dir}"]
 "#,
-            every = common::tool("mcp-server-everything"),
-            memory = common::tool("mcp-server-memory"),
-            files = common::tool("mcp-server-filesystem"),
+            every = peer_tool("mcp-server-everything"),
+            memory = peer_tool("mcp-server-memory"),
+            files = peer_tool("mcp-server-filesystem"),
             memory_file = memory_file.display(),
         ),
     )
@@ -92,7 +92,7 @@ args = ["{files_dir}"]
     let transports: Vec<(&str, &str)> = servers.iter().map(|s| (s.name.as_str(), s.transport)).collect();
     assert_eq!(transports, [("every", "stdio"), ("web", "streamable-http"), ("memory", "stdio"), ("files", "stdio")]);
 
-    let client = common::mcp_client(&running.mcp_url()).await;
+    let client = mcp::client(&running.mcp_url()).await;
     let all = client.list_all_tools().await.unwrap();
     let names: Vec<String> = all.iter().map(|t| t.name.to_string()).collect();
     assert!(names.len() > 12 + 12 + 9 + 14, "{names:?}");
@@ -148,16 +148,16 @@ args = ["{files_dir}"]
     let pid = running.gateway.servers()[0].pid.expect("every runs as a child process");
     let killed = std::process::Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap();
     assert!(killed.success());
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let status = &running.gateway.servers()[0];
+    let restarted = eventually(Duration::from_secs(30), "the killed server restarted", || async {
+        let status = running.gateway.servers()[0].clone();
         if status.restarts == 1 && status.state == ServerState::Ready {
-            assert_ne!(status.pid, Some(pid), "a new process");
-            break;
+            Ok(status)
+        } else {
+            Err(format!("not restarted: {status:?}"))
         }
-        assert!(tokio::time::Instant::now() < deadline, "not restarted: {status:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await;
+    assert_ne!(restarted.pid, Some(pid), "a new process");
     assert!(text_of(&call(&client, "every__echo", json!({"message": "back"})).await).contains("back"));
 
     client.cancel().await.unwrap();
@@ -166,7 +166,7 @@ args = ["{files_dir}"]
 
 #[test]
 fn the_deploy_example_config_parses() {
-    let path = common::root().join("deploy/mcp-gateway/servers.example.toml");
+    let path = root().join("deploy/mcp-gateway/servers.example.toml");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|err| panic!("{}: {err}", path.display()));
     let lookup = |name: &str| (name == "SEARCH_API_TOKEN").then(|| "token-from-secret".to_owned());
     let specs = parse_file(&path.display().to_string(), &text, false, &lookup).unwrap();

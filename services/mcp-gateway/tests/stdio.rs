@@ -11,10 +11,8 @@ use rmcp::{
     transport::TokioChildProcess,
 };
 use serde_json::json;
-use switchyard_mcp_gateway::{
-    Stores,
-    testkit::{FixtureServer, tool},
-};
+use switchyard_mcp_gateway::Stores;
+use switchyard_testkit::mcp::{FixtureServer, tool};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stdio_mode_serves_a_launching_client() {

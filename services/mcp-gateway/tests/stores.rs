@@ -1,11 +1,10 @@
 //! One behavioural suite per store trait, run against memory and the real Redis / Postgres.
 #![allow(clippy::unwrap_used, reason = "a panic in a test is the failure report")]
 
-mod common;
-
 use std::sync::Arc;
 
 use chrono::{DateTime, TimeZone, Utc};
+use switchyard_kit::{SessionId, TenantId};
 use switchyard_mcp_gateway::{
     domain::{Counters, ShownMatch, UsagePair, UsageRecord},
     store::{
@@ -15,9 +14,10 @@ use switchyard_mcp_gateway::{
         redis::RedisContextStore,
     },
 };
+use switchyard_testkit::{KeyPrefix, Schema, database_url, redis_url};
 
 fn key(tenant: &str, session: &str) -> SessionKey {
-    common::session_key(tenant, session)
+    SessionKey::new(TenantId::parse(tenant).expect("tenant"), SessionId::parse(session).expect("session id"))
 }
 
 fn at(ms: i64) -> DateTime<Utc> {
@@ -31,15 +31,11 @@ async fn memory_context_store() {
 
 #[tokio::test]
 async fn redis_context_store() {
-    let prefix = common::unique("gw");
-    let store = RedisContextStore::connect(&common::redis_url().into(), &prefix, std::time::Duration::from_secs(60))
+    let prefix = KeyPrefix::new("gw");
+    let store = RedisContextStore::connect(&redis_url().into(), &prefix, std::time::Duration::from_secs(60))
         .await
-        .unwrap_or_else(|err| panic!("redis at {} (set REDIS_URL): {err}", common::redis_url()));
-    let result = tokio::spawn(context_suite(Arc::new(store))).await;
-    common::delete_redis_keys(&prefix).await;
-    if let Err(err) = result {
-        std::panic::resume_unwind(err.into_panic());
-    }
+        .unwrap_or_else(|err| panic!("redis at {} (set REDIS_URL): {err}", redis_url()));
+    context_suite(Arc::new(store)).await;
 }
 
 async fn context_suite(store: Arc<dyn ContextStore>) {
@@ -110,15 +106,11 @@ async fn memory_usage_store() {
 
 #[tokio::test]
 async fn postgres_usage_store() {
-    let schema = common::unique("gw");
-    let store = PostgresUsageStore::connect(&common::database_url(), &schema)
+    let schema = Schema::new("gw");
+    let store = PostgresUsageStore::connect(&database_url(), &schema)
         .await
-        .unwrap_or_else(|err| panic!("postgres at {} (set DATABASE_URL): {err}", common::database_url()));
-    let result = tokio::spawn(usage_suite(Arc::new(store))).await;
-    common::drop_schema(&schema).await;
-    if let Err(err) = result {
-        std::panic::resume_unwind(err.into_panic());
-    }
+        .unwrap_or_else(|err| panic!("postgres at {} (set DATABASE_URL): {err}", database_url()));
+    usage_suite(Arc::new(store)).await;
 }
 
 fn call(session: &SessionKey, tool: &str, query: Option<&str>, is_error: bool, ms: i64) -> UsageRecord {

@@ -2,8 +2,6 @@
 // clippy.toml lets tests unwrap, but it does not see the suite's helper functions as tests.
 #![allow(clippy::unwrap_used, reason = "a panic in a test is the failure report")]
 
-mod common;
-
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use chrono::{DateTime, Utc};
@@ -12,6 +10,11 @@ use switchyard_sessions::{
     store::{
         AppendOutcome, LiveStore, StoreError, TurnOutcome, TurnUpdate, memory::MemoryLiveStore, redis::RedisLiveStore,
     },
+};
+use switchyard_testkit::{
+    KeyPrefix, eventually,
+    proxy::TcpProxy,
+    redis::{redis_addr, redis_url, redis_url_via},
 };
 use tokio::time::{Instant, sleep_until};
 
@@ -25,22 +28,15 @@ async fn memory_live_store() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_live_store() {
-    let prefix = common::unique("t");
-    let url = common::redis_url();
+    let prefix = KeyPrefix::new("t");
+    let url = redis_url();
     let store = RedisLiveStore::connect(&url.as_str().into(), &prefix)
         .await
         .unwrap_or_else(|err| panic!("connecting to redis at {url} (set REDIS_URL): {err}"));
     store.ping().await.expect("ping redis");
     let store = Arc::new(store);
-    // Run the suite in its own task so the keys are deleted even when it fails.
-    let suite = tokio::spawn(live_store_suite(store.clone())).await;
-    let corrupt = tokio::spawn(malformed_hashes_are_corrupt(store, url.clone(), prefix.clone())).await;
-    delete_keys(&url, &prefix).await;
-    for result in [suite, corrupt] {
-        if let Err(err) = result {
-            std::panic::resume_unwind(err.into_panic());
-        }
-    }
+    live_store_suite(store.clone()).await;
+    malformed_hashes_are_corrupt(store, &url, &prefix).await;
 }
 
 async fn live_store_suite(store: Arc<dyn LiveStore>) {
@@ -355,17 +351,10 @@ async fn concurrent_turns_never_interleave(store: Arc<dyn LiveStore>) {
 /// the store reconnects by itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_outage_fails_fast_and_recovers() {
-    let url = common::redis_url();
-    let (scheme, rest) = url.split_once("://").expect("a redis URL");
-    let (user, host_and_path) = rest.rsplit_once('@').map_or(("", rest), |(user, host)| (user, host));
-    let (host_port, path) = host_and_path.split_at(host_and_path.find('/').unwrap_or(host_and_path.len()));
-    let host_port = if host_port.contains(':') { host_port.to_owned() } else { format!("{host_port}:6379") };
-    let upstream = tokio::net::lookup_host(&host_port).await.expect("resolve REDIS_URL").next().expect("an address");
-    let proxy = common::proxy::TcpProxy::start(upstream).await;
-    let user = if user.is_empty() { String::new() } else { format!("{user}@") };
-    let proxied_url = format!("{scheme}://{user}{}{path}", proxy.addr());
+    let proxy = TcpProxy::start(redis_addr()).await;
+    let proxied_url = redis_url_via(proxy.addr());
 
-    let prefix = common::unique("t");
+    let prefix = KeyPrefix::new("t");
     let store = RedisLiveStore::connect(&proxied_url.as_str().into(), &prefix)
         .await
         .expect("connect to redis through the proxy");
@@ -381,26 +370,16 @@ async fn redis_outage_fails_fast_and_recovers() {
     assert!(started.elapsed() < Duration::from_secs(3), "apply_turn failed after {:?}", started.elapsed());
 
     proxy.restore();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let recovered = loop {
-        match store.load(&session.key).await {
-            Ok(found) => break found,
-            Err(err) if Instant::now() < deadline => {
-                tracing::debug!(%err, "not reconnected yet");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(err) => panic!("the store did not reconnect: {err}"),
-        }
-    };
+    let recovered =
+        eventually(Duration::from_secs(10), "the store reconnected", || async { store.load(&session.key).await }).await;
     assert_eq!(recovered, Some(session));
-    delete_keys(&url, &prefix).await;
 }
 
 /// Redis only: a hash someone else mangled is reported as corrupt, with its key.
-async fn malformed_hashes_are_corrupt(store: Arc<RedisLiveStore>, url: String, prefix: String) {
+async fn malformed_hashes_are_corrupt(store: Arc<RedisLiveStore>, url: &str, prefix: &str) {
     let key = new_key(TENANT);
     let hash_key = format!("{prefix}:{{{}:{}}}:s", key.tenant, key.id);
-    let mut conn = redis_conn(&url).await;
+    let mut conn = redis_conn(url).await;
     let _: () = redis::cmd("HSET")
         .arg(&hash_key)
         .arg(&["role", "Not A Role", "status", "active", "turns", "x"])
@@ -427,28 +406,4 @@ async fn malformed_hashes_are_corrupt(store: Arc<RedisLiveStore>, url: String, p
 async fn redis_conn(url: &str) -> redis::aio::MultiplexedConnection {
     let client = redis::Client::open(url).expect("redis url");
     client.get_multiplexed_async_connection().await.expect("connect to redis")
-}
-
-/// Deletes every key under the test's prefix.
-async fn delete_keys(url: &str, prefix: &str) {
-    let mut conn = redis_conn(url).await;
-    let mut cursor = 0u64;
-    loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(format!("{prefix}:*"))
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(&mut conn)
-            .await
-            .expect("scan test keys");
-        if !keys.is_empty() {
-            let _: () = redis::cmd("DEL").arg(&keys).query_async(&mut conn).await.expect("delete test keys");
-        }
-        if next == 0 {
-            break;
-        }
-        cursor = next;
-    }
 }

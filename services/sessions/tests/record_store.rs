@@ -1,8 +1,6 @@
-//! One behavioural suite for every `RecordStore` (memory and Postgres), an outage of Postgres
-//! through a proxy that cuts connections, and the proxy itself.
+//! One behavioural suite for every `RecordStore` (memory and Postgres), and an outage of
+//! Postgres through the test kit's proxy that cuts connections.
 #![allow(clippy::unwrap_used, reason = "a panic in a test is the failure report")]
-
-mod common;
 
 use std::{
     collections::BTreeMap,
@@ -11,7 +9,6 @@ use std::{
 };
 
 use chrono::{DateTime, TimeDelta, Utc};
-use common::proxy::TcpProxy;
 use switchyard_sessions::{
     domain::{
         LiveSession, Message, MessageRole, RoleId, SessionId, SessionKey, SessionStatus, SwitchEvent, SwitchReason,
@@ -19,11 +16,12 @@ use switchyard_sessions::{
     },
     store::{Record, RecordStore, StoreError, memory::MemoryRecordStore, postgres::PostgresStore},
 };
-use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
-    net::{TcpListener, TcpStream},
-    time::timeout,
+use switchyard_testkit::{
+    Schema, database_url, eventually,
+    postgres::{database_addr, database_url_via},
+    proxy::TcpProxy,
 };
+use tokio::time::timeout;
 
 /// A time Postgres stores exactly (microsecond precision), `secs` after a fixed instant.
 fn at(secs: i64) -> DateTime<Utc> {
@@ -285,12 +283,11 @@ async fn memory_record_store() {
 
 #[tokio::test]
 async fn postgres_record_store() {
-    let schema = common::unique("t");
-    let store = PostgresStore::connect(&common::database_url(), &schema)
+    let schema = Schema::new("t");
+    let store = PostgresStore::connect(&database_url(), &schema)
         .await
         .expect("connect to postgres at DATABASE_URL (is it running?)");
     record_store_behaves(Arc::new(store)).await;
-    common::drop_schema(&schema).await;
 }
 
 #[tokio::test]
@@ -314,9 +311,9 @@ async fn memory_record_store_simulates_an_outage() {
 
 #[tokio::test]
 async fn postgres_writes_fail_fast_during_an_outage_and_recover() {
-    let schema = common::unique("t");
-    let proxy = TcpProxy::start(common::database_addr()).await;
-    let store = PostgresStore::connect(&common::database_url_via(proxy.addr()), &schema)
+    let schema = Schema::new("t");
+    let proxy = TcpProxy::start(database_addr()).await;
+    let store = PostgresStore::connect(&database_url_via(proxy.addr()), &schema)
         .await
         .expect("connect to postgres at DATABASE_URL through the proxy (is it running?)");
     let key = key("acme", "s-outage");
@@ -337,62 +334,9 @@ async fn postgres_writes_fail_fast_during_an_outage_and_recover() {
 
     proxy.restore();
     // The first attempts may still find dead pooled connections; the pool must replace them.
-    let mut attempts = 0;
-    loop {
-        attempts += 1;
-        match timeout(Duration::from_secs(10), store.write(&turns(2))).await.expect("a write after the outage hung") {
-            Ok(()) => break,
-            Err(err) if attempts < 10 => {
-                eprintln!("write after restore failed (attempt {attempts}): {err}");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            Err(err) => panic!("the store did not recover after the outage: {err}"),
-        }
-    }
+    eventually(Duration::from_secs(20), "the store recovered after the outage", || async {
+        timeout(Duration::from_secs(10), store.write(&turns(2))).await.expect("a write after the outage hung")
+    })
+    .await;
     assert_eq!(load(&store, &key, 0).await.turn_count, 2);
-
-    drop(store);
-    common::drop_schema(&schema).await;
-}
-
-async fn echo(text: &[u8], stream: &mut TcpStream) -> Vec<u8> {
-    stream.write_all(text).await.unwrap();
-    let mut reply = vec![0; text.len()];
-    timeout(Duration::from_secs(5), stream.read_exact(&mut reply)).await.expect("echo timed out").unwrap();
-    reply
-}
-
-/// A cut connection reads end-of-stream (or a reset) promptly.
-async fn assert_closed(stream: &mut TcpStream) {
-    let mut buf = [0; 16];
-    let read = timeout(Duration::from_secs(5), stream.read(&mut buf)).await.expect("the connection stayed open");
-    assert!(matches!(read, Ok(0) | Err(_)), "read {read:?} from a cut connection");
-}
-
-#[tokio::test]
-async fn proxy_forwards_cuts_and_restores() {
-    let server = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let upstream = server.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let (mut stream, _) = server.accept().await.unwrap();
-            tokio::spawn(async move {
-                let (mut reader, mut writer) = stream.split();
-                let _ = tokio::io::copy(&mut reader, &mut writer).await;
-            });
-        }
-    });
-    let proxy = TcpProxy::start(upstream).await;
-
-    let mut open = TcpStream::connect(proxy.addr()).await.unwrap();
-    assert_eq!(echo(b"ping", &mut open).await, b"ping");
-
-    proxy.cut();
-    assert_closed(&mut open).await;
-    let mut refused = TcpStream::connect(proxy.addr()).await.unwrap();
-    assert_closed(&mut refused).await;
-
-    proxy.restore();
-    let mut restored = TcpStream::connect(proxy.addr()).await.unwrap();
-    assert_eq!(echo(b"pong", &mut restored).await, b"pong");
 }

@@ -1,8 +1,6 @@
 //! One behavioural suite for every `RoleStore` (memory and Postgres).
 #![allow(clippy::unwrap_used, reason = "a panic in a test is the failure report")]
 
-mod common;
-
 use std::sync::Arc;
 
 use chrono::{DateTime, TimeDelta, Utc};
@@ -10,6 +8,7 @@ use switchyard_sessions::{
     domain::{CustomTrigger, Role, RoleId, TriggerKind},
     store::{RoleStore, memory::MemoryRoleStore, postgres::PostgresStore},
 };
+use switchyard_testkit::{Schema, database_url};
 
 /// A time Postgres stores exactly (microsecond precision), `secs` after a fixed instant.
 fn at(secs: i64) -> DateTime<Utc> {
@@ -92,10 +91,9 @@ async fn memory_role_store() {
 
 #[tokio::test]
 async fn postgres_role_store() {
-    let schema = common::unique("t");
-    let store = PostgresStore::connect(&common::database_url(), &schema)
+    let schema = Schema::new("t");
+    let store = PostgresStore::connect(&database_url(), &schema)
         .await
         .expect("connect to postgres at DATABASE_URL (is it running?)");
     role_store_behaves(Arc::new(store)).await;
-    common::drop_schema(&schema).await;
 }

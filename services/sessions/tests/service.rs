@@ -2,7 +2,7 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::Suite;
 use switchyard_proto::{
@@ -13,6 +13,11 @@ use switchyard_proto::{
         role_service_client::RoleServiceClient, session_service_client::SessionServiceClient,
     },
     triggers::v1::{DetectTriggersRequest, Trigger, TriggerKind, trigger_service_client::TriggerServiceClient},
+};
+use switchyard_testkit::{
+    database_url, delete_redis_keys, eventually,
+    postgres::{database_addr, database_url_via},
+    proxy::TcpProxy,
 };
 use tonic::{Code, Request};
 
@@ -155,7 +160,7 @@ async fn a_session_redis_lost_is_rebuilt_from_postgres() {
     let before = sessions.get_session(GetSessionRequest { session_id: "lost".into(), include_messages: true }).await;
     let before = before.expect("get").into_inner();
 
-    assert!(common::delete_redis_keys(&suite.prefix).await >= 1, "the live session was in Redis");
+    assert!(delete_redis_keys(&suite.prefix).await >= 1, "the live session was in Redis");
 
     let after = sessions.get_session(GetSessionRequest { session_id: "lost".into(), include_messages: true }).await;
     let after = after.expect("rebuilt").into_inner();
@@ -180,10 +185,9 @@ async fn a_session_redis_lost_is_rebuilt_from_postgres() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_postgres_cut_queries_keep_serving_and_records_arrive_after() {
-    let proxy = common::proxy::TcpProxy::start(common::database_addr()).await;
+    let proxy = TcpProxy::start(database_addr()).await;
     let triggers = common::start_triggers().await;
-    let (mut config, schema, prefix) =
-        common::sessions_config(&triggers.url(), &common::database_url_via(proxy.addr()));
+    let (mut config, _schema, _prefix) = common::sessions_config(&triggers.url(), &database_url_via(proxy.addr()));
     config.record_write_timeout = Duration::from_millis(300);
     config.record_buffer = 3;
     let (server, switcher) = common::start_sessions(&config).await;
@@ -207,11 +211,10 @@ async fn with_postgres_cut_queries_keep_serving_and_records_arrive_after() {
     assert_eq!(history.unwrap_err().code(), Code::Unavailable, "history needs Postgres");
 
     proxy.restore();
-    let restored = Instant::now();
-    while switcher.recorder().backlog() > 0 {
-        assert!(restored.elapsed() < Duration::from_secs(15), "buffer drained after Postgres returned");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(Duration::from_secs(15), "buffer drained after Postgres returned", || async {
+        switcher.recorder().backlog() == 0
+    })
+    .await;
     let events = sessions
         .get_history(GetHistoryRequest { session_id: "outage".into(), ..Default::default() })
         .await
@@ -222,8 +225,6 @@ async fn with_postgres_cut_queries_keep_serving_and_records_arrive_after() {
     assert_eq!((events[0].from_role_id.as_str(), events[0].to_role_id.as_str()), ("tech-expert", "finance-expert"));
     server.stop().await;
     triggers.stop().await;
-    common::drop_schema(&schema).await;
-    common::delete_redis_keys(&prefix).await;
 }
 
 #[tokio::test]
@@ -418,7 +419,7 @@ async fn roles_are_seeded_managed_and_always_registered_with_triggers() {
 async fn role_writes_fail_while_triggers_is_down_and_forgotten_roles_are_registered_again() {
     let triggers = common::start_triggers().await;
     let triggers_addr = triggers.addr;
-    let (config, schema, prefix) = common::sessions_config(&triggers.url(), &common::database_url());
+    let (config, _schema, _prefix) = common::sessions_config(&triggers.url(), &database_url());
     let (server, _switcher) = common::start_sessions(&config).await;
     let channel = tonic::transport::Endpoint::from_shared(server.url()).expect("url").connect().await.expect("connect");
     let mut roles = RoleServiceClient::new(channel.clone());
@@ -439,6 +440,4 @@ async fn role_writes_fail_while_triggers_is_down_and_forgotten_roles_are_registe
     assert_eq!(turn.reason(), SwitchReason::Triggered, "{}", turn.reason_detail);
     server.stop().await;
     triggers.stop().await;
-    common::drop_schema(&schema).await;
-    common::delete_redis_keys(&prefix).await;
 }

@@ -9,20 +9,17 @@ use std::{process::Stdio, time::Duration};
 use switchyard_proto::sessions::v1::{
     CreateSessionRequest, ProcessQueryRequest, session_service_client::SessionServiceClient,
 };
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("bind port 0").local_addr().expect("addr").port()
-}
+use switchyard_testkit::{KeyPrefix, Schema, database_url, eventually, free_port, redis_url};
 
 #[tokio::test]
 async fn records_held_at_sigterm_are_in_postgres_after_exit() {
     let triggers = common::start_triggers().await;
-    let (schema, prefix) = (common::unique("s"), common::unique("sy"));
+    let (schema, prefix) = (Schema::new("s"), KeyPrefix::new("sy"));
     let addr = format!("127.0.0.1:{}", free_port());
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchyard-sessions"))
         .args(["--listen", &addr, "--triggers-url", &triggers.url()])
-        .args(["--database-url", &common::database_url(), "--redis-url", &common::redis_url()])
-        .args(["--db-schema", &schema, "--redis-prefix", &prefix])
+        .args(["--database-url", &database_url(), "--redis-url", &redis_url()])
+        .args(["--db-schema", schema.name(), "--redis-prefix", prefix.as_str()])
         // Turn counts wait in the buffer: only the drain at shutdown can write them in time.
         .args(["--record-flush-interval", "1h"])
         .env_remove("SESSIONS_IN_MEMORY")
@@ -32,16 +29,11 @@ async fn records_held_at_sigterm_are_in_postgres_after_exit() {
         .expect("start switchyard-sessions");
 
     let url = format!("http://{addr}");
-    let channel = tokio::time::timeout(Duration::from_secs(60), async {
-        loop {
-            match tonic::transport::Endpoint::from_shared(url.clone()).expect("url").connect().await {
-                Ok(channel) => return channel,
-                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-            }
-        }
+    let channel = eventually(Duration::from_secs(60), "switchyard-sessions listening", || {
+        let endpoint = tonic::transport::Endpoint::from_shared(url.clone()).expect("url");
+        async move { endpoint.connect().await }
     })
-    .await
-    .expect("switchyard-sessions listening within 60 s");
+    .await;
     let mut sessions = SessionServiceClient::new(channel);
     let create = CreateSessionRequest {
         session_id: "drain-1".into(),
@@ -49,13 +41,11 @@ async fn records_held_at_sigterm_are_in_postgres_after_exit() {
         ..Default::default()
     };
     // The roles register with the triggers service in the background; retry until they have.
-    tokio::time::timeout(Duration::from_secs(30), async {
-        while sessions.create_session(create.clone()).await.is_err() {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+    eventually(Duration::from_secs(30), "session created", || {
+        let (mut sessions, create) = (sessions.clone(), create.clone());
+        async move { sessions.create_session(create).await }
     })
-    .await
-    .expect("session created");
+    .await;
     for _ in 0..3 {
         let query = ProcessQueryRequest {
             session_id: "drain-1".into(),
@@ -72,7 +62,7 @@ async fn records_held_at_sigterm_are_in_postgres_after_exit() {
     assert!(exit.success(), "clean exit after SIGTERM: {exit:?}");
 
     use sqlx::Connection;
-    let mut conn = sqlx::PgConnection::connect(&common::database_url()).await.expect("postgres");
+    let mut conn = sqlx::PgConnection::connect(&database_url()).await.expect("postgres");
     let turns: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT turn_count FROM \"{schema}\".sessions WHERE session_id = 'drain-1'"
     )))
@@ -80,7 +70,6 @@ async fn records_held_at_sigterm_are_in_postgres_after_exit() {
     .await
     .expect("the session's record");
     assert_eq!(turns, 3, "the turn counts held at SIGTERM were written before exit");
-    common::drop_schema(&schema).await;
-    common::delete_redis_keys(&prefix).await;
+    drop(conn);
     triggers.stop().await;
 }

@@ -4,27 +4,10 @@
 
 mod common;
 
-use std::{path::PathBuf, process::Command};
+use std::process::Command;
 
+use switchyard_testkit::grpcurl;
 use switchyard_triggers::TriggersConfig;
-
-fn grpcurl() -> PathBuf {
-    if let Ok(path) = std::env::var("GRPCURL") {
-        return PathBuf::from(path);
-    }
-    let tools =
-        PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned()))
-            .join("../../.tools/bin/grpcurl");
-    if tools.exists() {
-        return tools;
-    }
-    let on_path = Command::new("grpcurl").arg("-version").output();
-    assert!(
-        on_path.is_ok(),
-        "grpcurl not found: run scripts/install-tools.sh (or set GRPCURL) — this test never skips"
-    );
-    PathBuf::from("grpcurl")
-}
 
 fn run(args: &[&str]) -> String {
     let output = Command::new(grpcurl()).args(args).output().expect("run grpcurl");

@@ -6,6 +6,7 @@ mod common;
 use std::{sync::Arc, time::Duration};
 
 use switchyard_proto::triggers::v1::{DetectTriggersRequest, RegisterRoleTriggersRequest};
+use switchyard_testkit::eventually;
 use switchyard_triggers::{TriggersConfig, store::MemoryStore};
 use tonic::Code;
 use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
@@ -21,16 +22,16 @@ fn config() -> TriggersConfig {
 }
 
 async fn wait_for_status(addr: std::net::SocketAddr, want: ServingStatus) {
-    let mut health = HealthClient::new(channel(addr).await);
-    for _ in 0..100 {
-        let status =
-            health.check(HealthCheckRequest { service: SERVICE.into() }).await.expect("check").into_inner().status();
-        if status == want {
-            return;
+    let health = HealthClient::new(channel(addr).await);
+    eventually(Duration::from_secs(10), &format!("health {want:?}"), || {
+        let mut health = health.clone();
+        async move {
+            let status = health.check(HealthCheckRequest { service: SERVICE.into() }).await.expect("check");
+            let status = status.into_inner().status();
+            if status == want { Ok(()) } else { Err(format!("{status:?}")) }
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("health never became {want:?}");
+    })
+    .await;
 }
 
 #[tokio::test]

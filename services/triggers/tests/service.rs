@@ -2,12 +2,13 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use switchyard_proto::triggers::v1::{
     BestRoleReason, DetectTriggersRequest, GetBestRoleRequest, ListDomainsRequest, ListRoleTriggersRequest,
     RegisterRoleTriggersRequest, Trigger, TriggerKind, UnregisterRoleRequest,
 };
+use switchyard_testkit::{Schema, eventually};
 use tonic::Code;
 
 const SPEC_EXAMPLE: &str = "What are the best investment strategies for tech startups?";
@@ -26,7 +27,7 @@ fn custom(pattern: &str, kind: TriggerKind, priority: u32) -> Trigger {
 
 #[tokio::test]
 async fn spec_example_matches_finance_and_technology_and_hysteresis_decides() {
-    let schema = common::fresh_schema();
+    let schema = Schema::new("t");
     let server = common::spawn(&common::postgres_config(&schema)).await;
     let mut client = server.client().await;
     client.register_role_triggers(register("finance-expert", &["finance"], vec![])).await.expect("register");
@@ -92,12 +93,11 @@ async fn spec_example_matches_finance_and_technology_and_hysteresis_decides() {
         .into_inner();
     assert_eq!((finance.role_id.as_str(), finance.kept_current), ("finance-expert", false));
     server.stop().await;
-    common::drop_schema(&schema).await;
 }
 
 #[tokio::test]
 async fn registrations_survive_a_restart_and_can_be_listed_paged_and_removed() {
-    let schema = common::fresh_schema();
+    let schema = Schema::new("t");
     let config = common::postgres_config(&schema);
     let server = common::spawn(&config).await;
     let mut client = server.client().await;
@@ -140,12 +140,16 @@ async fn registrations_survive_a_restart_and_can_be_listed_paged_and_removed() {
     let after = client.detect_triggers(DetectTriggersRequest { query: "widget".into() }).await.expect("detect");
     assert_eq!(after.into_inner().matches.len(), 2);
     server.stop().await;
-    common::drop_schema(&schema).await;
 }
 
+/// How long a change on one replica may take to show on another. Idle, a NOTIFY makes it
+/// milliseconds (the 250 ms version poll is the backstop); the bound is for a loaded two-core
+/// machine, where the matcher rebuild on a blocking thread can wait seconds for a core.
+const CONVERGENCE: Duration = Duration::from_secs(10);
+
 #[tokio::test]
-async fn two_replicas_converge_within_a_second() {
-    let schema = common::fresh_schema();
+async fn two_replicas_converge() {
+    let schema = Schema::new("t");
     let config = common::postgres_config(&schema);
     let (a, b) = (common::spawn(&config).await, common::spawn(&config).await);
     let (mut client_a, mut client_b) = (a.client().await, b.client().await);
@@ -156,40 +160,34 @@ async fn two_replicas_converge_within_a_second() {
             .register_role_triggers(register("replicated", &[], vec![custom(&keyword, TriggerKind::Keyword, 5)]))
             .await
             .expect("register on a");
-        let written = Instant::now();
-        loop {
-            let seen = client_b
-                .detect_triggers(DetectTriggersRequest { query: keyword.clone() })
-                .await
-                .expect("detect on b")
-                .into_inner();
-            if seen.matches.iter().any(|m| m.role_id == "replicated") {
-                break;
+        eventually(CONVERGENCE, &format!("replica b sees {keyword}"), || {
+            let (mut client_b, keyword) = (client_b.clone(), keyword.clone());
+            async move {
+                let seen =
+                    client_b.detect_triggers(DetectTriggersRequest { query: keyword }).await.expect("detect on b");
+                seen.into_inner().matches.iter().any(|m| m.role_id == "replicated")
             }
-            assert!(written.elapsed() < Duration::from_secs(1), "replica b did not converge within 1 s");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        })
+        .await;
     }
     // And back the other way, with a removal.
     client_b.unregister_role(UnregisterRoleRequest { role_id: "replicated".into() }).await.expect("unregister on b");
-    let removed = Instant::now();
-    loop {
-        let seen =
-            client_a.detect_triggers(DetectTriggersRequest { query: "zebracorn2".into() }).await.expect("detect");
-        if seen.into_inner().matches.is_empty() {
-            break;
+    eventually(CONVERGENCE, "replica a sees the removal", || {
+        let mut client_a = client_a.clone();
+        async move {
+            let seen =
+                client_a.detect_triggers(DetectTriggersRequest { query: "zebracorn2".into() }).await.expect("detect");
+            seen.into_inner().matches.is_empty()
         }
-        assert!(removed.elapsed() < Duration::from_secs(1), "replica a did not converge within 1 s");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    })
+    .await;
     a.stop().await;
     b.stop().await;
-    common::drop_schema(&schema).await;
 }
 
 #[tokio::test]
 async fn bad_input_is_invalid_argument_naming_the_field_and_loses_nothing() {
-    let schema = common::fresh_schema();
+    let schema = Schema::new("t");
     let mut config = common::postgres_config(&schema);
     config.max_custom_triggers = 3;
     let server = common::spawn(&config).await;
@@ -284,7 +282,6 @@ async fn bad_input_is_invalid_argument_naming_the_field_and_loses_nothing() {
     assert_eq!(listed.roles.len(), 1);
     assert_eq!(listed.roles[0].role_id, "kept");
     server.stop().await;
-    common::drop_schema(&schema).await;
 }
 
 #[tokio::test]

@@ -4,6 +4,7 @@ mod common;
 
 use std::{sync::Arc, time::Duration};
 
+use switchyard_testkit::{Schema, database_url};
 use switchyard_triggers::{
     domain::{Limits, RoleId, RoleRegistration, Trigger, TriggerKind},
     store::{MemoryStore, PostgresStore, TriggerStore},
@@ -72,18 +73,17 @@ async fn memory_store_behaves() {
 
 #[tokio::test]
 async fn postgres_store_behaves() {
-    let schema = common::fresh_schema();
-    let store = PostgresStore::connect(&common::database_url(), &schema, Duration::from_millis(200))
+    let schema = Schema::new("t");
+    let store = PostgresStore::connect(&database_url(), &schema, Duration::from_millis(200))
         .await
         .expect("postgres reachable at DATABASE_URL");
     behaves_like_a_trigger_store(Arc::new(store)).await;
-    common::drop_schema(&schema).await;
 }
 
 #[tokio::test]
 async fn two_services_migrate_one_database_in_their_own_schemas() {
-    let (a, b) = (common::fresh_schema(), common::fresh_schema());
-    let url = common::database_url();
+    let (a, b) = (Schema::new("t"), Schema::new("t"));
+    let url = database_url();
     let (first, second) = tokio::join!(
         PostgresStore::connect(&url, &a, Duration::from_secs(1)),
         PostgresStore::connect(&url, &b, Duration::from_secs(1)),
@@ -94,15 +94,11 @@ async fn two_services_migrate_one_database_in_their_own_schemas() {
     assert!(second.load().await.expect("load").roles.is_empty(), "schemas are separate");
     // Migrating an existing schema again is a no-op.
     PostgresStore::connect(&url, &a, Duration::from_secs(1)).await.expect("reopen");
-    common::drop_schema(&a).await;
-    common::drop_schema(&b).await;
 }
 
 #[tokio::test]
 async fn bad_schema_names_are_refused() {
-    let err = PostgresStore::connect(&common::database_url(), "Robert'); DROP", Duration::from_secs(1))
-        .await
-        .err()
-        .expect("refused");
+    let err =
+        PostgresStore::connect(&database_url(), "Robert'); DROP", Duration::from_secs(1)).await.err().expect("refused");
     assert!(err.to_string().contains("schema"), "{err}");
 }

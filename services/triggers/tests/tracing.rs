@@ -17,8 +17,9 @@ async fn the_server_span_continues_the_callers_trace() {
     let provider = SdkTracerProvider::builder().with_simple_exporter(exporter.clone()).build();
     let subscriber =
         tracing_subscriber::registry().with(tracing_opentelemetry::layer().with_tracer(provider.tracer("test")));
-    // Global, so the server's tasks on other threads report to it too (nextest runs each test
-    // in its own process).
+    // Global, so the server's tasks on other threads report to it too. It can be set once per
+    // process: this relies on nextest running each test in a process of its own
+    // (.config/nextest.toml); under `cargo test` it holds only while this file has one test.
     tracing::subscriber::set_global_default(subscriber).expect("first subscriber");
 
     let server = common::spawn(&TriggersConfig::in_memory("127.0.0.1:0".parse().expect("addr"))).await;

@@ -1,59 +1,28 @@
-//! Shared test setup: the real Redis (REDIS_URL) and Postgres (DATABASE_URL) with a fresh key
-//! prefix or schema per test, the real MCP peers installed by scripts/install-tools.sh, and
-//! gateways on loopback. Tests fail, never skip, when something they need is missing.
+//! The gateway's own test setup: gateways on loopback over the real Redis and Postgres (a
+//! fresh key prefix or schema per test, from the test kit) or in memory, and the MiniLM model.
+//! Tests fail, never skip, when something they need is missing.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
     net::SocketAddr,
-    path::{Path, PathBuf},
     sync::{Arc, OnceLock},
     time::Duration,
 };
 
-use rmcp::{
-    RoleClient, ServiceExt,
-    model::{ClientCapabilities, ClientConfig, Implementation, ProtocolVersion},
-    service::RunningService,
-    transport::{StreamableHttpClientTransport, streamable_http_client::StreamableHttpClientTransportConfig},
-};
 use switchyard_mcp_gateway::{
     GatewayConfig, GatewayServer, Stores,
     store::{postgres::PostgresUsageStore, redis::RedisContextStore},
+    upstream::ServerState,
 };
 use switchyard_models::Embedder;
-
-pub fn database_url() -> String {
-    std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
-}
-
-pub fn redis_url() -> String {
-    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
-}
-
-pub fn unique(prefix: &str) -> String {
-    format!("{prefix}_{}", uuid::Uuid::new_v4().simple())
-}
-
-pub fn root() -> PathBuf {
-    Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned()))
-        .join("../..")
-        .canonicalize()
-        .expect("repository root")
-}
-
-/// A launcher from `.tools/bin` (scripts/install-tools.sh installs them); missing is a failure.
-pub fn tool(name: &str) -> String {
-    let path = root().join(".tools/bin").join(name);
-    assert!(path.exists(), "{} is missing: run scripts/install-tools.sh", path.display());
-    path.display().to_string()
-}
+use switchyard_testkit::{database_url, eventually, redis_url};
 
 /// The MiniLM model (scripts/fetch-models.sh), loaded once per test binary.
 pub fn embedder() -> Arc<Embedder> {
     static MODEL: OnceLock<Arc<Embedder>> = OnceLock::new();
     MODEL
         .get_or_init(|| {
-            let dir = root().join("models/all-MiniLM-L6-v2");
+            let dir = switchyard_testkit::model_dir();
             Arc::new(Embedder::load(&dir).unwrap_or_else(|err| panic!("{err} (run scripts/fetch-models.sh)")))
         })
         .clone()
@@ -80,24 +49,6 @@ pub async fn shared_stores(prefix: &str, schema: &str) -> Stores {
         .await
         .unwrap_or_else(|err| panic!("postgres at {} (set DATABASE_URL): {err}", database_url()));
     Stores { contexts: Arc::new(contexts), usage: Arc::new(usage) }
-}
-
-pub async fn drop_schema(schema: &str) {
-    use sqlx::Connection;
-    let mut conn = sqlx::PgConnection::connect(&database_url()).await.expect("connect to postgres");
-    sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE")))
-        .execute(&mut conn)
-        .await
-        .expect("drop test schema");
-}
-
-pub async fn delete_redis_keys(prefix: &str) {
-    let client = redis::Client::open(redis_url()).expect("redis url");
-    let mut conn = client.get_multiplexed_async_connection().await.expect("connect to redis");
-    let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{prefix}:*")).query_async(&mut conn).await.expect("KEYS");
-    if !keys.is_empty() {
-        let _: () = redis::cmd("DEL").arg(&keys).query_async(&mut conn).await.expect("DEL");
-    }
 }
 
 /// A running gateway: its server task stops when this is dropped.
@@ -127,21 +78,17 @@ impl Running {
     /// Waits until every server is ready and the catalog has `tools` tools (and is embedded
     /// when the gateway has the model).
     pub async fn ready(&self, tools: usize) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        loop {
+        eventually(Duration::from_secs(60), "gateway ready", || async {
             let catalog = self.gateway.catalog();
             let servers = self.gateway.servers();
-            let all_ready = servers.iter().all(|s| s.state == switchyard_mcp_gateway::upstream::ServerState::Ready);
+            let all_ready = servers.iter().all(|s| s.state == ServerState::Ready);
             if all_ready && catalog.len() >= tools && (catalog.embedded || !self.gateway.has_embedder()) {
-                return;
+                Ok(())
+            } else {
+                Err(format!("servers {servers:?}, {} tools (wanted {tools})", catalog.len()))
             }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "gateway not ready: servers {servers:?}, {} tools (wanted {tools})",
-                catalog.len()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
+        .await;
     }
 }
 
@@ -161,24 +108,6 @@ pub async fn start(config: &GatewayConfig, stores: Stores, embedder: Option<Arc<
         let _ = stopped.await;
     }));
     Running { grpc, mcp, gateway, stop: Some(stop), task: Some(task) }
-}
-
-pub type Client = RunningService<RoleClient, ClientConfig>;
-
-/// An MCP client of the gateway over streamable HTTP (rmcp), with the initialize handshake.
-pub async fn mcp_client(url: &str) -> Client {
-    let transport =
-        StreamableHttpClientTransport::from_config(StreamableHttpClientTransportConfig::with_uri(url.to_owned()));
-    ClientConfig::new(ClientCapabilities::default(), Implementation::new("gateway-test", "0"))
-        .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
-        .serve(transport)
-        .await
-        .unwrap_or_else(|err| panic!("MCP client to {url}: {err}"))
-}
-
-/// A free loopback port (for peers that take a port rather than binding port 0).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// A session of `tenant` (both valid, or the test is wrong).

@@ -1,60 +1,19 @@
-//! Shared test setup: the real Redis (REDIS_URL) and Postgres (DATABASE_URL), with a fresh key
-//! prefix or schema per test so tests never see each other's data. Tests fail, never skip,
-//! when either is unreachable.
+//! The sessions service's own test setup: a triggers server and a sessions server on port 0,
+//! over the real Redis and Postgres with a fresh key prefix and schema per test (the test
+//! kit's guards, cleaned up however the test ends). Tests fail, never skip, when either is
+//! unreachable.
 #![allow(dead_code)]
 
-pub mod proxy;
-
-pub fn database_url() -> String {
-    std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
-}
-
-pub fn redis_url() -> String {
-    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
-}
-
-/// A unique lowercase name (usable as a Postgres schema or a Redis key prefix).
-pub fn unique(prefix: &str) -> String {
-    format!("{prefix}_{}", uuid::Uuid::new_v4().simple())
-}
-
-pub async fn drop_schema(schema: &str) {
-    use sqlx::Connection;
-    let mut conn = sqlx::PgConnection::connect(&database_url()).await.expect("connect to postgres");
-    sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE")))
-        .execute(&mut conn)
-        .await
-        .expect("drop test schema");
-}
-
-/// `host:port` of the Postgres in `DATABASE_URL`.
-pub fn database_addr() -> std::net::SocketAddr {
-    proxy::url_addr(&database_url())
-}
-
-/// `DATABASE_URL` pointed at `addr` instead (a proxy in front of the same Postgres).
-pub fn database_url_via(addr: std::net::SocketAddr) -> String {
-    proxy::url_via(&database_url(), addr)
-}
-
-/// Deletes every Redis key under `prefix` (what an eviction or FLUSHDB does to a session).
-pub async fn delete_redis_keys(prefix: &str) -> usize {
-    let client = redis::Client::open(redis_url()).expect("redis url");
-    let mut conn = client.get_multiplexed_async_connection().await.expect("connect to redis");
-    let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{prefix}:*")).query_async(&mut conn).await.expect("KEYS");
-    if !keys.is_empty() {
-        let _: () = redis::cmd("DEL").arg(&keys).query_async(&mut conn).await.expect("DEL");
-    }
-    keys.len()
-}
+use switchyard_testkit::{KeyPrefix, Schema, database_url, redis_url};
 
 /// A triggers server and a sessions server on real Redis and Postgres, each on port 0.
 pub struct Suite {
     pub triggers: Running,
     pub sessions: Running,
-    pub schema: String,
-    pub prefix: String,
     pub switcher: std::sync::Arc<switchyard_sessions::ContextSwitcher>,
+    // Dropped last, after the servers that use them.
+    pub schema: Schema,
+    pub prefix: KeyPrefix,
 }
 
 pub struct Running {
@@ -104,18 +63,19 @@ pub async fn start_triggers_on(addr: std::net::SocketAddr) -> Running {
     })
 }
 
-/// Sessions config on real Redis and Postgres (a fresh schema and key prefix).
+/// Sessions config on real Redis and Postgres (a fresh schema and key prefix, cleaned up when
+/// the returned guards are dropped).
 pub fn sessions_config(
     triggers_url: &str,
     database_url: &str,
-) -> (switchyard_sessions::SessionsConfig, String, String) {
-    let (schema, prefix) = (unique("s"), unique("sy"));
+) -> (switchyard_sessions::SessionsConfig, Schema, KeyPrefix) {
+    let (schema, prefix) = (Schema::new("s"), KeyPrefix::new("sy"));
     let mut config = switchyard_sessions::SessionsConfig::in_memory("127.0.0.1:0".parse().expect("addr"), triggers_url);
     config.stores.in_memory = false;
     config.stores.database_url = Some(database_url.into());
     config.stores.redis_url = Some(redis_url().into());
-    config.stores.db_schema = schema.clone();
-    config.stores.redis_prefix = prefix.clone();
+    config.stores.db_schema = schema.to_string();
+    config.stores.redis_prefix = prefix.to_string();
     (config, schema, prefix)
 }
 
@@ -147,10 +107,9 @@ impl Suite {
         tonic::transport::Endpoint::from_shared(self.sessions.url()).expect("url").connect().await.expect("connect")
     }
 
+    /// Stops both servers; the schema and keys go with the guards.
     pub async fn stop(self) {
         self.sessions.stop().await;
         self.triggers.stop().await;
-        drop_schema(&self.schema).await;
-        delete_redis_keys(&self.prefix).await;
     }
 }

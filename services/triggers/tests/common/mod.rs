@@ -1,32 +1,14 @@
-//! Shared test setup: the real Postgres (DATABASE_URL), a fresh schema per test, and the
-//! service started on port 0.
+//! The triggers service's own test setup: the service started on port 0, in memory or on the
+//! real Postgres in a schema of the test's own (the test kit's guard).
 #![allow(dead_code)]
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use switchyard_proto::triggers::v1::trigger_service_client::TriggerServiceClient;
+use switchyard_testkit::database_url;
 use switchyard_triggers::{TriggersConfig, TriggersServer, store::TriggerStore};
 use tokio::{sync::oneshot, task::JoinHandle};
 use tonic::transport::Channel;
-
-/// The Postgres the tests use; they fail (never skip) when it is not reachable.
-pub fn database_url() -> String {
-    std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
-}
-
-/// A schema name no other test uses.
-pub fn fresh_schema() -> String {
-    format!("t_{}", uuid::Uuid::new_v4().simple())
-}
-
-pub async fn drop_schema(schema: &str) {
-    use sqlx::Connection;
-    let mut conn = sqlx::PgConnection::connect(&database_url()).await.expect("connect to postgres");
-    sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE")))
-        .execute(&mut conn)
-        .await
-        .expect("drop test schema");
-}
 
 pub fn postgres_config(schema: &str) -> TriggersConfig {
     let mut config = TriggersConfig::in_memory("127.0.0.1:0".parse().expect("addr"));

@@ -1,20 +1,18 @@
 //! A TCP proxy that can cut its connections, to test what a store does during an outage of a
 //! real backend.
 //!
-//! To send a Postgres client through it, start it on the backend's address and rewrite the
-//! host:port of the URL to the proxy's (`common::database_addr` and `common::database_url_via`
-//! do both for `DATABASE_URL`; user, password, database and query stay as they were):
+//! To send a client through it, start it on the backend's address and rewrite the host:port of
+//! the URL to the proxy's (`postgres::database_addr` and `postgres::database_url_via` do both
+//! for `DATABASE_URL`, the `redis` module's twins for `REDIS_URL`; user, password, database and
+//! query stay as they were):
 //!
 //! ```ignore
-//! let proxy = TcpProxy::start(common::database_addr()).await;
+//! let proxy = TcpProxy::start(postgres::database_addr()).await;
 //! // postgres://postgres@127.0.0.1:5432/test -> postgres://postgres@127.0.0.1:<proxy port>/test
-//! let store = PostgresStore::connect(&common::database_url_via(proxy.addr()), &schema).await?;
+//! let store = PostgresStore::connect(&postgres::database_url_via(proxy.addr()), &schema).await?;
 //! proxy.cut(); // every open connection drops, new ones are closed at once
 //! proxy.restore(); // new connections reach the backend again
 //! ```
-//!
-//! The MCP gateway's tests use this file too (by path), so both services' outage tests cut
-//! connections the same way.
 
 use std::{
     net::SocketAddr,
@@ -101,13 +99,13 @@ async fn forward(mut client: TcpStream, upstream: SocketAddr) {
     let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
 }
 
-/// `host:port` of a URL such as `postgres://user@host:5432/db` (port 5432 when absent).
-pub fn url_addr(url: &str) -> SocketAddr {
+/// `host:port` of a URL such as `postgres://user@host:5432/db` (`default_port` when absent).
+pub fn url_addr(url: &str, default_port: u16) -> SocketAddr {
     use std::net::ToSocketAddrs;
     let after_scheme = url.split_once("://").map_or(url, |(_, rest)| rest);
     let host_part = after_scheme.rsplit_once('@').map_or(after_scheme, |(_, rest)| rest);
     let host_port = host_part.split(['/', '?']).next().unwrap_or(host_part);
-    let host_port = if host_port.contains(':') { host_port.to_owned() } else { format!("{host_port}:5432") };
+    let host_port = if host_port.contains(':') { host_port.to_owned() } else { format!("{host_port}:{default_port}") };
     host_port.to_socket_addrs().expect("resolvable URL host").next().expect("an address")
 }
 

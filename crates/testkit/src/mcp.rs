@@ -2,7 +2,7 @@
 //! over streamable HTTP (rmcp, on a loopback port), answers every call with what it was
 //! called with, checks required arguments the way real servers do, and can change its tool
 //! list at run time (sending `notifications/tools/list_changed`), which the public reference
-//! servers cannot be asked to do.
+//! servers cannot be asked to do. Also an MCP client of any such endpoint.
 
 use std::{
     net::SocketAddr,
@@ -10,14 +10,19 @@ use std::{
 };
 
 use rmcp::{
-    ErrorData as McpError, ServerHandler,
+    ErrorData as McpError, RoleClient, ServerHandler, ServiceExt,
     model::{
-        CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, JsonObject, ListToolsResult,
-        PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+        CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig, ContentBlock,
+        Implementation, JsonObject, ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities,
+        ServerConfig, Tool,
     },
-    service::{NotificationContext, Peer, RequestContext, RoleServer},
-    transport::streamable_http_server::{
-        StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
+    service::{NotificationContext, Peer, RequestContext, RoleServer, RunningService},
+    transport::{
+        StreamableHttpClientTransport,
+        streamable_http_client::StreamableHttpClientTransportConfig,
+        streamable_http_server::{
+            StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
+        },
     },
 };
 use serde_json::json;
@@ -141,4 +146,17 @@ impl Drop for FixtureServer {
     fn drop(&mut self) {
         self.stop.cancel();
     }
+}
+
+pub type Client = RunningService<RoleClient, ClientConfig>;
+
+/// An MCP client of `url` over streamable HTTP (rmcp), with the initialize handshake done.
+pub async fn client(url: &str) -> Client {
+    let transport =
+        StreamableHttpClientTransport::from_config(StreamableHttpClientTransportConfig::with_uri(url.to_owned()));
+    ClientConfig::new(ClientCapabilities::default(), Implementation::new("switchyard-test", "0"))
+        .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
+        .serve(transport)
+        .await
+        .unwrap_or_else(|err| panic!("MCP client to {url}: {err}"))
 }

@@ -1,0 +1,29 @@
+//! What the workspace's tests and benches share: the repository and its installed peer tools,
+//! the real Postgres and Redis with a fresh schema or key prefix per test (cleaned up on every
+//! exit), a TCP proxy that cuts connections for outage tests, a fixture MCP server, and one
+//! polling helper. A dev-dependency only; no service compiles it into its binary.
+
+pub mod mcp;
+mod paths;
+mod poll;
+pub mod postgres;
+pub mod proxy;
+pub mod redis;
+
+pub use paths::{grpcurl, model_dir, peer_tool, root};
+pub use poll::{Outcome, eventually};
+pub use postgres::{Schema, database_url};
+pub use redis::{KeyPrefix, delete_redis_keys, redis_url};
+
+/// A unique lowercase name (usable as a Postgres schema or a Redis key prefix).
+pub fn unique(prefix: &str) -> String {
+    format!("{prefix}_{}", uuid::Uuid::new_v4().simple())
+}
+
+/// A free loopback port, for peers that take a port rather than binding port 0.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free loopback port")
+        .port()
+}
