@@ -1,7 +1,8 @@
 //! What the workspace's tests and benches share: the repository and its installed peer tools,
 //! the real Postgres and Redis with a fresh schema or key prefix per test (cleaned up on every
-//! exit), a TCP proxy that cuts connections for outage tests, a fixture MCP server, and one
-//! polling helper. A dev-dependency only; no service compiles it into its binary.
+//! exit), servers on their own task, a TCP proxy that cuts connections for outage tests, a
+//! fixture MCP server, and one polling helper. A dev-dependency only; no service compiles it
+//! into its binary.
 
 pub mod mcp;
 mod paths;
@@ -9,15 +10,27 @@ mod poll;
 pub mod postgres;
 pub mod proxy;
 pub mod redis;
+mod served;
 
 pub use paths::{grpcurl, model_dir, peer_tool, root};
 pub use poll::{Outcome, eventually};
 pub use postgres::{Schema, database_url};
 pub use redis::{KeyPrefix, delete_redis_keys, redis_url};
+pub use served::{Served, Shutdown};
 
 /// A unique lowercase name (usable as a Postgres schema or a Redis key prefix).
 pub fn unique(prefix: &str) -> String {
     format!("{prefix}_{}", uuid::Uuid::new_v4().simple())
+}
+
+/// A guard's cleanup failed: a failure of the test, unless the test is failing already (a
+/// second panic while unwinding would abort and hide the first failure).
+fn cleanup_failed(message: &str) {
+    if std::thread::panicking() {
+        eprintln!("{message}");
+    } else {
+        panic!("{message}");
+    }
 }
 
 /// A free loopback port, for peers that take a port rather than binding port 0.

@@ -62,12 +62,7 @@ impl Drop for Schema {
             .join()
             .unwrap_or_else(|_| Err("the thread dropping the test schema panicked".to_owned()));
         if let Err(err) = dropped {
-            // A second panic while unwinding would abort and hide the first failure.
-            if std::thread::panicking() {
-                eprintln!("dropping test schema {err}");
-            } else {
-                panic!("dropping test schema {err}");
-            }
+            crate::cleanup_failed(&format!("dropping test schema {err}"));
         }
     }
 }

@@ -54,12 +54,7 @@ impl Drop for KeyPrefix {
     fn drop(&mut self) {
         // The blocking client needs no runtime, so this works while a panic unwinds too.
         if let Err(err) = delete_keys(&self.prefix) {
-            // A second panic while unwinding would abort and hide the first failure.
-            if std::thread::panicking() {
-                eprintln!("deleting test keys under {}: {err}", self.prefix);
-            } else {
-                panic!("deleting test keys under {}: {err}", self.prefix);
-            }
+            crate::cleanup_failed(&format!("deleting test keys under {}: {err}", self.prefix));
         }
     }
 }

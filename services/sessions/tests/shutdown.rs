@@ -30,6 +30,10 @@ async fn records_held_at_sigterm_are_in_postgres_after_exit() {
 
     let url = format!("http://{addr}");
     let channel = eventually(Duration::from_secs(60), "switchyard-sessions listening", || {
+        // A process that exited (bad flags, no Postgres) fails the test at once, not at the deadline.
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("switchyard-sessions exited before serving: {status}");
+        }
         let endpoint = tonic::transport::Endpoint::from_shared(url.clone()).expect("url");
         async move { endpoint.connect().await }
     })

@@ -39,7 +39,11 @@ async fn over_the_concurrency_limit_calls_are_shed_but_health_still_answers() {
     let mut config = config();
     config.server.concurrency_limit = 0;
     let server = common::spawn(&config).await;
-    let err = server.client().await.detect_triggers(DetectTriggersRequest { query: "hello".into() }).await.unwrap_err();
+    let err = common::client(&server)
+        .await
+        .detect_triggers(DetectTriggersRequest { query: "hello".into() })
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::ResourceExhausted);
     assert!(err.message().contains("overloaded"), "{}", err.message());
     wait_for_status(server.addr, ServingStatus::Serving).await;
@@ -52,8 +56,7 @@ async fn calls_past_the_server_deadline_fail_with_deadline_exceeded() {
     config.server.request_timeout = Duration::ZERO;
     let server = common::spawn(&config).await;
     // Registration rebuilds the matcher on a blocking thread, so it cannot finish at once.
-    let err = server
-        .client()
+    let err = common::client(&server)
         .await
         .register_role_triggers(RegisterRoleTriggersRequest {
             role_id: "slow".into(),
@@ -72,8 +75,11 @@ async fn oversize_messages_are_refused() {
     config.server.max_message_bytes = 1024;
     config.max_query_bytes = 1 << 20;
     let server = common::spawn(&config).await;
-    let err =
-        server.client().await.detect_triggers(DetectTriggersRequest { query: "x".repeat(4096) }).await.unwrap_err();
+    let err = common::client(&server)
+        .await
+        .detect_triggers(DetectTriggersRequest { query: "x".repeat(4096) })
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::OutOfRange, "{err:?}");
     server.stop().await;
 }

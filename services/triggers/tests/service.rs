@@ -29,7 +29,7 @@ fn custom(pattern: &str, kind: TriggerKind, priority: u32) -> Trigger {
 async fn spec_example_matches_finance_and_technology_and_hysteresis_decides() {
     let schema = Schema::new("t");
     let server = common::spawn(&common::postgres_config(&schema)).await;
-    let mut client = server.client().await;
+    let mut client = common::client(&server).await;
     client.register_role_triggers(register("finance-expert", &["finance"], vec![])).await.expect("register");
     client.register_role_triggers(register("tech-expert", &["technology"], vec![])).await.expect("register");
 
@@ -100,7 +100,7 @@ async fn registrations_survive_a_restart_and_can_be_listed_paged_and_removed() {
     let schema = Schema::new("t");
     let config = common::postgres_config(&schema);
     let server = common::spawn(&config).await;
-    let mut client = server.client().await;
+    let mut client = common::client(&server).await;
     for role in ["a-role", "b-role", "c-role"] {
         client
             .register_role_triggers(register(role, &["legal"], vec![custom("widget", TriggerKind::Keyword, 7)]))
@@ -110,7 +110,7 @@ async fn registrations_survive_a_restart_and_can_be_listed_paged_and_removed() {
     server.stop().await;
 
     let server = common::spawn(&config).await;
-    let mut client = server.client().await;
+    let mut client = common::client(&server).await;
     let page = client
         .list_role_triggers(ListRoleTriggersRequest { page_size: 2, ..Default::default() })
         .await
@@ -152,7 +152,7 @@ async fn two_replicas_converge() {
     let schema = Schema::new("t");
     let config = common::postgres_config(&schema);
     let (a, b) = (common::spawn(&config).await, common::spawn(&config).await);
-    let (mut client_a, mut client_b) = (a.client().await, b.client().await);
+    let (mut client_a, mut client_b) = (common::client(&a).await, common::client(&b).await);
 
     for round in 0..3 {
         let keyword = format!("zebracorn{round}");
@@ -191,7 +191,7 @@ async fn bad_input_is_invalid_argument_naming_the_field_and_loses_nothing() {
     let mut config = common::postgres_config(&schema);
     config.max_custom_triggers = 3;
     let server = common::spawn(&config).await;
-    let mut client = server.client().await;
+    let mut client = common::client(&server).await;
     client
         .register_role_triggers(register("kept", &[], vec![custom("keepme", TriggerKind::Keyword, 3)]))
         .await
@@ -288,7 +288,7 @@ async fn bad_input_is_invalid_argument_naming_the_field_and_loses_nothing() {
 async fn domains_are_listed_with_their_triggers() {
     let server =
         common::spawn(&switchyard_triggers::TriggersConfig::in_memory("127.0.0.1:0".parse().expect("addr"))).await;
-    let mut client = server.client().await;
+    let mut client = common::client(&server).await;
     let domains = client.list_domains(ListDomainsRequest { include_triggers: true }).await.expect("list").into_inner();
     let names: Vec<_> = domains.domains.iter().map(|d| d.name.as_str()).collect();
     assert_eq!(names, ["creative", "education", "finance", "healthcare", "legal", "marketing", "technology"]);

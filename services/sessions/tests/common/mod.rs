@@ -4,7 +4,10 @@
 //! unreachable.
 #![allow(dead_code)]
 
-use switchyard_testkit::{KeyPrefix, Schema, database_url, redis_url};
+use switchyard_testkit::{KeyPrefix, Schema, Served, database_url, redis_url};
+
+/// A server of the suite, on its own task.
+pub type Running = Served;
 
 /// A triggers server and a sessions server on real Redis and Postgres, each on port 0.
 pub struct Suite {
@@ -16,39 +19,6 @@ pub struct Suite {
     pub prefix: KeyPrefix,
 }
 
-pub struct Running {
-    pub addr: std::net::SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<anyhow::Result<()>>,
-}
-
-impl Running {
-    pub fn start<F>(addr: std::net::SocketAddr, serve: impl FnOnce(tokio::sync::oneshot::Receiver<()>) -> F) -> Self
-    where
-        F: std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
-    {
-        let (stop, stopped) = tokio::sync::oneshot::channel();
-        Self { addr, stop: Some(stop), task: tokio::spawn(serve(stopped)) }
-    }
-
-    pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    pub async fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        (&mut self.task).await.expect("server task").expect("server ran cleanly");
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
 pub async fn start_triggers() -> Running {
     start_triggers_on("127.0.0.1:0".parse().expect("addr")).await
 }
@@ -56,11 +26,7 @@ pub async fn start_triggers() -> Running {
 pub async fn start_triggers_on(addr: std::net::SocketAddr) -> Running {
     let config = switchyard_triggers::TriggersConfig::in_memory(addr);
     let server = switchyard_triggers::TriggersServer::bind(&config).await.expect("bind triggers");
-    Running::start(server.local_addr(), |stopped| {
-        server.serve(async move {
-            let _ = stopped.await;
-        })
-    })
+    Served::spawn(server.local_addr(), |shutdown| server.serve(shutdown))
 }
 
 /// Sessions config on real Redis and Postgres (a fresh schema and key prefix, cleaned up when
@@ -85,14 +51,7 @@ pub async fn start_sessions(
     let server =
         switchyard_sessions::SessionsServer::bind(config).await.expect("bind sessions (Redis and Postgres reachable?)");
     let switcher = server.switcher();
-    (
-        Running::start(server.local_addr(), |stopped| {
-            server.serve(async move {
-                let _ = stopped.await;
-            })
-        }),
-        switcher,
-    )
+    (Served::spawn(server.local_addr(), |shutdown| server.serve(shutdown)), switcher)
 }
 
 impl Suite {

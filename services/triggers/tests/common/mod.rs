@@ -2,12 +2,11 @@
 //! real Postgres in a schema of the test's own (the test kit's guard).
 #![allow(dead_code)]
 
-use std::{net::SocketAddr, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
 use switchyard_proto::triggers::v1::trigger_service_client::TriggerServiceClient;
-use switchyard_testkit::database_url;
+use switchyard_testkit::{Served, database_url};
 use switchyard_triggers::{TriggersConfig, TriggersServer, store::TriggerStore};
-use tokio::{sync::oneshot, task::JoinHandle};
 use tonic::transport::Channel;
 
 pub fn postgres_config(schema: &str) -> TriggersConfig {
@@ -20,29 +19,10 @@ pub fn postgres_config(schema: &str) -> TriggersConfig {
 }
 
 /// A running server; stops when dropped or on `stop`.
-pub struct Running {
-    pub addr: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
-    task: JoinHandle<anyhow::Result<()>>,
-}
+pub type Running = Served;
 
-impl Running {
-    pub async fn client(&self) -> TriggerServiceClient<Channel> {
-        TriggerServiceClient::connect(format!("http://{}", self.addr)).await.expect("connect to triggers")
-    }
-
-    pub async fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        (&mut self.task).await.expect("server task").expect("server ran cleanly");
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+pub async fn client(server: &Running) -> TriggerServiceClient<Channel> {
+    TriggerServiceClient::connect(server.url()).await.expect("connect to triggers")
 }
 
 pub async fn spawn(config: &TriggersConfig) -> Running {
@@ -55,10 +35,5 @@ pub async fn spawn_with_store(config: &TriggersConfig, store: Arc<dyn TriggerSto
 }
 
 fn start(server: TriggersServer) -> Running {
-    let addr = server.local_addr();
-    let (stop, stopped) = oneshot::channel();
-    let task = tokio::spawn(server.serve(async move {
-        let _ = stopped.await;
-    }));
-    Running { addr, stop: Some(stop), task }
+    Served::spawn(server.local_addr(), |shutdown| server.serve(shutdown))
 }
