@@ -183,6 +183,9 @@ impl<R: BufferedRecord> RecordBuffer<R> {
     /// Holds `records` for the background writer, all or none.
     pub fn push_all(&self, records: Vec<R>) -> Durability {
         let count = records.len();
+        // Coalesced records wait for the flush interval (that is what coalescing is for); only
+        // queued ones wake the writer.
+        let wake = records.iter().any(|r| r.coalesce_key().is_none());
         let accepted = {
             let mut pending = self.pending();
             let new = records
@@ -208,7 +211,9 @@ impl<R: BufferedRecord> RecordBuffer<R> {
             }
         };
         if accepted {
-            self.wake.notify_one();
+            if wake {
+                self.wake.notify_one();
+            }
             Durability::Buffered
         } else {
             self.count_dropped(count as u64);
@@ -466,6 +471,22 @@ mod tests {
         let mut written = sink.written();
         written.sort_by_key(|r| format!("{r:?}"));
         assert_eq!(written, [Rec::Turns { session: "a", count: 4 }, Rec::Turns { session: "b", count: 1 }]);
+    }
+
+    #[tokio::test]
+    async fn coalesced_records_wait_for_the_flush_interval() {
+        let sink = Arc::new(Sink::default());
+        let buffer = RecordBuffer::start(
+            sink.clone(),
+            RecordBufferConfig { flush_interval: Duration::from_secs(2), ..config(10) },
+        );
+        // Let the writer start waiting out its first interval.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        buffer.push(Rec::Turns { session: "a", count: 1 });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(sink.written().is_empty(), "a turn count alone does not wake the writer");
+        until_empty(&buffer).await;
+        assert_eq!(sink.written(), [Rec::Turns { session: "a", count: 1 }]);
     }
 
     #[tokio::test]
