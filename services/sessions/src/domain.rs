@@ -245,6 +245,23 @@ pub fn excerpt(text: &str, max_chars: usize) -> String {
     out
 }
 
+/// A role with nothing but its id, for unit tests of the code that decides between roles.
+#[cfg(test)]
+pub(crate) fn test_role(id: &str) -> Role {
+    let epoch = DateTime::from_timestamp_millis(0).unwrap_or_default();
+    Role {
+        id: RoleId::parse(id).unwrap_or_else(|err| panic!("test role id `{id}`: {err}")),
+        name: id.to_owned(),
+        description: String::new(),
+        domains: Vec::new(),
+        system_prompt: String::new(),
+        custom_triggers: Vec::new(),
+        preferred_model: None,
+        created_at: epoch,
+        updated_at: epoch,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

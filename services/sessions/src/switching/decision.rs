@@ -87,20 +87,7 @@ impl Decision {
 mod tests {
     use super::*;
 
-    fn role(id: &str) -> Role {
-        let now = chrono::DateTime::from_timestamp_millis(0).unwrap();
-        Role {
-            id: RoleId::parse(id).unwrap(),
-            name: id.to_owned(),
-            description: String::new(),
-            domains: Vec::new(),
-            system_prompt: String::new(),
-            custom_triggers: Vec::new(),
-            preferred_model: None,
-            created_at: now,
-            updated_at: now,
-        }
-    }
+    use crate::domain::test_role as role;
 
     /// The roles this service knows in these tests.
     fn known(id: &RoleId) -> Option<Role> {
