@@ -136,10 +136,6 @@ impl<R: BufferedRecord> RecordBuffer<R> {
         buffer
     }
 
-    pub fn config(&self) -> &RecordBufferConfig {
-        &self.config
-    }
-
     fn pending(&self) -> MutexGuard<'_, Pending<R>> {
         // Only pushes and pops happen under the lock; a poisoned lock still holds whole records.
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
@@ -183,28 +179,29 @@ impl<R: BufferedRecord> RecordBuffer<R> {
     /// Holds `records` for the background writer, all or none.
     pub fn push_all(&self, records: Vec<R>) -> Durability {
         let count = records.len();
+        // Keys are computed once, outside the lock.
+        let keyed: Vec<(Option<String>, R)> = records.into_iter().map(|r| (r.coalesce_key(), r)).collect();
         // Coalesced records wait for the flush interval (that is what coalescing is for); only
         // queued ones wake the writer.
-        let wake = records.iter().any(|r| r.coalesce_key().is_none());
+        let wake = keyed.iter().any(|(key, _)| key.is_none());
         let accepted = {
             let mut pending = self.pending();
-            let new = records
-                .iter()
-                .filter(|r| r.coalesce_key().is_none_or(|key| !pending.coalesced.contains_key(&key)))
-                .count();
+            let new =
+                keyed.iter().filter(|(key, _)| key.as_ref().is_none_or(|k| !pending.coalesced.contains_key(k))).count();
             if pending.queue.len() + pending.coalesced.len() + new > self.config.capacity {
                 false
             } else {
-                for record in records {
-                    match record.coalesce_key() {
-                        None => pending.queue.push_back(record),
-                        Some(key) => match pending.coalesced.get_mut(&key) {
-                            Some(waiting) if record.supersedes(waiting) => *waiting = record,
-                            Some(_) => {}
-                            None => {
-                                pending.coalesced.insert(key, record);
-                            }
-                        },
+                for (key, record) in keyed {
+                    let Some(key) = key else {
+                        pending.queue.push_back(record);
+                        continue;
+                    };
+                    match pending.coalesced.get_mut(&key) {
+                        Some(waiting) if record.supersedes(waiting) => *waiting = record,
+                        Some(_) => {}
+                        None => {
+                            pending.coalesced.insert(key, record);
+                        }
                     }
                 }
                 true

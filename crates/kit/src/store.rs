@@ -42,14 +42,6 @@ impl From<SchemaPoolError> for StoreError {
     }
 }
 
-impl StoreError {
-    /// Whether retrying later may work (an outage or a timeout), as opposed to bad data or
-    /// configuration.
-    pub fn is_transient(&self) -> bool {
-        !matches!(self, Self::Corrupt(_) | Self::Config(_) | Self::Migrate(_))
-    }
-}
-
 /// How long connecting to Redis may take before startup fails with a clear error.
 pub const REDIS_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long one Redis command may take before the call fails (and the request with it).
