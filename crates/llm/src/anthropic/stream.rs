@@ -1,0 +1,194 @@
+//! Assembles a Messages API stream: `message_start` (model, prompt tokens), content blocks that
+//! open with `content_block_start` and grow by `text_delta` or `input_json_delta` pieces,
+//! `message_delta` (stop reason, output tokens) and `message_stop`. An `error` event ends the
+//! stream with that error.
+
+use std::collections::VecDeque;
+
+use super::{arguments_text, finish_reason, wire};
+use crate::{Completion, ErrorKind, ProviderError, StreamEvent, ToolCall, Usage, sse::SseEvent, streaming::Decoder};
+
+pub(crate) struct EventDecoder {
+    provider: String,
+    attempts: u32,
+    model: String,
+    content: String,
+    calls: Vec<PartialToolUse>,
+    stop_reason: Option<String>,
+    usage: Usage,
+}
+
+struct PartialToolUse {
+    /// The content block the call is; its input pieces name it.
+    block: u32,
+    id: String,
+    name: String,
+    /// `partial_json` pieces joined.
+    input_json: String,
+    /// The input given whole in `content_block_start` (an empty object when it will stream).
+    start_input: serde_json::Value,
+}
+
+impl EventDecoder {
+    pub fn new(provider: &str, attempts: u32) -> Self {
+        Self {
+            provider: provider.to_owned(),
+            attempts,
+            model: String::new(),
+            content: String::new(),
+            calls: Vec::new(),
+            stop_reason: None,
+            usage: Usage::default(),
+        }
+    }
+
+    fn error(&self, kind: ErrorKind, message: String) -> ProviderError {
+        ProviderError::new(self.provider.clone(), kind, message)
+    }
+
+    fn text(&mut self, text: String, out: &mut VecDeque<StreamEvent>) {
+        if !text.is_empty() {
+            self.content.push_str(&text);
+            out.push_back(StreamEvent::Text(text));
+        }
+    }
+
+    fn usage(&mut self, usage: wire::Usage) {
+        if let Some(prompt) = usage.prompt_tokens() {
+            self.usage.prompt_tokens = prompt;
+        }
+        // Cumulative in `message_delta`: the last one counts.
+        if let Some(output) = usage.output_tokens {
+            self.usage.completion_tokens = output;
+        }
+    }
+
+    fn completion(&mut self) -> Completion {
+        let tool_calls: Vec<ToolCall> = std::mem::take(&mut self.calls)
+            .into_iter()
+            .map(|call| ToolCall {
+                id: call.id,
+                name: call.name,
+                arguments: if call.input_json.is_empty() { arguments_text(&call.start_input) } else { call.input_json },
+            })
+            .collect();
+        Completion {
+            content: std::mem::take(&mut self.content),
+            tool_calls,
+            finish_reason: finish_reason(self.stop_reason.as_deref()),
+            usage: self.usage,
+            model: std::mem::take(&mut self.model),
+            attempts: self.attempts,
+        }
+    }
+}
+
+impl Decoder for EventDecoder {
+    fn event(&mut self, event: SseEvent, out: &mut VecDeque<StreamEvent>) -> Result<bool, ProviderError> {
+        let parsed: wire::StreamEvent = serde_json::from_str(&event.data).map_err(|err| {
+            self.error(ErrorKind::Protocol, format!("a `{}` stream event is not understood: {err}", event.event))
+        })?;
+        match parsed {
+            wire::StreamEvent::MessageStart { message } => {
+                if let Some(model) = message.model {
+                    self.model = model;
+                }
+                self.usage(message.usage.unwrap_or_default());
+            }
+            wire::StreamEvent::ContentBlockStart { index, content_block } => match content_block {
+                wire::ResponseBlock::Text { text } => self.text(text, out),
+                wire::ResponseBlock::ToolUse { id, name, input } => {
+                    out.push_back(StreamEvent::ToolCallStarted { id: id.clone(), name: name.clone() });
+                    self.calls.push(PartialToolUse {
+                        block: index,
+                        id,
+                        name,
+                        input_json: String::new(),
+                        start_input: input,
+                    });
+                }
+                wire::ResponseBlock::Other => {}
+            },
+            wire::StreamEvent::ContentBlockDelta { index, delta } => match delta {
+                wire::BlockDelta::TextDelta { text } => self.text(text, out),
+                wire::BlockDelta::InputJsonDelta { partial_json } => {
+                    let Some(call) = self.calls.iter_mut().rev().find(|call| call.block == index) else {
+                        return Err(self.error(
+                            ErrorKind::Protocol,
+                            format!("tool input for content block {index}, which is not a tool call"),
+                        ));
+                    };
+                    call.input_json.push_str(&partial_json);
+                }
+                wire::BlockDelta::Other => {}
+            },
+            wire::StreamEvent::MessageDelta { delta, usage } => {
+                if let Some(reason) = delta.and_then(|delta| delta.stop_reason) {
+                    self.stop_reason = Some(reason);
+                }
+                self.usage(usage.unwrap_or_default());
+            }
+            wire::StreamEvent::MessageStop => {
+                out.push_back(StreamEvent::Done(self.completion()));
+                return Ok(true);
+            }
+            wire::StreamEvent::Error { error } => {
+                let kind = match error.kind.as_str() {
+                    "rate_limit_error" => ErrorKind::RateLimited,
+                    "authentication_error" | "permission_error" => ErrorKind::Auth,
+                    "invalid_request_error" | "not_found_error" | "request_too_large" => ErrorKind::Rejected,
+                    _ => ErrorKind::Server, // `overloaded_error`, `api_error` and anything new.
+                };
+                return Err(self.error(kind, format!("the stream reported {}: {}", error.kind, error.message)));
+            }
+            wire::StreamEvent::ContentBlockStop | wire::StreamEvent::Ping | wire::StreamEvent::Other => {}
+        }
+        Ok(false)
+    }
+
+    fn ended_early(&mut self) -> Result<Completion, ProviderError> {
+        if self.stop_reason.is_some() {
+            Ok(self.completion())
+        } else {
+            Err(self.error(ErrorKind::Connect, "the stream ended before `message_stop`".to_owned()))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(data: &str) -> SseEvent {
+        SseEvent { event: "test".to_owned(), data: data.to_owned() }
+    }
+
+    #[test]
+    fn overloaded_mid_stream_is_a_server_error_after_the_text_so_far() {
+        let mut decoder = EventDecoder::new("anthropic", 1);
+        let mut out = VecDeque::new();
+        decoder
+            .event(
+                event(r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":"Hel"}}"#),
+                &mut out,
+            )
+            .unwrap();
+        let error = decoder
+            .event(event(r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#), &mut out)
+            .unwrap_err();
+        assert_eq!(error.kind, ErrorKind::Server);
+        assert!(error.message.contains("Overloaded"), "{error}");
+        assert_eq!(out, [StreamEvent::Text("Hel".into())]);
+    }
+
+    #[test]
+    fn input_for_an_unknown_block_and_unknown_events_are_handled() {
+        let mut decoder = EventDecoder::new("anthropic", 1);
+        let mut out = VecDeque::new();
+        assert!(!decoder.event(event(r#"{"type":"something_new","x":1}"#), &mut out).unwrap());
+        let delta =
+            r#"{"type":"content_block_delta","index":3,"delta":{"type":"input_json_delta","partial_json":"{"}}"#;
+        assert_eq!(decoder.event(event(delta), &mut out).unwrap_err().kind, ErrorKind::Protocol);
+        assert_eq!(decoder.event(event("{"), &mut out).unwrap_err().kind, ErrorKind::Protocol);
+    }
+}

@@ -1,0 +1,50 @@
+//! Provider errors: they name the provider and the cause, and never carry a key.
+
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// Could not connect, or the connection broke before the answer was complete.
+    Connect,
+    /// No answer (or no next chunk) within the provider's timeout.
+    Timeout,
+    /// 429: rate limited; `retry_after` says when the vendor asked us to come back.
+    RateLimited,
+    /// 5xx (and 529 overloaded).
+    Server,
+    /// 401/403: the key is missing or refused.
+    Auth,
+    /// Other 4xx: the request was refused as malformed (a bug or an unknown model).
+    Rejected,
+    /// The answer was not in the wire format we expect.
+    Protocol,
+    /// No provider is configured under the model's provider name.
+    NotConfigured,
+}
+
+impl ErrorKind {
+    /// Worth retrying against the same provider (429, 5xx, connection errors, timeouts).
+    pub fn is_retryable(self) -> bool {
+        matches!(self, Self::Connect | Self::Timeout | Self::RateLimited | Self::Server)
+    }
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{provider}: {message}")]
+pub struct ProviderError {
+    /// `openai`, `anthropic`, ….
+    pub provider: String,
+    pub kind: ErrorKind,
+    /// HTTP status when there was one.
+    pub status: Option<u16>,
+    /// The cause in words (the vendor's error message when it gave one); never a key.
+    pub message: String,
+    /// `Retry-After` as the vendor sent it.
+    pub retry_after: Option<Duration>,
+}
+
+impl ProviderError {
+    pub fn new(provider: impl Into<String>, kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self { provider: provider.into(), kind, status: None, message: message.into(), retry_after: None }
+    }
+}

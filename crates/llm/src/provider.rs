@@ -1,0 +1,54 @@
+//! The provider trait and the registry that resolves `<provider>/<model>` names.
+
+use std::{collections::HashMap, sync::Arc};
+
+use futures::stream::BoxStream;
+
+use crate::{ChatRequest, Completion, ModelRef, ProviderError, StreamEvent};
+
+/// What a streaming call yields; the last item is `StreamEvent::Done` (or an error).
+pub type EventStream = BoxStream<'static, Result<StreamEvent, ProviderError>>;
+
+/// One LLM vendor's API. Implementations retry what is worth retrying (429, 5xx, connection
+/// errors) before returning, honouring `Retry-After`; once a stream has started, an error ends it.
+#[async_trait::async_trait]
+pub trait Provider: Send + Sync + 'static {
+    /// Short name used in model names and errors (`openai`, `anthropic`).
+    fn name(&self) -> &str;
+
+    /// One non-streaming call (the vendor's JSON response).
+    async fn complete(&self, request: ChatRequest) -> Result<Completion, ProviderError>;
+
+    /// One streaming call (the vendor's Server-Sent Events).
+    async fn stream(&self, request: ChatRequest) -> Result<EventStream, ProviderError>;
+}
+
+/// The configured providers by name.
+#[derive(Clone, Default)]
+pub struct Providers {
+    by_name: HashMap<String, Arc<dyn Provider>>,
+}
+
+impl Providers {
+    pub fn insert(&mut self, provider: Arc<dyn Provider>) {
+        self.by_name.insert(provider.name().to_owned(), provider);
+    }
+
+    pub fn get(&self, model: &ModelRef) -> Result<Arc<dyn Provider>, ProviderError> {
+        self.by_name.get(&model.provider).cloned().ok_or_else(|| {
+            ProviderError::new(
+                model.provider.clone(),
+                crate::ErrorKind::NotConfigured,
+                format!("no provider `{}` is configured (model `{model}`)", model.provider),
+            )
+        })
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.by_name.keys().map(String::as_str)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
+}
