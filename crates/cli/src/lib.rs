@@ -4,7 +4,9 @@
 use std::net::{IpAddr, SocketAddr};
 
 use anyhow::Context;
+use switchyard_llm::{ModelRef, ProviderArgs};
 use switchyard_mcp_gateway::{GatewayConfig, GatewayServer};
+use switchyard_router::{RouterConfig, RouterServer};
 use switchyard_sessions::{SessionsConfig, SessionsServer};
 use switchyard_triggers::{TriggersConfig, TriggersServer};
 
@@ -18,6 +20,26 @@ pub struct DevPorts {
     pub mcp_gateway: u16,
     /// Port of the MCP gateway's `/mcp` endpoint.
     pub mcp: u16,
+    pub router: u16,
+}
+
+/// The router's LLM providers and models in `switchyard dev` (from the same flags and
+/// environment variables as `switchyard-router`).
+#[derive(Debug, Clone)]
+pub struct DevChat {
+    pub providers: ProviderArgs,
+    pub default_model: ModelRef,
+    pub fallback_models: Vec<ModelRef>,
+}
+
+impl Default for DevChat {
+    fn default() -> Self {
+        Self {
+            providers: ProviderArgs::default(),
+            default_model: ModelRef::new("openai", "gpt-4o-mini"),
+            fallback_models: Vec::new(),
+        }
+    }
 }
 
 /// The MCP gateway's downstream servers in `switchyard dev`.
@@ -34,10 +56,11 @@ pub struct DevStack {
     triggers: TriggersServer,
     sessions: SessionsServer,
     gateway: GatewayServer,
+    router: RouterServer,
 }
 
 impl DevStack {
-    pub async fn start(ports: DevPorts, mcp: DevMcp) -> anyhow::Result<Self> {
+    pub async fn start(ports: DevPorts, mcp: DevMcp, chat: DevChat) -> anyhow::Result<Self> {
         let triggers = TriggersServer::bind(&TriggersConfig::in_memory(SocketAddr::new(ports.host, ports.triggers)))
             .await
             .context("starting triggers")?;
@@ -51,7 +74,16 @@ impl DevStack {
         );
         gateway_config.config_file = mcp.config_file;
         let gateway = GatewayServer::bind(&gateway_config).await.context("starting the MCP gateway")?;
-        Ok(Self { triggers, sessions, gateway })
+        let mut router_config = RouterConfig::in_memory(
+            SocketAddr::new(ports.host, ports.router),
+            &format!("http://{}", sessions.local_addr()),
+            &format!("http://{}", gateway.local_addr()),
+        );
+        router_config.providers = chat.providers;
+        router_config.default_model = chat.default_model;
+        router_config.fallback_models = chat.fallback_models;
+        let router = RouterServer::bind(&router_config).await.context("starting the router")?;
+        Ok(Self { triggers, sessions, gateway, router })
     }
 
     pub fn mcp_gateway_addr(&self) -> SocketAddr {
@@ -64,6 +96,10 @@ impl DevStack {
 
     pub fn gateway(&self) -> std::sync::Arc<switchyard_mcp_gateway::Gateway> {
         self.gateway.gateway()
+    }
+
+    pub fn router_addr(&self) -> SocketAddr {
+        self.router.local_addr()
     }
 
     pub fn triggers_addr(&self) -> SocketAddr {
@@ -80,12 +116,13 @@ impl DevStack {
         let stopped = |mut rx: tokio::sync::broadcast::Receiver<()>| async move {
             let _ = rx.recv().await;
         };
-        let (a, b, c) = (stop.subscribe(), stop.subscribe(), stop.subscribe());
+        let (a, b, c, d) = (stop.subscribe(), stop.subscribe(), stop.subscribe(), stop.subscribe());
         let servers = tokio::spawn(async move {
             tokio::try_join!(
                 self.triggers.serve(stopped(a)),
                 self.sessions.serve(stopped(b)),
-                self.gateway.serve(stopped(c))
+                self.gateway.serve(stopped(c)),
+                self.router.serve(stopped(d))
             )
         });
         shutdown.await;

@@ -1,8 +1,9 @@
 //! `switchyard`: the whole suite in one process for development and demos.
 
 use clap::{Parser, Subcommand};
-use switchyard_cli::{DevMcp, DevPorts, DevStack};
+use switchyard_cli::{DevChat, DevMcp, DevPorts, DevStack};
 use switchyard_kit::{TelemetryArgs, shutdown_signal, telemetry};
+use switchyard_llm::{ModelRef, ProviderArgs};
 
 #[derive(Parser)]
 #[command(name = "switchyard", version, about = "Context-aware routing for LLM applications")]
@@ -42,6 +43,22 @@ struct DevArgs {
     #[arg(long, default_value_t = 8081)]
     mcp_port: u16,
 
+    /// gRPC port of the router (the unified chat endpoint).
+    #[arg(long, default_value_t = 50053)]
+    router_port: u16,
+
+    /// LLM vendors for the router (the same flags and variables as switchyard-router).
+    #[command(flatten)]
+    providers: ProviderArgs,
+
+    /// The model that routes and answers (`openai/<model>`, `anthropic/<model>`).
+    #[arg(long, env = "UNIFIED_CHAT_DEFAULT_MODEL", default_value = "openai/gpt-4o-mini")]
+    default_model: ModelRef,
+
+    /// Models tried in order when a model fails (comma-separated).
+    #[arg(long, env = "UNIFIED_CHAT_FALLBACK_MODELS", value_delimiter = ',')]
+    fallback_models: Vec<ModelRef>,
+
     /// A downstream MCP server for the gateway: `NAME=COMMAND [ARGS…]` or `NAME=http(s)://…`.
     /// Repeatable.
     #[arg(long = "mcp-server", value_name = "NAME=COMMAND|URL")]
@@ -69,14 +86,19 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
         sessions: args.sessions_port,
         mcp_gateway: args.mcp_gateway_port,
         mcp: args.mcp_port,
+        router: args.router_port,
     };
-    let stack = DevStack::start(ports, DevMcp { servers: args.mcp_servers, config_file: args.mcp_config }).await?;
+    let chat =
+        DevChat { providers: args.providers, default_model: args.default_model, fallback_models: args.fallback_models };
+    let stack =
+        DevStack::start(ports, DevMcp { servers: args.mcp_servers, config_file: args.mcp_config }, chat).await?;
     tracing::info!(triggers = %stack.triggers_addr(), sessions = %stack.sessions_addr(), "switchyard dev: services up");
     println!("switchyard dev is running (in-memory stores; nothing survives exit):");
     println!("  triggers  grpc://{}  switchyard.triggers.v1.TriggerService", stack.triggers_addr());
     println!("  sessions  grpc://{}  switchyard.sessions.v1.SessionService, RoleService", stack.sessions_addr());
     println!("  mcp-gateway  grpc://{}  switchyard.mcp.v1.McpGatewayService", stack.mcp_gateway_addr());
     println!("  mcp-gateway  http://{}/mcp  (MCP streamable HTTP)", stack.mcp_addr());
+    println!("  router    grpc://{}  switchyard.router.v1.RouterService", stack.router_addr());
     println!("Press Ctrl-C to stop.");
     stack.serve(shutdown_signal()).await
 }

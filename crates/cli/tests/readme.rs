@@ -5,7 +5,7 @@
 
 use std::{process::Command, time::Duration};
 
-use switchyard_cli::{DevMcp, DevPorts, DevStack};
+use switchyard_cli::{DevChat, DevMcp, DevPorts, DevStack};
 use switchyard_testkit::{eventually, grpcurl, peer_tool};
 use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
 
@@ -55,8 +55,8 @@ async fn readme_grpcurl_examples_work_verbatim_against_switchyard_dev() {
     // The demo server scripts/dev starts, as `everything`.
     let everything = peer_tool("mcp-server-everything");
     let mcp = DevMcp { servers: vec![format!("everything={everything} stdio")], config_file: None };
-    let ports = DevPorts { host: loopback, triggers: 0, sessions: 0, mcp_gateway: 0, mcp: 0 };
-    let stack = DevStack::start(ports, mcp).await.expect("dev stack");
+    let ports = DevPorts { host: loopback, triggers: 0, sessions: 0, mcp_gateway: 0, mcp: 0, router: 0 };
+    let stack = DevStack::start(ports, mcp, DevChat::default()).await.expect("dev stack");
     let (triggers, sessions, mcp_gateway) = (stack.triggers_addr(), stack.sessions_addr().0, stack.mcp_gateway_addr());
     let gateway = stack.gateway();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -12,6 +12,7 @@ pub mod error;
 pub mod health;
 pub mod identity;
 pub mod postgres;
+pub mod proto_json;
 pub mod proto_time;
 pub mod records;
 pub mod role_id;

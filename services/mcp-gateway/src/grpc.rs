@@ -4,10 +4,13 @@
 use std::sync::Arc;
 
 use base64::Engine;
-use prost_types::{Struct, Value as ProtoValue, value::Kind};
 use rmcp::model::{CallToolResponse as McpCallResponse, ContentBlock, ResourceContents};
-use serde_json::{Map, Number, Value};
-use switchyard_kit::{Identity, SessionId, proto_time::timestamp, to_status};
+use switchyard_kit::{
+    Identity, SessionId,
+    proto_json::{from_struct, to_struct},
+    proto_time::timestamp,
+    to_status,
+};
 use switchyard_proto::mcp::v1::{self as pb, mcp_gateway_service_server::McpGatewayService};
 use tonic::{Request, Response, Status};
 
@@ -209,55 +212,4 @@ fn content_message(block: &ContentBlock) -> Option<pb::Content> {
         _ => return None,
     };
     Some(pb::Content { kind: Some(kind) })
-}
-
-pub fn to_struct(map: &Map<String, Value>) -> Struct {
-    Struct { fields: map.iter().map(|(k, v)| (k.clone(), to_proto(v))).collect() }
-}
-
-fn to_proto(value: &Value) -> ProtoValue {
-    let kind = match value {
-        Value::Null => Kind::NullValue(0),
-        Value::Bool(b) => Kind::BoolValue(*b),
-        Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or(0.0)),
-        Value::String(s) => Kind::StringValue(s.clone()),
-        Value::Array(items) => Kind::ListValue(prost_types::ListValue { values: items.iter().map(to_proto).collect() }),
-        Value::Object(map) => Kind::StructValue(to_struct(map)),
-    };
-    ProtoValue { kind: Some(kind) }
-}
-
-pub fn from_struct(value: &Struct) -> Map<String, Value> {
-    value.fields.iter().map(|(k, v)| (k.clone(), from_proto(v))).collect()
-}
-
-/// Protobuf has one number type (double); whole numbers go back to JSON integers, so a tool
-/// whose schema says `integer` accepts them.
-fn from_proto(value: &ProtoValue) -> Value {
-    match &value.kind {
-        None | Some(Kind::NullValue(_)) => Value::Null,
-        Some(Kind::BoolValue(b)) => Value::Bool(*b),
-        Some(Kind::NumberValue(n)) => {
-            if n.fract() == 0.0 && n.abs() < 9.0e15 {
-                Value::Number(Number::from(*n as i64))
-            } else {
-                Number::from_f64(*n).map_or(Value::Null, Value::Number)
-            }
-        }
-        Some(Kind::StringValue(s)) => Value::String(s.clone()),
-        Some(Kind::ListValue(list)) => Value::Array(list.values.iter().map(from_proto).collect()),
-        Some(Kind::StructValue(s)) => Value::Object(from_struct(s)),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn json_round_trips_through_struct() {
-        let json = serde_json::json!({"a": 1, "b": 2.5, "c": [true, null, "x"], "d": {"e": -3}});
-        let map = json.as_object().unwrap();
-        assert_eq!(Value::Object(from_struct(&to_struct(map))), json);
-    }
 }

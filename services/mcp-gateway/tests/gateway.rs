@@ -345,8 +345,7 @@ async fn grpc_api_sets_context_lists_scores_and_calls() {
     let tool = listed.tools[0].tool.as_ref().unwrap();
     assert_eq!((tool.server.as_str(), tool.upstream_name.as_str()), ("meta", "AbleStyle"));
 
-    let arguments =
-        switchyard_mcp_gateway::grpc::to_struct(json!({"phrase": "blue shirt", "n": 3}).as_object().unwrap());
+    let arguments = switchyard_kit::proto_json::to_struct(json!({"phrase": "blue shirt", "n": 3}).as_object().unwrap());
     let called = grpc
         .call_tool(pb::CallToolRequest {
             session_id: "g1".into(),

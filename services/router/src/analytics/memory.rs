@@ -1,0 +1,114 @@
+//! Analytics in memory, for `switchyard dev` and tests that need no Postgres.
+
+use std::{collections::HashMap, sync::Mutex};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use switchyard_kit::{TenantId, store::StoreError};
+
+use super::{AnalyticsStore, DecisionRecord, Feedback, RouteFigures, RoutingStats, percentile};
+use crate::route::Route;
+
+#[derive(Default)]
+pub struct MemoryAnalytics {
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    decisions: HashMap<String, DecisionRecord>,
+    feedback: HashMap<String, Feedback>,
+}
+
+impl MemoryAnalytics {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+fn figures<'a>(
+    decisions: impl Iterator<Item = &'a DecisionRecord> + Clone,
+    feedback: &HashMap<String, Feedback>,
+) -> RouteFigures {
+    let mut routing: Vec<f64> = decisions.clone().map(|d| d.routing_ms as f64).collect();
+    let mut execution: Vec<f64> = decisions.clone().map(|d| d.execution_ms as f64).collect();
+    routing.sort_by(f64::total_cmp);
+    execution.sort_by(f64::total_cmp);
+    let mut figures = RouteFigures {
+        count: routing.len() as u64,
+        routing_p50_ms: percentile(&routing, 0.5),
+        routing_p95_ms: percentile(&routing, 0.95),
+        routing_p99_ms: percentile(&routing, 0.99),
+        execution_p50_ms: percentile(&execution, 0.5),
+        execution_p95_ms: percentile(&execution, 0.95),
+        ..RouteFigures::default()
+    };
+    for decision in decisions {
+        if let Some(f) = feedback.get(&decision.id) {
+            figures.feedback += 1;
+            figures.helpful += u64::from(f.helpful);
+            figures.misrouted += u64::from(f.expected_route.is_some_and(|r| r != decision.route));
+        }
+    }
+    figures
+}
+
+#[async_trait]
+impl AnalyticsStore for MemoryAnalytics {
+    async fn record(&self, decisions: &[DecisionRecord]) -> Result<(), StoreError> {
+        let mut state = self.state();
+        for decision in decisions {
+            state.decisions.entry(decision.id.clone()).or_insert_with(|| decision.clone());
+        }
+        Ok(())
+    }
+
+    async fn decision_route(&self, tenant: &TenantId, response_id: &str) -> Result<Option<Route>, StoreError> {
+        Ok(self.state().decisions.get(response_id).filter(|d| d.tenant == tenant.as_str()).map(|d| d.route))
+    }
+
+    async fn put_feedback(&self, feedback: &Feedback) -> Result<(), StoreError> {
+        self.state().feedback.insert(feedback.response_id.clone(), feedback.clone());
+        Ok(())
+    }
+
+    async fn stats(
+        &self,
+        tenant: &TenantId,
+        since: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<RoutingStats, StoreError> {
+        let state = self.state();
+        let window = state
+            .decisions
+            .values()
+            .filter(|d| d.tenant == tenant.as_str() && d.occurred_at >= since && d.occurred_at < until);
+        let mut stats = RoutingStats {
+            total: window.clone().count() as u64,
+            overall: figures(window.clone(), &state.feedback),
+            cache_hits: window.clone().filter(|d| d.cache_hit).count() as u64,
+            fallbacks: window.clone().filter(|d| d.fallback_used).count() as u64,
+            degraded: window.clone().filter(|d| !d.degraded.is_empty()).count() as u64,
+            routes: Vec::new(),
+        };
+        for route in Route::ALL {
+            let of_route = window.clone().filter(move |d| d.route == route);
+            if of_route.clone().next().is_some() {
+                stats.routes.push((route, figures(of_route, &state.feedback)));
+            }
+        }
+        Ok(stats)
+    }
+
+    async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
+        let mut state = self.state();
+        let count = state.decisions.len();
+        state.decisions.retain(|_, d| d.occurred_at >= before);
+        state.feedback.retain(|_, f| f.submitted_at >= before);
+        Ok((count - state.decisions.len()) as u64)
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+}

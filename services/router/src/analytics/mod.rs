@@ -1,0 +1,125 @@
+//! Routing analytics (spec 002, "Monitoring & Analytics"): route distribution, routing
+//! latency, satisfaction per route and the false routing rate from user corrections. Every
+//! turn's decision is pushed to the kit's record buffer and written in batches off the request
+//! path; feedback is written through; the figures are computed in the store over a time window.
+
+mod memory;
+mod postgres;
+mod stats;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use switchyard_kit::{
+    Identity, TenantId,
+    records::{BufferedRecord, RecordBuffer, RecordSink},
+    store::StoreError,
+};
+use switchyard_llm::ModelRef;
+
+pub use memory::MemoryAnalytics;
+pub use postgres::PostgresAnalytics;
+pub use stats::{RouteFigures, RoutingStats, percentile};
+
+use crate::{outcome::TurnOutcome, route::Route};
+
+/// One turn's routing decision, as recorded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecisionRecord {
+    pub id: String,
+    pub occurred_at: DateTime<Utc>,
+    pub tenant: String,
+    pub user: Option<String>,
+    pub session_id: String,
+    pub role_id: String,
+    pub route: Route,
+    pub reasoning: String,
+    pub routing_ms: u64,
+    pub execution_ms: u64,
+    pub provider: String,
+    pub model: String,
+    pub routing_model: String,
+    pub cache_hit: bool,
+    pub fallback_used: bool,
+    pub attempts: u32,
+    pub model_fallbacks: u32,
+    pub prompt_tokens: u32,
+    pub completion_tokens: u32,
+    pub tools_used: Vec<String>,
+    pub domains: Vec<String>,
+    pub degraded: Vec<String>,
+}
+
+impl DecisionRecord {
+    pub fn of(identity: &Identity, outcome: &TurnOutcome, model: &ModelRef) -> Self {
+        let meta = &outcome.metadata;
+        Self {
+            id: outcome.id.clone(),
+            occurred_at: outcome.created,
+            tenant: identity.tenant.as_str().to_owned(),
+            user: identity.user.as_ref().map(|u| u.as_str().to_owned()),
+            session_id: outcome.session_id.clone(),
+            role_id: meta.role_id.clone(),
+            route: meta.route,
+            reasoning: meta.reasoning.clone(),
+            routing_ms: meta.routing_ms,
+            execution_ms: meta.execution_ms,
+            provider: model.provider.clone(),
+            model: model.model.clone(),
+            routing_model: meta.routing_model.clone(),
+            cache_hit: meta.cache_hit,
+            fallback_used: meta.fallback_used,
+            attempts: meta.attempts,
+            model_fallbacks: meta.model_fallbacks,
+            prompt_tokens: outcome.usage.prompt_tokens,
+            completion_tokens: outcome.usage.completion_tokens,
+            tools_used: meta.tools_used.clone(),
+            domains: meta.domains.clone(),
+            degraded: meta.degraded.clone(),
+        }
+    }
+}
+
+impl BufferedRecord for DecisionRecord {}
+
+/// The user's judgement of one answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Feedback {
+    pub response_id: String,
+    pub tenant: TenantId,
+    pub helpful: bool,
+    pub expected_route: Option<Route>,
+    pub comment: String,
+    pub submitted_at: DateTime<Utc>,
+}
+
+pub type Recorder = RecordBuffer<DecisionRecord>;
+
+/// Where decisions and feedback live: Postgres, or memory for `switchyard dev`.
+#[async_trait]
+pub trait AnalyticsStore: Send + Sync + 'static {
+    async fn record(&self, decisions: &[DecisionRecord]) -> Result<(), StoreError>;
+    /// The route a tenant's answer took, when it is recorded.
+    async fn decision_route(&self, tenant: &TenantId, response_id: &str) -> Result<Option<Route>, StoreError>;
+    async fn put_feedback(&self, feedback: &Feedback) -> Result<(), StoreError>;
+    async fn stats(
+        &self,
+        tenant: &TenantId,
+        since: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<RoutingStats, StoreError>;
+    /// Deletes decisions and feedback older than `before`; returns the decisions deleted.
+    async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError>;
+    async fn ping(&self) -> Result<(), StoreError>;
+}
+
+/// The store as the record buffer's sink.
+pub struct DecisionSink(pub Arc<dyn AnalyticsStore>);
+
+#[async_trait]
+impl RecordSink<DecisionRecord> for DecisionSink {
+    async fn write(&self, records: &[DecisionRecord]) -> Result<(), StoreError> {
+        self.0.record(records).await
+    }
+}

@@ -1,0 +1,192 @@
+//! Analytics in Postgres (schema `router` by default, its own migrations). The figures are
+//! computed by Postgres over the tenant's window, which the (tenant_id, occurred_at) index
+//! serves.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::{PgPool, QueryBuilder, Row, postgres::PgRow};
+use switchyard_kit::{TenantId, store::StoreError};
+
+use super::{AnalyticsStore, DecisionRecord, Feedback, RouteFigures, RoutingStats};
+use crate::route::Route;
+
+pub struct PostgresAnalytics {
+    pool: PgPool,
+}
+
+fn unavailable(err: impl std::fmt::Display) -> StoreError {
+    StoreError::Unavailable(format!("postgres: {err}"))
+}
+
+impl PostgresAnalytics {
+    pub async fn connect(url: &str, schema: &str) -> Result<Self, StoreError> {
+        let pool = switchyard_kit::postgres::connect_in_schema(url, schema, 4).await.map_err(unavailable)?;
+        sqlx::migrate!("./migrations").run(&pool).await.map_err(unavailable)?;
+        Ok(Self { pool })
+    }
+}
+
+/// Latency percentiles and feedback counts of the rows a query selects, as columns.
+const FIGURES: &str = "count(*) AS n, \
+     coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY d.routing_ms), 0) AS r50, \
+     coalesce(percentile_cont(0.95) WITHIN GROUP (ORDER BY d.routing_ms), 0) AS r95, \
+     coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY d.routing_ms), 0) AS r99, \
+     coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY d.execution_ms), 0) AS e50, \
+     coalesce(percentile_cont(0.95) WITHIN GROUP (ORDER BY d.execution_ms), 0) AS e95, \
+     count(f.response_id) AS feedback, \
+     count(*) FILTER (WHERE f.helpful) AS helpful, \
+     count(*) FILTER (WHERE f.expected_route IS NOT NULL AND f.expected_route <> d.route) AS misrouted, \
+     count(*) FILTER (WHERE d.cache_hit) AS cache_hits, \
+     count(*) FILTER (WHERE d.fallback_used) AS fallbacks, \
+     count(*) FILTER (WHERE cardinality(d.degraded) > 0) AS degraded";
+
+fn figures(row: &PgRow) -> Result<RouteFigures, sqlx::Error> {
+    let count = |name: &str| row.try_get::<i64, _>(name).map(|n| n.max(0) as u64);
+    Ok(RouteFigures {
+        count: count("n")?,
+        routing_p50_ms: row.try_get("r50")?,
+        routing_p95_ms: row.try_get("r95")?,
+        routing_p99_ms: row.try_get("r99")?,
+        execution_p50_ms: row.try_get("e50")?,
+        execution_p95_ms: row.try_get("e95")?,
+        feedback: count("feedback")?,
+        helpful: count("helpful")?,
+        misrouted: count("misrouted")?,
+    })
+}
+
+#[async_trait]
+impl AnalyticsStore for PostgresAnalytics {
+    async fn record(&self, decisions: &[DecisionRecord]) -> Result<(), StoreError> {
+        if decisions.is_empty() {
+            return Ok(());
+        }
+        let mut insert = QueryBuilder::new(
+            "INSERT INTO routing_decisions (id, occurred_at, tenant_id, user_id, session_id, role_id, route, \
+             reasoning, routing_ms, execution_ms, provider, model, routing_model, cache_hit, fallback_used, \
+             attempts, model_fallbacks, prompt_tokens, completion_tokens, tools_used, domains, degraded) ",
+        );
+        insert.push_values(decisions, |mut row, d| {
+            row.push_bind(&d.id)
+                .push_bind(d.occurred_at)
+                .push_bind(&d.tenant)
+                .push_bind(&d.user)
+                .push_bind(&d.session_id)
+                .push_bind(&d.role_id)
+                .push_bind(d.route.as_str())
+                .push_bind(&d.reasoning)
+                .push_bind(i32::try_from(d.routing_ms).unwrap_or(i32::MAX))
+                .push_bind(i32::try_from(d.execution_ms).unwrap_or(i32::MAX))
+                .push_bind(&d.provider)
+                .push_bind(&d.model)
+                .push_bind(&d.routing_model)
+                .push_bind(d.cache_hit)
+                .push_bind(d.fallback_used)
+                .push_bind(i32::try_from(d.attempts).unwrap_or(i32::MAX))
+                .push_bind(i32::try_from(d.model_fallbacks).unwrap_or(i32::MAX))
+                .push_bind(i32::try_from(d.prompt_tokens).unwrap_or(i32::MAX))
+                .push_bind(i32::try_from(d.completion_tokens).unwrap_or(i32::MAX))
+                .push_bind(&d.tools_used)
+                .push_bind(&d.domains)
+                .push_bind(&d.degraded);
+        });
+        // A batch retried after a timeout may have landed already.
+        insert.push(" ON CONFLICT (id) DO NOTHING");
+        insert.build().execute(&self.pool).await.map_err(unavailable)?;
+        Ok(())
+    }
+
+    async fn decision_route(&self, tenant: &TenantId, response_id: &str) -> Result<Option<Route>, StoreError> {
+        let route: Option<String> =
+            sqlx::query_scalar("SELECT route FROM routing_decisions WHERE id = $1 AND tenant_id = $2")
+                .bind(response_id)
+                .bind(tenant.as_str())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(unavailable)?;
+        Ok(route.as_deref().and_then(Route::parse))
+    }
+
+    async fn put_feedback(&self, feedback: &Feedback) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO routing_feedback (response_id, tenant_id, helpful, expected_route, comment, submitted_at) \
+             VALUES ($1, $2, $3, $4, $5, $6) \
+             ON CONFLICT (response_id) DO UPDATE SET helpful = EXCLUDED.helpful, \
+             expected_route = EXCLUDED.expected_route, comment = EXCLUDED.comment, submitted_at = EXCLUDED.submitted_at",
+        )
+        .bind(&feedback.response_id)
+        .bind(feedback.tenant.as_str())
+        .bind(feedback.helpful)
+        .bind(feedback.expected_route.map(Route::as_str))
+        .bind(&feedback.comment)
+        .bind(feedback.submitted_at)
+        .execute(&self.pool)
+        .await
+        .map_err(unavailable)?;
+        Ok(())
+    }
+
+    async fn stats(
+        &self,
+        tenant: &TenantId,
+        since: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<RoutingStats, StoreError> {
+        // One scan: a row per route plus the overall row (GROUPING SETS).
+        let sql = format!(
+            "SELECT d.route, grouping(d.route) AS overall, {FIGURES} \
+             FROM routing_decisions d LEFT JOIN routing_feedback f ON f.response_id = d.id \
+             WHERE d.tenant_id = $1 AND d.occurred_at >= $2 AND d.occurred_at < $3 \
+             GROUP BY GROUPING SETS ((d.route), ())"
+        );
+        // Built from constants only: nothing of the request is in the text.
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(tenant.as_str())
+            .bind(since)
+            .bind(until)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(unavailable)?;
+        let mut stats = RoutingStats::default();
+        for row in &rows {
+            let overall: i32 = row.try_get("overall").map_err(unavailable)?;
+            let figures = figures(row).map_err(unavailable)?;
+            if overall == 1 {
+                let count = |name: &str| row.try_get::<i64, _>(name).map(|n| n.max(0) as u64).map_err(unavailable);
+                stats.total = figures.count;
+                stats.cache_hits = count("cache_hits")?;
+                stats.fallbacks = count("fallbacks")?;
+                stats.degraded = count("degraded")?;
+                stats.overall = figures;
+            } else {
+                let route: String = row.try_get("route").map_err(unavailable)?;
+                if let Some(route) = Route::parse(&route) {
+                    stats.routes.push((route, figures));
+                }
+            }
+        }
+        stats.routes.sort_by_key(|(route, _)| Route::ALL.iter().position(|r| r == route));
+        Ok(stats)
+    }
+
+    async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
+        let mut tx = self.pool.begin().await.map_err(unavailable)?;
+        sqlx::query("DELETE FROM routing_feedback WHERE submitted_at < $1")
+            .bind(before)
+            .execute(&mut *tx)
+            .await
+            .map_err(unavailable)?;
+        let deleted = sqlx::query("DELETE FROM routing_decisions WHERE occurred_at < $1")
+            .bind(before)
+            .execute(&mut *tx)
+            .await
+            .map_err(unavailable)?
+            .rows_affected();
+        tx.commit().await.map_err(unavailable)?;
+        Ok(deleted)
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await.map(|_| ()).map_err(unavailable)
+    }
+}

@@ -1,0 +1,180 @@
+//! The router's configuration: flags with environment fallbacks, keeping spec 002's names
+//! (`UNIFIED_CHAT_*`) where it gives them.
+
+use std::{net::SocketAddr, time::Duration};
+
+use clap::Args;
+use switchyard_kit::{ServerArgs, config::parse_duration, records::RecordBufferConfig};
+use switchyard_llm::{ModelRef, ProviderArgs};
+
+use crate::limits::Limits;
+
+switchyard_kit::store_args! {
+    /// The router's store flags: Postgres for routing analytics (and Redis for the shared
+    /// routing cache).
+    pub struct RouterStoreArgs {
+        db_schema: env "ROUTER_DB_SCHEMA", default "router";
+        redis_prefix: env "ROUTER_REDIS_PREFIX", default "sy";
+        in_memory: env "ROUTER_IN_MEMORY";
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RouterConfig {
+    /// Address the gRPC server listens on.
+    #[arg(long, env = "ROUTER_LISTEN", default_value = "0.0.0.0:50053")]
+    pub listen: SocketAddr,
+
+    /// gRPC URL of the sessions service.
+    #[arg(long, env = "SESSIONS_URL", default_value = "http://127.0.0.1:50052")]
+    pub sessions_url: String,
+
+    /// gRPC URL of the MCP gateway.
+    #[arg(long, env = "MCP_GATEWAY_URL", default_value = "http://127.0.0.1:50054")]
+    pub mcp_gateway_url: String,
+
+    #[command(flatten)]
+    pub stores: RouterStoreArgs,
+
+    /// LLM vendors: base URLs, keys, timeouts, retries.
+    #[command(flatten)]
+    pub providers: ProviderArgs,
+
+    /// The model that routes and answers (`openai/<model>`, `anthropic/<model>`).
+    #[arg(long, env = "UNIFIED_CHAT_DEFAULT_MODEL", default_value = "openai/gpt-4o-mini")]
+    pub default_model: ModelRef,
+
+    /// Models tried in order when the model of a call fails (comma-separated).
+    #[arg(long, env = "UNIFIED_CHAT_FALLBACK_MODELS", value_delimiter = ',')]
+    pub fallback_models: Vec<ModelRef>,
+
+    /// Record every turn's routing decision in Postgres (the analytics behind GetRoutingStats).
+    #[arg(long, env = "UNIFIED_CHAT_LOG_ROUTING_DECISIONS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub log_routing_decisions: bool,
+
+    /// Longest message accepted, in bytes.
+    #[arg(long, env = "ROUTER_MAX_MESSAGE_BYTES", default_value_t = 32 * 1024)]
+    pub max_message_bytes: usize,
+
+    /// Most history messages a request may carry.
+    #[arg(long, env = "ROUTER_MAX_HISTORY", default_value_t = 100)]
+    pub max_history: usize,
+
+    /// Recent turns of the conversation quoted to the routing and answering calls.
+    #[arg(long, env = "ROUTER_CONTEXT_TURNS", default_value_t = 8)]
+    pub context_turns: usize,
+
+    /// Largest `max_tokens` a request may ask for.
+    #[arg(long, env = "ROUTER_MAX_TOKENS_LIMIT", default_value_t = 16_384)]
+    pub max_tokens_limit: u32,
+
+    /// Model ↔ tool round trips the MCP agent may make before it must answer.
+    #[arg(long, env = "ROUTER_MAX_TOOL_STEPS", default_value_t = 6)]
+    pub max_tool_steps: usize,
+
+    /// Tools the MCP agent is shown (the gateway's top-k for the context).
+    #[arg(long, env = "ROUTER_AGENT_TOOLS", default_value_t = 8)]
+    pub agent_tools: u32,
+
+    /// Longest one MCP tool call may take.
+    #[arg(long, env = "ROUTER_TOOL_CALL_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub tool_call_timeout: Duration,
+
+    /// Most experts one multi-agent turn consults.
+    #[arg(long, env = "ROUTER_MAX_EXPERTS", default_value_t = 4)]
+    pub max_experts: usize,
+
+    /// Experts consulted at once (the rest wait for a slot).
+    #[arg(long, env = "ROUTER_EXPERT_CONCURRENCY", default_value_t = 4)]
+    pub expert_concurrency: usize,
+
+    /// Longest one expert may take; a slower expert is left out of the synthesis.
+    #[arg(long, env = "ROUTER_EXPERT_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    pub expert_timeout: Duration,
+
+    /// Routing decisions kept in Postgres; older rows are pruned hourly.
+    #[arg(long, env = "ROUTER_ANALYTICS_RETENTION", default_value = "720h", value_parser = parse_duration)]
+    pub analytics_retention: Duration,
+
+    /// Decision records held in memory while Postgres is unreachable; beyond, records are
+    /// dropped (counted and logged).
+    #[arg(long, env = "ROUTER_RECORD_BUFFER", default_value_t = 10_000)]
+    pub record_buffer: usize,
+
+    /// How often buffered decision records are written.
+    #[arg(long, env = "ROUTER_RECORD_FLUSH_INTERVAL", default_value = "500ms", value_parser = parse_duration)]
+    pub record_flush_interval: Duration,
+
+    /// On shutdown, how long writing the records still held may take.
+    #[arg(long, env = "ROUTER_RECORD_DRAIN_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    pub record_drain_timeout: Duration,
+
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
+impl RouterConfig {
+    /// Defaults for tests and `switchyard dev`: in memory, no provider until one is set.
+    pub fn in_memory(listen: SocketAddr, sessions_url: &str, mcp_gateway_url: &str) -> Self {
+        Self {
+            listen,
+            sessions_url: sessions_url.to_owned(),
+            mcp_gateway_url: mcp_gateway_url.to_owned(),
+            stores: RouterStoreArgs::in_memory(),
+            providers: ProviderArgs::default(),
+            default_model: ModelRef::new("openai", "gpt-4o-mini"),
+            fallback_models: Vec::new(),
+            log_routing_decisions: true,
+            max_message_bytes: 32 * 1024,
+            max_history: 100,
+            context_turns: 8,
+            max_tokens_limit: 16_384,
+            max_tool_steps: 6,
+            agent_tools: 8,
+            tool_call_timeout: Duration::from_secs(30),
+            max_experts: 4,
+            expert_concurrency: 4,
+            expert_timeout: Duration::from_secs(60),
+            analytics_retention: Duration::from_secs(720 * 3600),
+            record_buffer: 10_000,
+            record_flush_interval: Duration::from_millis(500),
+            record_drain_timeout: Duration::from_secs(5),
+            server: ServerArgs { request_timeout: Duration::from_secs(300), ..ServerArgs::default() },
+        }
+    }
+
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_message_bytes: self.max_message_bytes,
+            max_history: self.max_history,
+            context_turns: self.context_turns,
+            max_tokens: self.max_tokens_limit,
+            max_tool_steps: self.max_tool_steps,
+            agent_tools: self.agent_tools,
+            tool_call_timeout: self.tool_call_timeout,
+            max_experts: self.max_experts,
+            expert_concurrency: self.expert_concurrency.max(1),
+            expert_timeout: self.expert_timeout,
+        }
+    }
+
+    pub fn recorder(&self) -> RecordBufferConfig {
+        RecordBufferConfig {
+            name: "routing decisions",
+            capacity: self.record_buffer,
+            flush_interval: self.record_flush_interval,
+            ..RecordBufferConfig::default()
+        }
+    }
+
+    /// The default model first, then the fallbacks (without repeats).
+    pub fn model_chain(&self, first: Option<ModelRef>) -> Vec<ModelRef> {
+        let mut chain = vec![first.unwrap_or_else(|| self.default_model.clone())];
+        for model in std::iter::once(&self.default_model).chain(&self.fallback_models) {
+            if !chain.contains(model) {
+                chain.push(model.clone());
+            }
+        }
+        chain
+    }
+}

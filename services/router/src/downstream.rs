@@ -1,0 +1,334 @@
+//! The services the router calls: sessions (context switching, conversation memory, roles)
+//! and the MCP gateway (context, filtered tools, tool calls). Every call carries the caller's
+//! tenant and user, and the current trace context (the kit's channels inject it).
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use switchyard_kit::{
+    Identity, SessionId,
+    client::{TracedChannel, connect_lazy},
+    identity::{TENANT_HEADER, USER_HEADER},
+};
+use switchyard_proto::{
+    mcp::v1::{self as mcp, mcp_gateway_service_client::McpGatewayServiceClient},
+    sessions::v1::{
+        self as sessions, role_service_client::RoleServiceClient, session_service_client::SessionServiceClient,
+    },
+};
+use tokio::sync::RwLock;
+use tonic::{Request, Status};
+
+use crate::error::RouterError;
+
+/// How long one call to sessions or the gateway's context calls may take.
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the role list is reused before it is fetched again.
+const ROLES_TTL: Duration = Duration::from_secs(30);
+
+/// A request to another service on behalf of `identity`.
+fn request<T>(message: T, identity: &Identity, timeout: Duration) -> Request<T> {
+    let mut request = Request::new(message);
+    request.set_timeout(timeout);
+    let metadata = request.metadata_mut();
+    if let Ok(tenant) = identity.tenant.as_str().parse() {
+        metadata.insert(TENANT_HEADER, tenant);
+    }
+    if let Some(user) = identity.user.as_ref().and_then(|u| u.as_str().parse().ok()) {
+        metadata.insert(USER_HEADER, user);
+    }
+    request
+}
+
+/// The session side of one turn, after context switching.
+#[derive(Debug, Clone)]
+pub struct SessionTurn {
+    pub session_id: SessionId,
+    pub role_id: String,
+    pub switched: bool,
+    pub previous_role_id: String,
+    /// The active role's system prompt (with the turn's custom instructions).
+    pub system_prompt: String,
+    pub transition_context: String,
+    /// Turns counted before this one.
+    pub turn_count: u32,
+    /// The session's recent messages, oldest first.
+    pub recent: Vec<sessions::ConversationMessage>,
+}
+
+/// The role list and when it was fetched.
+type CachedRoles = (Instant, Arc<Vec<sessions::Role>>);
+
+#[derive(Clone)]
+pub struct SessionsClient {
+    sessions: SessionServiceClient<TracedChannel>,
+    roles: RoleServiceClient<TracedChannel>,
+    role_cache: Arc<RwLock<Option<CachedRoles>>>,
+}
+
+impl SessionsClient {
+    pub fn new(url: &str) -> anyhow::Result<Self> {
+        let channel = connect_lazy(url)?;
+        Ok(Self {
+            sessions: SessionServiceClient::new(channel.clone()),
+            roles: RoleServiceClient::new(channel),
+            role_cache: Arc::default(),
+        })
+    }
+
+    /// Opens the turn on the session: creates the session when the caller gave none, reads its
+    /// recent messages, and runs context switching on the message (spec 000's ProcessQuery).
+    pub async fn begin_turn(
+        &self,
+        identity: &Identity,
+        session_id: Option<&SessionId>,
+        message: &str,
+        force_role_id: Option<&str>,
+        custom_instructions: Option<&str>,
+    ) -> Result<SessionTurn, RouterError> {
+        let mut client = self.sessions.clone();
+        let (session_id, turn_count, recent) = match session_id {
+            None => {
+                let created = client
+                    .create_session(request(sessions::CreateSessionRequest::default(), identity, CALL_TIMEOUT))
+                    .await
+                    .map_err(|s| RouterError::from_status("creating a session", &s))?
+                    .into_inner();
+                let id = created.session.map(|s| s.session_id).unwrap_or_default();
+                let id = SessionId::parse(&id).map_err(|_| {
+                    RouterError::unavailable("creating a session", "the sessions service returned no session id")
+                })?;
+                (id, 0, Vec::new())
+            }
+            Some(id) => {
+                let got = client
+                    .get_session(request(
+                        sessions::GetSessionRequest { session_id: id.to_string(), include_messages: true },
+                        identity,
+                        CALL_TIMEOUT,
+                    ))
+                    .await
+                    .map_err(|s| session_error("reading the session", &s))?
+                    .into_inner();
+                let turns = got.session.map(|s| s.turn_count).unwrap_or_default();
+                (id.clone(), turns, got.recent_messages)
+            }
+        };
+        let processed = client
+            .process_query(request(
+                sessions::ProcessQueryRequest {
+                    session_id: session_id.to_string(),
+                    query: message.to_owned(),
+                    custom_instructions: custom_instructions.map(str::to_owned),
+                    force_role_id: force_role_id.map(str::to_owned),
+                },
+                identity,
+                CALL_TIMEOUT,
+            ))
+            .await
+            .map_err(|s| session_error("context switching", &s))?
+            .into_inner();
+        Ok(SessionTurn {
+            session_id,
+            role_id: processed.role_id,
+            switched: processed.switched,
+            previous_role_id: processed.previous_role_id,
+            system_prompt: processed.system_prompt,
+            transition_context: processed.transition_context,
+            turn_count,
+            recent,
+        })
+    }
+
+    /// Records the user's message and the answer in the session's conversation.
+    pub async fn end_turn(
+        &self,
+        identity: &Identity,
+        session_id: &SessionId,
+        role_id: &str,
+        message: &str,
+        answer: &str,
+    ) -> Result<(), Status> {
+        let turn = |role: sessions::MessageRole, content: &str| sessions::ConversationMessage {
+            role: role as i32,
+            content: content.to_owned(),
+            role_id: role_id.to_owned(),
+            created_at: None,
+        };
+        let mut messages = vec![turn(sessions::MessageRole::User, message)];
+        if !answer.is_empty() {
+            messages.push(turn(sessions::MessageRole::Assistant, answer));
+        }
+        self.sessions
+            .clone()
+            .append_messages(request(
+                sessions::AppendMessagesRequest { session_id: session_id.to_string(), messages },
+                identity,
+                CALL_TIMEOUT,
+            ))
+            .await
+            .map(|_| ())
+    }
+
+    /// Every role of the tenant (cached briefly: roles change rarely, experts are resolved
+    /// on every multi-agent turn).
+    pub async fn roles(&self, identity: &Identity) -> Result<Arc<Vec<sessions::Role>>, Status> {
+        if let Some((at, roles)) = self.role_cache.read().await.as_ref()
+            && at.elapsed() < ROLES_TTL
+        {
+            return Ok(roles.clone());
+        }
+        let mut all = Vec::new();
+        let mut page_token = String::new();
+        let mut client = self.roles.clone();
+        loop {
+            let page = client
+                .list_roles(request(
+                    sessions::ListRolesRequest { domain: String::new(), page_size: 100, page_token },
+                    identity,
+                    CALL_TIMEOUT,
+                ))
+                .await?
+                .into_inner();
+            all.extend(page.roles);
+            if page.next_page_token.is_empty() {
+                break;
+            }
+            page_token = page.next_page_token;
+        }
+        let roles = Arc::new(all);
+        *self.role_cache.write().await = Some((Instant::now(), roles.clone()));
+        Ok(roles)
+    }
+}
+
+/// Session errors keep their class; NOT_FOUND names the session id as the caller's field.
+fn session_error(context: &'static str, status: &Status) -> RouterError {
+    match status.code() {
+        tonic::Code::NotFound => RouterError::NotFound(format!("session_id: {}", status.message())),
+        tonic::Code::InvalidArgument => RouterError::invalid("session_id", status.message()),
+        _ => RouterError::from_status(context, status),
+    }
+}
+
+/// A tool the MCP agent may call, as the gateway lists it.
+#[derive(Debug, Clone)]
+pub struct AgentTool {
+    pub name: String,
+    pub description: String,
+    pub input_schema: serde_json::Value,
+    pub server: String,
+}
+
+/// One tool call's outcome.
+#[derive(Debug, Clone)]
+pub struct ToolOutcome {
+    pub text: String,
+    pub is_error: bool,
+    pub server: String,
+}
+
+#[derive(Clone)]
+pub struct GatewayClient {
+    client: McpGatewayServiceClient<TracedChannel>,
+}
+
+impl GatewayClient {
+    pub fn new(url: &str) -> anyhow::Result<Self> {
+        Ok(Self { client: McpGatewayServiceClient::new(connect_lazy(url)?) })
+    }
+
+    /// Stores the turn's context (spec 001's `set_context`) and returns the tools relevant to
+    /// it, best first.
+    pub async fn tools_for(
+        &self,
+        identity: &Identity,
+        session_id: &SessionId,
+        query: &str,
+        intent: &str,
+        limit: u32,
+    ) -> Result<Vec<AgentTool>, Status> {
+        let mut client = self.client.clone();
+        client
+            .set_context(request(
+                mcp::SetContextRequest {
+                    session_id: session_id.to_string(),
+                    query: query.to_owned(),
+                    intent: (!intent.is_empty()).then(|| intent.to_owned()),
+                },
+                identity,
+                CALL_TIMEOUT,
+            ))
+            .await?;
+        let listed = client
+            .list_tools(request(
+                mcp::ListToolsRequest { session_id: session_id.to_string(), limit },
+                identity,
+                CALL_TIMEOUT,
+            ))
+            .await?
+            .into_inner();
+        Ok(listed
+            .tools
+            .into_iter()
+            .filter_map(|scored| scored.tool)
+            .map(|tool| AgentTool {
+                input_schema: tool
+                    .input_schema
+                    .as_ref()
+                    .map(|s| serde_json::Value::Object(switchyard_kit::proto_json::from_struct(s)))
+                    .unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}})),
+                name: tool.name,
+                description: tool.description,
+                server: tool.server,
+            })
+            .collect())
+    }
+
+    pub async fn call_tool(
+        &self,
+        identity: &Identity,
+        session_id: &SessionId,
+        name: &str,
+        arguments: &serde_json::Map<String, serde_json::Value>,
+        timeout: Duration,
+    ) -> Result<ToolOutcome, Status> {
+        let response = self
+            .client
+            .clone()
+            .call_tool(request(
+                mcp::CallToolRequest {
+                    session_id: session_id.to_string(),
+                    name: name.to_owned(),
+                    arguments: Some(switchyard_kit::proto_json::to_struct(arguments)),
+                },
+                identity,
+                timeout,
+            ))
+            .await?
+            .into_inner();
+        let mut text = response
+            .content
+            .iter()
+            .filter_map(|c| match &c.kind {
+                Some(mcp::content::Kind::Text(t)) => Some(t.clone()),
+                Some(mcp::content::Kind::Resource(r)) => match &r.contents {
+                    Some(mcp::embedded_resource::Contents::Text(t)) => Some(format!("[{}]\n{t}", r.uri)),
+                    _ => Some(format!("[resource {}]", r.uri)),
+                },
+                Some(mcp::content::Kind::Image(b)) => Some(format!("[image {}]", b.mime_type)),
+                Some(mcp::content::Kind::Audio(b)) => Some(format!("[audio {}]", b.mime_type)),
+                None => None,
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        if text.is_empty()
+            && let Some(structured) = &response.structured_content
+        {
+            text = serde_json::Value::Object(switchyard_kit::proto_json::from_struct(structured)).to_string();
+        }
+        Ok(ToolOutcome { text, is_error: response.is_error, server: response.server })
+    }
+}

@@ -1,0 +1,69 @@
+//! The router's errors and their caller-facing codes.
+
+use switchyard_kit::{ErrorCode, FieldError, ServiceError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RouterError {
+    #[error("{field}: {reason}")]
+    Invalid { field: String, reason: String },
+
+    #[error("{0}")]
+    NotFound(String),
+
+    /// The request is valid but cannot be served as configured (no provider for its model).
+    #[error("{0}")]
+    FailedPrecondition(String),
+
+    /// Every model of the chain failed; the message names each provider and its cause.
+    #[error("{0}")]
+    ModelsUnavailable(String),
+
+    /// The client went away before the turn finished.
+    #[error("the client cancelled the request")]
+    Cancelled,
+
+    /// A dependency (sessions, Postgres) failed; `code` keeps the class it came with.
+    #[error("{context}: {message}")]
+    Dependency { context: &'static str, code: ErrorCode, message: String },
+}
+
+impl RouterError {
+    pub fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self::Invalid { field: field.into(), reason: reason.into() }
+    }
+
+    /// A status from another service, keeping its class.
+    pub fn from_status(context: &'static str, status: &tonic::Status) -> Self {
+        Self::Dependency { context, code: ErrorCode::from_grpc(status.code()), message: status.message().to_owned() }
+    }
+
+    pub fn unavailable(context: &'static str, message: impl Into<String>) -> Self {
+        Self::Dependency { context, code: ErrorCode::Unavailable, message: message.into() }
+    }
+}
+
+impl From<FieldError> for RouterError {
+    fn from(err: FieldError) -> Self {
+        Self::Invalid { field: err.field, reason: err.reason }
+    }
+}
+
+impl ServiceError for RouterError {
+    fn code(&self) -> ErrorCode {
+        match self {
+            Self::Invalid { .. } => ErrorCode::InvalidArgument,
+            Self::NotFound(_) => ErrorCode::NotFound,
+            Self::FailedPrecondition(_) => ErrorCode::FailedPrecondition,
+            Self::ModelsUnavailable(_) => ErrorCode::Unavailable,
+            Self::Cancelled => ErrorCode::Unavailable,
+            Self::Dependency { code, .. } => *code,
+        }
+    }
+
+    fn field(&self) -> Option<&str> {
+        match self {
+            Self::Invalid { field, .. } => Some(field),
+            _ => None,
+        }
+    }
+}

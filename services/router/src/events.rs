@@ -1,0 +1,58 @@
+//! What a turn reports as it goes: the route decision, content deltas and tool activity.
+//! `ChatStream` forwards them to the client; `Chat` ignores them and answers once at the end.
+
+use tokio::sync::mpsc;
+
+use crate::{error::RouterError, outcome::Metadata};
+
+#[derive(Debug, Clone)]
+pub enum TurnEvent {
+    Route { id: String, session_id: String, metadata: Box<Metadata> },
+    Delta(String),
+    Tool(ToolActivity),
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ToolActivity {
+    pub tool: String,
+    pub server: String,
+    pub finished: bool,
+    pub is_error: bool,
+    pub duration_ms: u64,
+    pub error: String,
+}
+
+/// Where a turn's events go: a client stream, or nowhere.
+#[derive(Clone, Default)]
+pub struct Events {
+    sender: Option<mpsc::Sender<TurnEvent>>,
+}
+
+impl Events {
+    pub fn to(sender: mpsc::Sender<TurnEvent>) -> Self {
+        Self { sender: Some(sender) }
+    }
+
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    pub fn is_streaming(&self) -> bool {
+        self.sender.is_some()
+    }
+
+    /// Sends an event; fails once the client has gone away, which ends the turn.
+    pub async fn send(&self, event: TurnEvent) -> Result<(), RouterError> {
+        match &self.sender {
+            None => Ok(()),
+            Some(sender) => sender.send(event).await.map_err(|_| RouterError::Cancelled),
+        }
+    }
+
+    pub async fn delta(&self, text: String) -> Result<(), RouterError> {
+        if text.is_empty() || self.sender.is_none() {
+            return Ok(());
+        }
+        self.send(TurnEvent::Delta(text)).await
+    }
+}

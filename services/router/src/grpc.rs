@@ -1,0 +1,265 @@
+//! `switchyard.router.v1.RouterService`: requests validated at the edge, turns run by
+//! [`Router`], analytics read from the store.
+
+use std::{pin::Pin, sync::Arc};
+
+use chrono::{DateTime, Duration as ChronoDuration, Utc};
+use futures::Stream;
+use switchyard_kit::{Identity, proto_time::timestamp, to_status};
+use switchyard_proto::router::v1::{self as pb, router_service_server::RouterService};
+use tokio::sync::mpsc;
+use tonic::{Request, Response, Status};
+use tracing::Instrument;
+
+use crate::{
+    analytics::{AnalyticsStore, Feedback, Recorder},
+    error::RouterError,
+    events::{Events, TurnEvent},
+    limits::Limits,
+    metrics::Metrics,
+    outcome::TurnOutcome,
+    request::{RawTurn, TurnRequest},
+    route::Route,
+    turn::Router,
+};
+
+/// Longest feedback comment accepted, in bytes.
+const MAX_COMMENT_BYTES: usize = 4 * 1024;
+/// Longest response id accepted (`chat-` and a UUID is 41).
+const MAX_RESPONSE_ID_BYTES: usize = 64;
+/// Stream events buffered towards a slow client before the turn waits for it.
+const STREAM_BUFFER: usize = 64;
+
+pub struct RouterGrpc {
+    router: Arc<Router>,
+    limits: Limits,
+    store: Arc<dyn AnalyticsStore>,
+    recorder: Option<Arc<Recorder>>,
+    metrics: Metrics,
+}
+
+impl RouterGrpc {
+    pub fn new(router: Arc<Router>, store: Arc<dyn AnalyticsStore>) -> Self {
+        Self {
+            limits: router.limits.clone(),
+            recorder: router.recorder.clone(),
+            metrics: router.metrics.clone(),
+            router,
+            store,
+        }
+    }
+}
+
+fn status(err: RouterError) -> Status {
+    to_status(&err)
+}
+
+fn stream_event(event: TurnEvent) -> pb::ChatStreamResponse {
+    use pb::chat_stream_response::Event;
+    let event = match event {
+        TurnEvent::Route { id, session_id, metadata } => {
+            Event::Route(pb::RouteDecided { id, session_id, metadata: Some(metadata.to_proto()) })
+        }
+        TurnEvent::Delta(content) => Event::Delta(pb::ContentDelta { content }),
+        TurnEvent::Tool(activity) => Event::Tool(pb::ToolActivity {
+            tool: activity.tool,
+            finished: activity.finished,
+            is_error: activity.is_error,
+            duration_ms: activity.duration_ms,
+            server: activity.server,
+            error: activity.error,
+        }),
+    };
+    pb::ChatStreamResponse { event: Some(event) }
+}
+
+fn completed(outcome: &TurnOutcome) -> pb::ChatStreamResponse {
+    pb::ChatStreamResponse { event: Some(pb::chat_stream_response::Event::Completed(outcome.to_completed())) }
+}
+
+fn time(value: Option<prost_types::Timestamp>, field: &str) -> Result<Option<DateTime<Utc>>, RouterError> {
+    value
+        .map(|t| {
+            let nanos =
+                u32::try_from(t.nanos).map_err(|_| RouterError::invalid(field, "nanos must not be negative"))?;
+            DateTime::from_timestamp(t.seconds, nanos).ok_or_else(|| RouterError::invalid(field, "is out of range"))
+        })
+        .transpose()
+}
+
+type ChatEvents = Pin<Box<dyn Stream<Item = Result<pb::ChatStreamResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl RouterService for RouterGrpc {
+    async fn chat(&self, request: Request<pb::ChatRequest>) -> Result<Response<pb::ChatResponse>, Status> {
+        let identity = Identity::of(&request);
+        let turn = TurnRequest::validate(RawTurn::from(request.into_inner()), &self.limits).map_err(status)?;
+        let outcome = self.router.turn(identity, turn, Events::none()).await.map_err(status)?;
+        Ok(Response::new(outcome.to_response()))
+    }
+
+    type ChatStreamStream = ChatEvents;
+
+    async fn chat_stream(
+        &self,
+        request: Request<pb::ChatStreamRequest>,
+    ) -> Result<Response<Self::ChatStreamStream>, Status> {
+        let identity = Identity::of(&request);
+        let turn = TurnRequest::validate(RawTurn::from(request.into_inner()), &self.limits).map_err(status)?;
+        let (out, out_rx) = mpsc::channel::<Result<pb::ChatStreamResponse, Status>>(STREAM_BUFFER);
+        let (events, mut event_rx) = mpsc::channel::<TurnEvent>(STREAM_BUFFER);
+        let router = self.router.clone();
+        let task = async move {
+            let running = router.turn(identity, turn, Events::to(events));
+            tokio::pin!(running);
+            let result = loop {
+                tokio::select! {
+                    biased;
+                    Some(event) = event_rx.recv() => {
+                        // A client that has gone away drops `running` here, which cancels the
+                        // turn's in-flight model and tool calls.
+                        if out.send(Ok(stream_event(event))).await.is_err() {
+                            return;
+                        }
+                    }
+                    result = &mut running => break result,
+                }
+            };
+            while let Ok(event) = event_rx.try_recv() {
+                if out.send(Ok(stream_event(event))).await.is_err() {
+                    return;
+                }
+            }
+            let last = match result {
+                Ok(outcome) => Ok(completed(&outcome)),
+                Err(err) => Err(status(err)),
+            };
+            let _ = out.send(last).await;
+        };
+        tokio::spawn(task.instrument(tracing::Span::current()));
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(out_rx))))
+    }
+
+    async fn get_routing_stats(
+        &self,
+        request: Request<pb::GetRoutingStatsRequest>,
+    ) -> Result<Response<pb::GetRoutingStatsResponse>, Status> {
+        let identity = Identity::of(&request);
+        let request = request.into_inner();
+        let now = Utc::now();
+        let until = time(request.until, "until").map_err(status)?.unwrap_or(now);
+        let since = time(request.since, "since").map_err(status)?.unwrap_or(until - ChronoDuration::hours(24));
+        if since >= until {
+            return Err(status(RouterError::invalid("since", "must be before until")));
+        }
+        let stats = self
+            .store
+            .stats(&identity.tenant, since, until)
+            .await
+            .map_err(|err| status(RouterError::unavailable("reading routing analytics", err.to_string())))?;
+        let routes = stats
+            .routes
+            .iter()
+            .map(|(route, f)| pb::RouteStats {
+                route_type: route.to_proto() as i32,
+                count: f.count,
+                share: stats.share(f),
+                routing_latency_p50_ms: f.routing_p50_ms,
+                routing_latency_p95_ms: f.routing_p95_ms,
+                execution_time_p50_ms: f.execution_p50_ms,
+                satisfaction: f.satisfaction(),
+                routing_latency_p99_ms: f.routing_p99_ms,
+                execution_time_p95_ms: f.execution_p95_ms,
+                feedback_count: f.feedback,
+                false_routing_rate: f.false_routing_rate(),
+            })
+            .collect();
+        let overall = &stats.overall;
+        Ok(Response::new(pb::GetRoutingStatsResponse {
+            total: stats.total,
+            routes,
+            cache_hit_rate: stats.cache_hit_rate(),
+            fallback_rate: stats.fallback_rate(),
+            false_routing_rate: overall.false_routing_rate(),
+            feedback_count: overall.feedback,
+            routing_latency_p50_ms: overall.routing_p50_ms,
+            routing_latency_p95_ms: overall.routing_p95_ms,
+            routing_latency_p99_ms: overall.routing_p99_ms,
+            execution_time_p50_ms: overall.execution_p50_ms,
+            execution_time_p95_ms: overall.execution_p95_ms,
+            since: Some(timestamp(since)),
+            until: Some(timestamp(until)),
+            degraded_rate: stats.degraded_rate(),
+        }))
+    }
+
+    async fn submit_feedback(
+        &self,
+        request: Request<pb::SubmitFeedbackRequest>,
+    ) -> Result<Response<pb::SubmitFeedbackResponse>, Status> {
+        let identity = Identity::of(&request);
+        let request = request.into_inner();
+        let id = request.response_id.trim();
+        if id.is_empty() {
+            return Err(status(RouterError::invalid("response_id", "is required (the `id` of a ChatResponse)")));
+        }
+        if !id.starts_with("chat-") || id.len() > MAX_RESPONSE_ID_BYTES {
+            return Err(status(RouterError::invalid("response_id", "must be the `id` of a ChatResponse (`chat-…`)")));
+        }
+        let expected_route = match pb::RouteType::try_from(request.expected_route) {
+            Ok(route) => Route::from_proto(route),
+            Err(_) => {
+                return Err(status(RouterError::invalid(
+                    "expected_route",
+                    format!("unknown route {}", request.expected_route),
+                )));
+            }
+        };
+        if request.comment.len() > MAX_COMMENT_BYTES {
+            return Err(status(RouterError::invalid("comment", format!("is longer than {MAX_COMMENT_BYTES} bytes"))));
+        }
+        let route = self.recorded_route(&identity, id).await.map_err(status)?;
+        let Some(route) = route else {
+            return Err(status(RouterError::NotFound(format!(
+                "response_id: no answer `{id}` is recorded for this tenant"
+            ))));
+        };
+        let feedback = Feedback {
+            response_id: id.to_owned(),
+            tenant: identity.tenant.clone(),
+            helpful: request.helpful,
+            expected_route,
+            comment: request.comment,
+            submitted_at: Utc::now(),
+        };
+        self.store
+            .put_feedback(&feedback)
+            .await
+            .map_err(|err| status(RouterError::unavailable("recording feedback", err.to_string())))?;
+        self.metrics.feedback(route.as_str(), feedback.helpful, expected_route.is_some_and(|r| r != route));
+        Ok(Response::new(pb::SubmitFeedbackResponse {}))
+    }
+}
+
+impl RouterGrpc {
+    /// The route an answer took. Decisions are written in batches, so feedback that follows
+    /// its answer closely may find it still buffered: flush once and look again.
+    async fn recorded_route(&self, identity: &Identity, id: &str) -> Result<Option<Route>, RouterError> {
+        let lookup = || async {
+            self.store
+                .decision_route(&identity.tenant, id)
+                .await
+                .map_err(|err| RouterError::unavailable("reading routing analytics", err.to_string()))
+        };
+        if let Some(route) = lookup().await? {
+            return Ok(Some(route));
+        }
+        if let Some(recorder) = &self.recorder
+            && recorder.backlog() > 0
+        {
+            let _ = recorder.flush().await;
+            return lookup().await;
+        }
+        Ok(None)
+    }
+}

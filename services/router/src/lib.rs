@@ -1,0 +1,145 @@
+//! The router (spec 002, "Unified Intelligent Chat"): the one chat endpoint. The LLM is the
+//! router — one call with the two routing tools decides whether a message is answered
+//! directly, handed to the MCP agent, or answered by several experts plus a synthesis — on a
+//! session whose expert role the sessions service switches as the conversation moves.
+//!
+//! `turn::Router` runs a turn; `grpc` adapts it to `switchyard.router.v1`; `analytics` records
+//! every decision and computes the figures of GetRoutingStats.
+
+pub mod analytics;
+pub mod config;
+pub mod downstream;
+pub mod error;
+pub mod events;
+pub mod grpc;
+pub mod limits;
+pub mod metrics;
+pub mod models;
+pub mod outcome;
+pub mod request;
+pub mod route;
+pub mod turn;
+
+use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
+
+use anyhow::Context;
+use switchyard_kit::{GrpcServer, records::RecordBuffer, store::StorePlan};
+use switchyard_llm::Providers;
+use switchyard_proto::router::v1::router_service_server::RouterServiceServer;
+
+pub use config::RouterConfig;
+pub use turn::Router;
+
+use crate::{
+    analytics::{AnalyticsStore, DecisionSink, MemoryAnalytics, PostgresAnalytics, Recorder},
+    downstream::{GatewayClient, SessionsClient},
+    metrics::Metrics,
+    models::Models,
+};
+
+/// How often old analytics rows are pruned.
+const PRUNE_INTERVAL: Duration = Duration::from_secs(3600);
+
+/// Postgres as configured, or memory with `--in-memory`.
+pub async fn open_store(config: &RouterConfig) -> anyhow::Result<Arc<dyn AnalyticsStore>> {
+    let args = config.stores.store_args();
+    match args.plan("router", false).map_err(anyhow::Error::msg)? {
+        StorePlan::InMemory => Ok(Arc::new(MemoryAnalytics::default())),
+        StorePlan::Durable { database_url, .. } => Ok(Arc::new(
+            PostgresAnalytics::connect(database_url.expose(), &args.db_schema)
+                .await
+                .with_context(|| format!("opening Postgres at {}", database_url.url_without_credentials()))?,
+        )),
+    }
+}
+
+/// A router bound to its port, ready to serve.
+pub struct RouterServer {
+    server: GrpcServer,
+    router: Arc<Router>,
+    drain_timeout: Duration,
+}
+
+impl RouterServer {
+    /// Binds with the stores and providers the configuration names.
+    pub async fn bind(config: &RouterConfig) -> anyhow::Result<Self> {
+        let store = open_store(config).await?;
+        let providers = config.providers.build()?;
+        Self::bind_with(config, store, providers).await
+    }
+
+    pub async fn bind_with(
+        config: &RouterConfig,
+        store: Arc<dyn AnalyticsStore>,
+        providers: Providers,
+    ) -> anyhow::Result<Self> {
+        if providers.is_empty() {
+            tracing::warn!(
+                "no LLM provider configured (OPENAI_API_KEY/OPENAI_BASE_URL, ANTHROPIC_API_KEY/ANTHROPIC_BASE_URL): \
+                 chat calls fail with FAILED_PRECONDITION"
+            );
+        }
+        let recorder: Option<Arc<Recorder>> = config
+            .log_routing_decisions
+            .then(|| RecordBuffer::start(Arc::new(DecisionSink(store.clone())), config.recorder()));
+        let router = Arc::new(Router {
+            models: Models::new(providers.clone()),
+            sessions: SessionsClient::new(&config.sessions_url)?,
+            gateway: GatewayClient::new(&config.mcp_gateway_url)?,
+            limits: config.limits(),
+            default_model: config.default_model.clone(),
+            fallback_models: config.fallback_models.clone(),
+            recorder,
+            metrics: Metrics::new(),
+        });
+        spawn_pruning(store.clone(), config.analytics_retention);
+
+        let mut server = GrpcServer::bind(config.listen, config.server.clone()).await?;
+        let max = config.server.max_message_bytes;
+        server.add_service(
+            RouterServiceServer::new(grpc::RouterGrpc::new(router.clone(), store))
+                .max_decoding_message_size(max)
+                .max_encoding_message_size(max),
+        );
+        // Ready while a provider is configured: a router without one can answer nothing.
+        // Sessions, the gateway and Postgres degrade a turn rather than take the router out
+        // of rotation.
+        let configured = !providers.is_empty();
+        server.health().spawn_probe(Duration::from_secs(5), move || async move {
+            if configured { Ok(()) } else { Err("no LLM provider configured".to_owned()) }
+        });
+        Ok(Self { server, router, drain_timeout: config.record_drain_timeout })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.server.local_addr()
+    }
+
+    pub fn router(&self) -> Arc<Router> {
+        self.router.clone()
+    }
+
+    /// Serves until `shutdown`, drains in-flight calls, then writes the decisions still held.
+    pub async fn serve(self, shutdown: impl Future<Output = ()> + Send) -> anyhow::Result<()> {
+        let served = self.server.serve(shutdown).await;
+        if let Some(recorder) = &self.router.recorder {
+            recorder.drain(self.drain_timeout).await;
+        }
+        served
+    }
+}
+
+fn spawn_pruning(store: Arc<dyn AnalyticsStore>, retention: Duration) {
+    let Ok(retention) = chrono::Duration::from_std(retention) else { return };
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(PRUNE_INTERVAL);
+        loop {
+            every.tick().await;
+            match store.prune(chrono::Utc::now() - retention).await {
+                Ok(0) => {}
+                Ok(pruned) => tracing::info!(pruned, "pruned routing decisions past the retention"),
+                Err(err) => tracing::warn!(error = %err, "pruning routing analytics failed; retrying next hour"),
+            }
+        }
+    });
+}

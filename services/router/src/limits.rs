@@ -1,0 +1,42 @@
+//! The router's limits, named once.
+
+use std::time::Duration;
+
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub max_message_bytes: usize,
+    pub max_history: usize,
+    /// Recent turns quoted to the model (session messages and caller history together).
+    pub context_turns: usize,
+    /// Largest `max_tokens` a caller may ask for.
+    pub max_tokens: u32,
+    pub max_tool_steps: usize,
+    pub agent_tools: u32,
+    pub tool_call_timeout: Duration,
+    pub max_experts: usize,
+    pub expert_concurrency: usize,
+    pub expert_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_message_bytes: 32 * 1024,
+            max_history: 100,
+            context_turns: 8,
+            max_tokens: 16_384,
+            max_tool_steps: 6,
+            agent_tools: 8,
+            tool_call_timeout: Duration::from_secs(30),
+            max_experts: 4,
+            expert_concurrency: 4,
+            expert_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Longest role id or instruction text accepted alongside a message.
+pub const MAX_ROLE_ID_BYTES: usize = 128;
+pub const MAX_INSTRUCTIONS_BYTES: usize = 8 * 1024;
+/// Highest sampling temperature the vendors accept.
+pub const MAX_TEMPERATURE: f64 = 2.0;

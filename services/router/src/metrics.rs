@@ -1,0 +1,90 @@
+//! The router's OpenTelemetry metrics (exported over OTLP when the kit's telemetry has an
+//! endpoint; no-ops otherwise): spec 002's "Monitoring & Analytics" figures as they happen —
+//! route distribution, routing latency, execution time, cache hits, fallbacks, degradations
+//! and tool calls. GetRoutingStats gives the same figures from Postgres over any window.
+
+use opentelemetry::{
+    KeyValue,
+    metrics::{Counter, Histogram},
+};
+use switchyard_llm::ModelRef;
+
+use crate::outcome::Metadata;
+
+#[derive(Clone)]
+pub struct Metrics {
+    turns: Counter<u64>,
+    routing_ms: Histogram<f64>,
+    execution_ms: Histogram<f64>,
+    tool_call_ms: Histogram<f64>,
+    feedback: Counter<u64>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let meter = opentelemetry::global::meter("switchyard-router");
+        Self {
+            turns: meter
+                .u64_counter("router.turns")
+                .with_description("Chat turns answered, by route, provider, cache hit, fallback and degradation")
+                .build(),
+            routing_ms: meter
+                .f64_histogram("router.routing.duration")
+                .with_unit("ms")
+                .with_description("Time to the routing decision, by route")
+                .build(),
+            execution_ms: meter
+                .f64_histogram("router.turn.duration")
+                .with_unit("ms")
+                .with_description("Whole-turn execution time, by route")
+                .build(),
+            tool_call_ms: meter
+                .f64_histogram("router.tool_call.duration")
+                .with_unit("ms")
+                .with_description("MCP tool calls made by the agent")
+                .build(),
+            feedback: meter
+                .u64_counter("router.feedback")
+                .with_description("Feedback received, by route, helpfulness and whether another route was right")
+                .build(),
+        }
+    }
+
+    pub fn turn(&self, meta: &Metadata, model: &ModelRef) {
+        let route = KeyValue::new("route", meta.route.as_str());
+        self.turns.add(
+            1,
+            &[
+                route.clone(),
+                KeyValue::new("provider", model.provider.clone()),
+                KeyValue::new("cache_hit", meta.cache_hit),
+                KeyValue::new("fallback_used", meta.fallback_used),
+                KeyValue::new("degraded", !meta.degraded.is_empty()),
+            ],
+        );
+        self.routing_ms.record(meta.routing_ms as f64, std::slice::from_ref(&route));
+        self.execution_ms.record(meta.execution_ms as f64, &[route]);
+    }
+
+    pub fn tool_call(&self, tool: &str, duration_ms: u64, is_error: bool) {
+        self.tool_call_ms
+            .record(duration_ms as f64, &[KeyValue::new("tool", tool.to_owned()), KeyValue::new("is_error", is_error)]);
+    }
+
+    pub fn feedback(&self, route: &str, helpful: bool, misrouted: bool) {
+        self.feedback.add(
+            1,
+            &[
+                KeyValue::new("route", route.to_owned()),
+                KeyValue::new("helpful", helpful),
+                KeyValue::new("misrouted", misrouted),
+            ],
+        );
+    }
+}

@@ -1,0 +1,121 @@
+//! What a turn produced: the answer and its routing metadata (the spec's `_metadata`, plus the
+//! role, routing latency, cache and fallback flags), and their wire form.
+
+use switchyard_kit::proto_time::timestamp;
+use switchyard_llm::Usage;
+use switchyard_proto::router::v1 as pb;
+
+use crate::route::Route;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Metadata {
+    pub route: Route,
+    pub execution_ms: u64,
+    pub reasoning: String,
+    pub tools_used: Vec<String>,
+    pub domains: Vec<String>,
+    pub role_id: String,
+    pub role_switched: bool,
+    pub previous_role_id: String,
+    pub routing_ms: u64,
+    pub cache_hit: bool,
+    pub fallback_used: bool,
+    pub attempts: u32,
+    pub routing_model: String,
+    pub degraded: Vec<String>,
+    pub expert_role_ids: Vec<String>,
+    pub model_fallbacks: u32,
+}
+
+impl Default for Metadata {
+    fn default() -> Self {
+        Self {
+            route: Route::Direct,
+            execution_ms: 0,
+            reasoning: String::new(),
+            tools_used: Vec::new(),
+            domains: Vec::new(),
+            role_id: String::new(),
+            role_switched: false,
+            previous_role_id: String::new(),
+            routing_ms: 0,
+            cache_hit: false,
+            fallback_used: false,
+            attempts: 0,
+            routing_model: String::new(),
+            degraded: Vec::new(),
+            expert_role_ids: Vec::new(),
+            model_fallbacks: 0,
+        }
+    }
+}
+
+impl Metadata {
+    pub fn to_proto(&self) -> pb::RouteMetadata {
+        pb::RouteMetadata {
+            route_type: self.route.to_proto() as i32,
+            execution_time_ms: self.execution_ms,
+            reasoning: self.reasoning.clone(),
+            tools_used: self.tools_used.clone(),
+            domains: self.domains.clone(),
+            role_id: self.role_id.clone(),
+            routing_time_ms: self.routing_ms,
+            cache_hit: self.cache_hit,
+            fallback_used: self.fallback_used,
+            attempts: self.attempts,
+            role_switched: self.role_switched,
+            previous_role_id: self.previous_role_id.clone(),
+            routing_model: self.routing_model.clone(),
+            degraded: self.degraded.clone(),
+            expert_role_ids: self.expert_role_ids.clone(),
+            model_fallbacks: self.model_fallbacks,
+        }
+    }
+}
+
+/// A finished turn.
+#[derive(Debug, Clone)]
+pub struct TurnOutcome {
+    /// `chat-<uuid>`: pass it to SubmitFeedback.
+    pub id: String,
+    pub session_id: String,
+    pub created: chrono::DateTime<chrono::Utc>,
+    /// The model that wrote the answer (`openai/gpt-4o-mini`).
+    pub model: String,
+    pub content: String,
+    pub finish_reason: &'static str,
+    pub usage: Usage,
+    pub metadata: Metadata,
+}
+
+pub fn usage_proto(usage: Usage) -> pb::Usage {
+    pb::Usage {
+        prompt_tokens: usage.prompt_tokens,
+        completion_tokens: usage.completion_tokens,
+        total_tokens: usage.total(),
+    }
+}
+
+impl TurnOutcome {
+    pub fn to_response(&self) -> pb::ChatResponse {
+        pb::ChatResponse {
+            id: self.id.clone(),
+            created: Some(timestamp(self.created)),
+            model: self.model.clone(),
+            message: Some(pb::ChatMessage { role: pb::ChatRole::Assistant as i32, content: self.content.clone() }),
+            finish_reason: self.finish_reason.to_owned(),
+            usage: Some(usage_proto(self.usage)),
+            metadata: Some(self.metadata.to_proto()),
+            session_id: self.session_id.clone(),
+        }
+    }
+
+    pub fn to_completed(&self) -> pb::ChatCompleted {
+        pb::ChatCompleted {
+            finish_reason: self.finish_reason.to_owned(),
+            usage: Some(usage_proto(self.usage)),
+            metadata: Some(self.metadata.to_proto()),
+            model: self.model.clone(),
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! The MCP agent route: the turn's context goes to the gateway (`SetContext` with the message
+//! and the routing reasoning), the gateway's top-k tools for it are offered to the model, and
+//! the model and the tools take turns (model ↔ `CallTool`) until the model answers or the step
+//! limit is reached. A gateway that cannot be reached degrades the turn to a direct answer.
+
+use std::time::Instant;
+
+use switchyard_kit::Identity;
+use switchyard_llm::{ChatRequest, Message, ModelRef, ToolCall, ToolChoice, ToolSpec, Usage};
+
+use super::{RouteAnswer, Router, TurnContext};
+use crate::{
+    downstream::AgentTool,
+    error::RouterError,
+    events::{Events, ToolActivity, TurnEvent},
+    outcome::Metadata,
+    request::TurnRequest,
+    route::Decision,
+};
+
+/// Longest tool result passed back to the model; the rest is cut with a note.
+const MAX_TOOL_RESULT_CHARS: usize = 16_000;
+
+fn agent_prompt(persona: &str, reasoning: &str) -> String {
+    let mut prompt = format!(
+        "{persona}\n\nYou can call tools from connected MCP servers to complete the user's request. Call a tool \
+         when you need its result, read the results, and then answer the user in plain language. Never invent a \
+         tool result: if a tool fails or no tool fits, say so."
+    );
+    if !reasoning.is_empty() {
+        prompt.push_str("\n\nWhy this request was given tools: ");
+        prompt.push_str(reasoning);
+    }
+    prompt
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn run(
+    router: &Router,
+    identity: &Identity,
+    ctx: &TurnContext,
+    chain: &[ModelRef],
+    request: &TurnRequest,
+    decision: &Decision,
+    events: &Events,
+    meta: &mut Metadata,
+) -> Result<RouteAnswer, RouterError> {
+    let session_id = switchyard_kit::SessionId::parse(&ctx.routing.conversation_id)?;
+    let tools = match router
+        .gateway
+        .tools_for(identity, &session_id, &ctx.message, &decision.reasoning, router.limits.agent_tools)
+        .await
+    {
+        Ok(tools) if !tools.is_empty() => tools,
+        Ok(_) => {
+            meta.degraded.push("mcp_agent: the gateway offers no tools; answered directly".to_owned());
+            return router.answer_directly(ctx, chain, request, events).await;
+        }
+        Err(status) => {
+            tracing::warn!(code = ?status.code(), error = %status.message(), "MCP gateway unavailable; answering directly");
+            meta.degraded.push(format!("mcp_agent: gateway unavailable ({}); answered directly", status.message()));
+            return router.answer_directly(ctx, chain, request, events).await;
+        }
+    };
+    let specs: Vec<ToolSpec> = tools
+        .iter()
+        .map(|t| ToolSpec {
+            name: t.name.clone(),
+            description: t.description.clone(),
+            parameters: t.input_schema.clone(),
+        })
+        .collect();
+
+    let mut messages = ctx.messages_with_user();
+    let mut usage = Usage::default();
+    let mut fallbacks = 0;
+    let mut step = 0;
+    loop {
+        let last_step = step >= router.limits.max_tool_steps;
+        step += 1;
+        let call = ChatRequest {
+            system: Some(agent_prompt(&ctx.persona, &decision.reasoning)),
+            messages: messages.clone(),
+            tools: specs.clone(),
+            // The last step must answer with what the tools gave so far.
+            tool_choice: if last_step { ToolChoice::None } else { ToolChoice::Auto },
+            max_tokens: request.max_tokens,
+            temperature: request.temperature,
+            ..ChatRequest::default()
+        };
+        let mut answered = router.models.stream_answer(chain, call, events).await?;
+        fallbacks += answered.fallbacks;
+        if answered.completion.tool_calls.is_empty() || last_step {
+            if last_step && !answered.completion.tool_calls.is_empty() {
+                meta.degraded.push(format!("mcp_agent: stopped after {} tool steps", router.limits.max_tool_steps));
+            }
+            answered.completion.tool_calls.clear();
+            answered.fallbacks = fallbacks;
+            return Ok(RouteAnswer { answered, usage });
+        }
+        usage.add(answered.completion.usage);
+        let calls = answered.completion.tool_calls.clone();
+        messages.push(Message::Assistant { content: answered.completion.content.clone(), tool_calls: calls.clone() });
+        for call in &calls {
+            let result = call_tool(router, identity, &session_id, &tools, call, events, meta).await?;
+            messages.push(result);
+        }
+    }
+}
+
+/// Runs one tool call the model asked for and returns the tool message answering it. Every
+/// failure — an unknown tool, unreadable arguments, a tool error, a timeout — goes back to the
+/// model as an error result so it can correct itself or explain; none ends the turn.
+async fn call_tool(
+    router: &Router,
+    identity: &Identity,
+    session_id: &switchyard_kit::SessionId,
+    tools: &[AgentTool],
+    call: &ToolCall,
+    events: &Events,
+    meta: &mut Metadata,
+) -> Result<Message, RouterError> {
+    let reply = |content: String, is_error: bool| Message::Tool { call_id: call.id.clone(), content, is_error };
+    let Some(tool) = tools.iter().find(|t| t.name == call.name) else {
+        return Ok(reply(format!("There is no tool named `{}`; use one of the tools offered.", call.name), true));
+    };
+    let arguments = match call.parsed_arguments() {
+        Ok(arguments) => arguments,
+        Err(problem) => {
+            return Ok(reply(format!("{problem}. Call the tool again with a JSON object as its arguments."), true));
+        }
+    };
+    events
+        .send(TurnEvent::Tool(ToolActivity {
+            tool: tool.name.clone(),
+            server: tool.server.clone(),
+            ..ToolActivity::default()
+        }))
+        .await?;
+    if !meta.tools_used.contains(&tool.name) {
+        meta.tools_used.push(tool.name.clone());
+    }
+    let started = Instant::now();
+    let outcome =
+        router.gateway.call_tool(identity, session_id, &tool.name, &arguments, router.limits.tool_call_timeout).await;
+    let duration_ms = started.elapsed().as_millis() as u64;
+    router.metrics.tool_call(&tool.name, duration_ms, outcome.as_ref().map_or(true, |o| o.is_error));
+    let (content, is_error, error) = match outcome {
+        Ok(result) => {
+            let error = if result.is_error { first_line(&result.text) } else { String::new() };
+            (cut(result.text), result.is_error, error)
+        }
+        Err(status) if status.code() == tonic::Code::DeadlineExceeded => {
+            let why = format!("the tool did not answer within {:?}", router.limits.tool_call_timeout);
+            (why.clone(), true, why)
+        }
+        Err(status) => {
+            let why = format!("the tool call failed: {}", status.message());
+            (why.clone(), true, why)
+        }
+    };
+    events
+        .send(TurnEvent::Tool(ToolActivity {
+            tool: tool.name.clone(),
+            server: tool.server.clone(),
+            finished: true,
+            is_error,
+            duration_ms,
+            error,
+        }))
+        .await?;
+    Ok(reply(content, is_error))
+}
+
+fn first_line(text: &str) -> String {
+    text.lines().next().unwrap_or_default().chars().take(200).collect()
+}
+
+fn cut(text: String) -> String {
+    match text.char_indices().nth(MAX_TOOL_RESULT_CHARS) {
+        Some((at, _)) => format!("{}\n[… result cut at {MAX_TOOL_RESULT_CHARS} characters]", &text[..at]),
+        None => text,
+    }
+}

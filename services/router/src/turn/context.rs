@@ -1,0 +1,69 @@
+//! What every call of a turn is built from: the role's persona, the recent conversation (the
+//! session's messages and any history the caller sent) and the message itself.
+
+use switchyard_kit::Identity;
+use switchyard_llm::Message;
+use switchyard_proto::sessions::v1 as sessions;
+
+use crate::{
+    downstream::SessionTurn,
+    limits::Limits,
+    request::{Speaker, TurnRequest},
+    route::RoutingContext,
+};
+
+pub struct TurnContext {
+    /// The active role's system prompt (with the turn's custom instructions and any system
+    /// messages the caller sent).
+    pub persona: String,
+    /// The most recent turns, oldest first.
+    pub conversation: Vec<Message>,
+    pub message: String,
+    pub routing: RoutingContext,
+}
+
+impl TurnContext {
+    pub fn new(identity: &Identity, request: &TurnRequest, session: &SessionTurn, limits: &Limits) -> Self {
+        let mut turns: Vec<Message> = session
+            .recent
+            .iter()
+            .filter_map(|m| match sessions::MessageRole::try_from(m.role) {
+                Ok(sessions::MessageRole::User) => Some(Message::user(&m.content)),
+                Ok(sessions::MessageRole::Assistant) => Some(Message::assistant(&m.content)),
+                _ => None,
+            })
+            .collect();
+        let mut caller_instructions = Vec::new();
+        for m in &request.history {
+            match m.speaker {
+                Speaker::User => turns.push(Message::user(&m.content)),
+                Speaker::Assistant => turns.push(Message::assistant(&m.content)),
+                Speaker::System => caller_instructions.push(m.content.as_str()),
+            }
+        }
+        let skip = turns.len().saturating_sub(limits.context_turns);
+        let conversation: Vec<Message> = turns.into_iter().skip(skip).collect();
+
+        let mut persona = session.system_prompt.clone();
+        for instructions in caller_instructions {
+            persona.push_str("\n\n");
+            persona.push_str(instructions);
+        }
+        let message_count = u64::from(session.turn_count) * 2 + request.history.len() as u64;
+        let routing = RoutingContext {
+            user_id: identity.user.as_ref().map_or_else(|| "anonymous".to_owned(), |u| u.as_str().to_owned()),
+            conversation_id: session.session_id.to_string(),
+            message_count,
+            role_id: session.role_id.clone(),
+            transition_context: session.transition_context.clone(),
+        };
+        Self { persona, conversation, message: request.message.clone(), routing }
+    }
+
+    /// The conversation followed by the user's message.
+    pub fn messages_with_user(&self) -> Vec<Message> {
+        let mut messages = self.conversation.clone();
+        messages.push(Message::user(&self.message));
+        messages
+    }
+}

@@ -1,0 +1,199 @@
+//! One chat turn, as spec 002's `UnifiedChatHandler.process` describes it, on a session:
+//! context switching first (sessions' ProcessQuery), then the routing call — the LLM is the
+//! router, through the two routing tools — then the chosen route, and finally the answer is
+//! recorded in the session's conversation and in the routing analytics.
+
+mod agent;
+mod context;
+mod experts;
+mod routing;
+
+use std::{sync::Arc, time::Instant};
+
+use switchyard_kit::Identity;
+use switchyard_llm::{ChatRequest, ModelRef, ToolChoice, Usage};
+
+use crate::{
+    analytics::{DecisionRecord, Recorder},
+    downstream::{GatewayClient, SessionsClient},
+    error::RouterError,
+    events::{Events, TurnEvent},
+    limits::Limits,
+    metrics::Metrics,
+    models::{Answered, Models},
+    outcome::{Metadata, TurnOutcome},
+    request::TurnRequest,
+    route::{Decision, Route},
+};
+
+pub use context::TurnContext;
+
+/// Everything a turn needs, shared by all turns.
+pub struct Router {
+    pub(crate) models: Models,
+    pub(crate) sessions: SessionsClient,
+    pub(crate) gateway: GatewayClient,
+    pub(crate) limits: Limits,
+    pub(crate) default_model: ModelRef,
+    pub(crate) fallback_models: Vec<ModelRef>,
+    pub(crate) recorder: Option<Arc<Recorder>>,
+    pub(crate) metrics: Metrics,
+}
+
+/// An answer a route produced.
+struct RouteAnswer {
+    answered: Answered,
+    usage: Usage,
+}
+
+impl Router {
+    /// The models a call tries, in order: the turn's model (or the default), then the
+    /// fallbacks.
+    fn chain(&self, first: Option<&ModelRef>) -> Vec<ModelRef> {
+        let mut chain = vec![first.unwrap_or(&self.default_model).clone()];
+        for model in std::iter::once(&self.default_model).chain(&self.fallback_models) {
+            if !chain.contains(model) {
+                chain.push(model.clone());
+            }
+        }
+        chain
+    }
+
+    /// Refuses a turn no configured provider could answer, before any work is done.
+    fn check_models(&self, request: &TurnRequest) -> Result<(), RouterError> {
+        if self.models.providers().is_empty() {
+            return Err(RouterError::FailedPrecondition(
+                "no LLM provider is configured: set OPENAI_API_KEY or OPENAI_BASE_URL, or ANTHROPIC_API_KEY or \
+                 ANTHROPIC_BASE_URL"
+                    .to_owned(),
+            ));
+        }
+        if let Some(model) = &request.model
+            && self.models.providers().get(model).is_err()
+        {
+            return Err(RouterError::FailedPrecondition(format!(
+                "model: no provider `{}` is configured (configured: {})",
+                model.provider,
+                self.models.providers().names().collect::<Vec<_>>().join(", ")
+            )));
+        }
+        Ok(())
+    }
+
+    #[tracing::instrument(name = "chat_turn", skip_all, fields(session_id, route, role_id))]
+    pub async fn turn(
+        &self,
+        identity: Identity,
+        request: TurnRequest,
+        events: Events,
+    ) -> Result<TurnOutcome, RouterError> {
+        let started = Instant::now();
+        self.check_models(&request)?;
+        let id = format!("chat-{}", uuid::Uuid::new_v4());
+        let session = self
+            .sessions
+            .begin_turn(
+                &identity,
+                request.session_id.as_ref(),
+                &request.message,
+                request.force_role_id.as_deref(),
+                request.custom_instructions.as_deref(),
+            )
+            .await?;
+        let span = tracing::Span::current();
+        span.record("session_id", session.session_id.as_str());
+        span.record("role_id", session.role_id.as_str());
+        let ctx = TurnContext::new(&identity, &request, &session, &self.limits);
+        let chain = self.chain(request.model.as_ref());
+
+        let mut meta = Metadata {
+            role_id: session.role_id.clone(),
+            role_switched: session.switched,
+            previous_role_id: session.previous_role_id.clone(),
+            ..Metadata::default()
+        };
+        let route_event = |meta: &Metadata| TurnEvent::Route {
+            id: id.clone(),
+            session_id: session.session_id.to_string(),
+            metadata: Box::new(meta.clone()),
+        };
+
+        // The routing decision: forced, or the routing call (which may answer itself).
+        let (decision, direct_answer, mut usage) = match request.force_route {
+            Some(route) => {
+                let decision =
+                    Decision { route, reasoning: "route forced by the caller".to_owned(), ..Decision::direct() };
+                meta.route = route;
+                meta.reasoning = decision.reasoning.clone();
+                events.send(route_event(&meta)).await?;
+                (decision, None, Usage::default())
+            }
+            None => {
+                let routed =
+                    routing::route(self, &ctx, &chain, &request, &events, &mut meta, started, &route_event).await?;
+                (routed.decision, routed.answer, routed.usage)
+            }
+        };
+        span.record("route", decision.route.as_str());
+
+        let answer = match (decision.route, direct_answer) {
+            (Route::Direct, Some(answered)) => RouteAnswer { answered, usage: Usage::default() },
+            (Route::Direct, None) => self.answer_directly(&ctx, &chain, &request, &events).await?,
+            (Route::McpAgent, _) => {
+                agent::run(self, &identity, &ctx, &chain, &request, &decision, &events, &mut meta).await?
+            }
+            (Route::Multiagent, _) => {
+                experts::run(self, &identity, &ctx, &chain, &request, &decision, &events, &mut meta).await?
+            }
+        };
+        usage.add(answer.usage);
+        usage.add(answer.answered.completion.usage);
+        meta.model_fallbacks += answer.answered.fallbacks;
+        meta.execution_ms = started.elapsed().as_millis() as u64;
+
+        let outcome = TurnOutcome {
+            id,
+            session_id: session.session_id.to_string(),
+            created: chrono::Utc::now(),
+            model: answer.answered.model.to_string(),
+            content: answer.answered.completion.content,
+            finish_reason: answer.answered.completion.finish_reason.as_str(),
+            usage,
+            metadata: meta,
+        };
+        if let Err(status) = self
+            .sessions
+            .end_turn(&identity, &session.session_id, &outcome.metadata.role_id, &request.message, &outcome.content)
+            .await
+        {
+            // The answer stands; only the conversation memory missed this turn.
+            tracing::warn!(session_id = %outcome.session_id, error = %status.message(), "could not append the turn to the session");
+        }
+        self.metrics.turn(&outcome.metadata, &answer.answered.model);
+        if let Some(recorder) = &self.recorder {
+            recorder.push(DecisionRecord::of(&identity, &outcome, &answer.answered.model));
+        }
+        Ok(outcome)
+    }
+
+    /// A direct answer in the session's role, without routing tools (a forced direct route, or
+    /// a handler that degraded to answering directly).
+    async fn answer_directly(
+        &self,
+        ctx: &TurnContext,
+        chain: &[ModelRef],
+        request: &TurnRequest,
+        events: &Events,
+    ) -> Result<RouteAnswer, RouterError> {
+        let call = ChatRequest {
+            system: Some(ctx.persona.clone()),
+            messages: ctx.messages_with_user(),
+            tool_choice: ToolChoice::Auto,
+            max_tokens: request.max_tokens,
+            temperature: request.temperature,
+            ..ChatRequest::default()
+        };
+        let answered = self.models.stream_answer(chain, call, events).await?;
+        Ok(RouteAnswer { answered, usage: Usage::default() })
+    }
+}

@@ -1,0 +1,151 @@
+//! Routing analytics in Postgres: every turn's decision recorded off the request path,
+//! GetRoutingStats over a window, SubmitFeedback feeding satisfaction and the false routing
+//! rate, one tenant's figures invisible to another.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{RecordedExt, Suite, as_tenant, chat};
+use switchyard_proto::router::v1::{GetRoutingStatsRequest, RouteType, SubmitFeedbackRequest};
+use switchyard_testkit::{
+    eventually,
+    llm::{Recorded, Reply, ScriptedLlm},
+};
+use tonic::Code;
+
+fn script(request: &Recorded) -> Reply {
+    let routing = request.tool_names().iter().any(|t| t == "use_mcp_agent");
+    let message = request.user_text();
+    if routing && message.contains("experts") {
+        Reply::tool_call("use_multiagent_orchestration", r#"{"domains": ["finance"], "reasoning": "r"}"#)
+    } else {
+        Reply::text("an answer").usage(10, 5)
+    }
+}
+
+#[tokio::test]
+async fn stats_and_feedback_reflect_the_turns_of_each_tenant() {
+    let llm = ScriptedLlm::start(script).await;
+    let suite = Suite::start(llm).await;
+    let mut client = suite.client().await;
+
+    let mut ids = Vec::new();
+    for message in ["hello", "what is a bond?", "ask the experts about budgets"] {
+        let response = client.chat(as_tenant("acme", chat(message))).await.expect("chat").into_inner();
+        ids.push((response.id, response.metadata.expect("metadata").route_type()));
+    }
+    assert_eq!(
+        ids.iter().map(|(_, r)| *r).collect::<Vec<_>>(),
+        [RouteType::Direct, RouteType::Direct, RouteType::Multiagent]
+    );
+    client.chat(as_tenant("globex", chat("hello"))).await.expect("another tenant's turn");
+
+    // Feedback right after the answer: the decision may still be buffered; it is found.
+    client
+        .submit_feedback(as_tenant(
+            "acme",
+            SubmitFeedbackRequest { response_id: ids[0].0.clone(), helpful: true, ..Default::default() },
+        ))
+        .await
+        .expect("feedback on a direct answer");
+    client
+        .submit_feedback(as_tenant(
+            "acme",
+            SubmitFeedbackRequest {
+                response_id: ids[1].0.clone(),
+                helpful: false,
+                expected_route: RouteType::McpAgent as i32,
+                comment: "should have looked it up".into(),
+            },
+        ))
+        .await
+        .expect("a correction");
+
+    let stats = eventually(Duration::from_secs(10), "acme's three turns recorded", || {
+        let mut client = client.clone();
+        async move {
+            let stats = client
+                .get_routing_stats(as_tenant("acme", GetRoutingStatsRequest::default()))
+                .await
+                .map_err(|s| s.to_string())?
+                .into_inner();
+            if stats.total == 3 { Ok(stats) } else { Err(format!("{stats:?}")) }
+        }
+    })
+    .await;
+    let direct = stats.routes.iter().find(|r| r.route_type() == RouteType::Direct).expect("direct figures");
+    let multi = stats.routes.iter().find(|r| r.route_type() == RouteType::Multiagent).expect("multiagent figures");
+    assert_eq!((direct.count, multi.count), (2, 1));
+    assert!((direct.share - 2.0 / 3.0).abs() < 1e-9, "{}", direct.share);
+    assert_eq!(direct.feedback_count, 2);
+    assert!((direct.satisfaction - 0.5).abs() < 1e-9);
+    assert!((direct.false_routing_rate - 0.5).abs() < 1e-9);
+    assert_eq!(stats.feedback_count, 2);
+    assert!((stats.false_routing_rate - 0.5).abs() < 1e-9);
+    assert_eq!((stats.cache_hit_rate, stats.fallback_rate), (0.0, 0.0));
+    assert!(stats.routing_latency_p99_ms >= stats.routing_latency_p50_ms);
+    assert!(stats.execution_time_p50_ms > 0.0 || stats.execution_time_p95_ms >= 0.0);
+    assert!(stats.since.is_some() && stats.until.is_some());
+
+    // The other tenant sees only its own turn, and cannot judge acme's answers.
+    let other = client
+        .get_routing_stats(as_tenant("globex", GetRoutingStatsRequest::default()))
+        .await
+        .expect("stats")
+        .into_inner();
+    assert_eq!(other.total, 1);
+    let status = client
+        .submit_feedback(as_tenant(
+            "globex",
+            SubmitFeedbackRequest { response_id: ids[2].0.clone(), helpful: true, ..Default::default() },
+        ))
+        .await
+        .expect_err("another tenant's answer");
+    assert_eq!(status.code(), Code::NotFound);
+
+    // A window before the turns holds nothing.
+    let before = prost_types::Timestamp { seconds: 1_000_000_000, nanos: 0 };
+    let empty = client
+        .get_routing_stats(as_tenant(
+            "acme",
+            GetRoutingStatsRequest {
+                since: Some(before),
+                until: Some(prost_types::Timestamp { seconds: 1_000_003_600, nanos: 0 }),
+            },
+        ))
+        .await
+        .expect("stats")
+        .into_inner();
+    assert_eq!((empty.total, empty.routes.len()), (0, 0));
+}
+
+#[tokio::test]
+async fn feedback_and_stats_refuse_bad_input() {
+    let llm = ScriptedLlm::start(script).await;
+    let suite = Suite::start(llm).await;
+    let mut client = suite.client().await;
+    let status = client.submit_feedback(SubmitFeedbackRequest::default()).await.expect_err("no id");
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(status.message().starts_with("response_id"), "{}", status.message());
+    let status = client
+        .submit_feedback(SubmitFeedbackRequest { response_id: "chat-unknown".into(), ..Default::default() })
+        .await
+        .expect_err("unknown");
+    assert_eq!(status.code(), Code::NotFound);
+    let status = client
+        .submit_feedback(SubmitFeedbackRequest {
+            response_id: "chat-x".into(),
+            expected_route: 9,
+            ..Default::default()
+        })
+        .await
+        .expect_err("bad route");
+    assert_eq!((status.code(), status.message().starts_with("expected_route")), (Code::InvalidArgument, true));
+    let now = prost_types::Timestamp { seconds: 2_000_000_000, nanos: 0 };
+    let status = client
+        .get_routing_stats(GetRoutingStatsRequest { since: Some(now), until: Some(now) })
+        .await
+        .expect_err("empty window");
+    assert_eq!((status.code(), status.message().starts_with("since")), (Code::InvalidArgument, true));
+}

@@ -1,0 +1,240 @@
+//! The router's test setup: the real triggers, sessions and (when a test needs it) MCP gateway
+//! services on loopback, the router with its analytics in a fresh Postgres schema, and a
+//! scripted LLM vendor — a real HTTP server speaking the OpenAI and Anthropic wire formats.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::{net::SocketAddr, sync::Arc, time::Duration};
+
+use switchyard_kit::Secret;
+use switchyard_llm::{ModelRef, ProviderArgs};
+use switchyard_mcp_gateway::{GatewayConfig, GatewayServer};
+use switchyard_proto::router::v1::{
+    ChatRequest, ChatStreamRequest, ChatStreamResponse, router_service_client::RouterServiceClient,
+};
+use switchyard_router::{RouterConfig, RouterServer, analytics::PostgresAnalytics};
+use switchyard_sessions::{SessionsConfig, SessionsServer};
+use switchyard_testkit::{Schema, Served, database_url, eventually, llm::ScriptedLlm, peer_tool};
+use switchyard_triggers::{TriggersConfig, TriggersServer};
+use tonic::{Request, transport::Channel};
+
+/// A key the scripted vendor receives; tests check it never shows in errors.
+pub const OPENAI_KEY: &str = "sk-test-openai-4f1d8c";
+pub const ANTHROPIC_KEY: &str = "sk-ant-test-93b2e7";
+
+pub fn loopback() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 0))
+}
+
+/// What a test wants of the suite.
+pub struct Options {
+    /// Run the MCP gateway with server-everything (stdio) behind it.
+    pub gateway: bool,
+    pub default_model: &'static str,
+    pub fallback_models: Vec<&'static str>,
+    pub configure: Box<dyn FnOnce(&mut RouterConfig) + Send>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            gateway: false,
+            default_model: "openai/gpt-4o-mini",
+            fallback_models: Vec::new(),
+            configure: Box::new(|_| {}),
+        }
+    }
+}
+
+pub struct Suite {
+    pub llm: ScriptedLlm,
+    pub router: Served,
+    pub sessions: Served,
+    pub gateway: Option<Served>,
+    triggers: Served,
+    pub schema: Schema,
+}
+
+impl Suite {
+    pub async fn start(llm: ScriptedLlm) -> Self {
+        Self::with(llm, Options::default()).await
+    }
+
+    pub async fn with(llm: ScriptedLlm, options: Options) -> Self {
+        let triggers = TriggersServer::bind(&TriggersConfig::in_memory(loopback())).await.expect("triggers binds");
+        let triggers = Served::spawn(triggers.local_addr(), |stop| triggers.serve(stop));
+        let sessions = SessionsServer::bind(&SessionsConfig::in_memory(loopback(), &triggers.url()))
+            .await
+            .expect("sessions binds");
+        let sessions = Served::spawn(sessions.local_addr(), |stop| sessions.serve(stop));
+        // Ready once its roles are registered with triggers (each registration recompiles the
+        // matcher; a turn before that would wait behind it).
+        wait_serving(&sessions.url(), "switchyard.sessions.v1.SessionService").await;
+
+        let gateway = if options.gateway {
+            let servers = vec![format!("everything={} stdio", peer_tool("mcp-server-everything"))];
+            let mut config = GatewayConfig::in_memory(loopback(), loopback(), servers);
+            config.model_dir = switchyard_testkit::model_dir();
+            let server = GatewayServer::bind(&config).await.expect("gateway binds");
+            let gateway = server.gateway();
+            let served = Served::spawn(server.local_addr(), |stop| server.serve(stop));
+            eventually(Duration::from_secs(60), "server-everything's tools in the gateway", || async {
+                let names: Vec<String> = gateway.catalog().tools().iter().map(|t| t.name.clone()).collect();
+                if names.iter().any(|n| n.ends_with("get-sum"))
+                    && (gateway.catalog().embedded || !gateway.has_embedder())
+                {
+                    Ok(())
+                } else {
+                    Err(format!("tools so far: {names:?}"))
+                }
+            })
+            .await;
+            Some(served)
+        } else {
+            None
+        };
+        // A gateway that is not running: calls to it fail as a real outage does.
+        let gateway_url = gateway.as_ref().map_or_else(|| format!("http://{}", closed_port()), Served::url);
+
+        let mut config = RouterConfig::in_memory(loopback(), &sessions.url(), &gateway_url);
+        config.providers = ProviderArgs {
+            openai_base_url: Some(llm.openai_base_url()),
+            openai_api_key: Some(Secret::new(OPENAI_KEY)),
+            anthropic_base_url: Some(llm.anthropic_base_url()),
+            anthropic_api_key: Some(Secret::new(ANTHROPIC_KEY)),
+            max_retries: 1,
+            ..ProviderArgs::default()
+        };
+        config.default_model = options.default_model.parse::<ModelRef>().expect("model");
+        config.fallback_models = options.fallback_models.iter().map(|m| m.parse().expect("model")).collect();
+        config.record_flush_interval = Duration::from_millis(50);
+        (options.configure)(&mut config);
+
+        let schema = Schema::new("router_test");
+        let store = Arc::new(
+            PostgresAnalytics::connect(&database_url(), schema.name())
+                .await
+                .unwrap_or_else(|err| panic!("postgres at {} (set DATABASE_URL): {err}", database_url())),
+        );
+        let providers = config.providers.build().expect("providers");
+        let router = RouterServer::bind_with(&config, store, providers).await.expect("router binds");
+        let router = Served::spawn(router.local_addr(), |stop| router.serve(stop));
+        Self { llm, router, sessions, gateway, triggers, schema }
+    }
+
+    pub async fn channel(&self) -> Channel {
+        Channel::from_shared(self.router.url()).expect("url").connect().await.expect("router reachable")
+    }
+
+    pub async fn client(&self) -> RouterServiceClient<Channel> {
+        RouterServiceClient::new(self.channel().await)
+    }
+
+    pub async fn sessions_channel(&self) -> Channel {
+        Channel::from_shared(self.sessions.url()).expect("url").connect().await.expect("sessions reachable")
+    }
+}
+
+/// Waits until the server at `url` reports `service` as SERVING over gRPC health.
+pub async fn wait_serving(url: &str, service: &str) {
+    use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
+    let channel = Channel::from_shared(url.to_owned()).expect("url").connect_lazy();
+    eventually(Duration::from_secs(30), &format!("{service} serving"), || {
+        let mut health = HealthClient::new(channel.clone());
+        async move {
+            let status =
+                health.check(HealthCheckRequest { service: service.to_owned() }).await.map(|r| r.into_inner().status());
+            if matches!(status, Ok(ServingStatus::Serving)) { Ok(()) } else { Err(format!("{status:?}")) }
+        }
+    })
+    .await;
+}
+
+/// A loopback port nothing listens on.
+pub fn closed_port() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("port");
+    let addr = listener.local_addr().expect("addr");
+    drop(listener);
+    addr
+}
+
+pub fn chat(message: &str) -> ChatRequest {
+    ChatRequest { message: message.to_owned(), ..Default::default() }
+}
+
+pub fn stream_request(message: &str) -> ChatStreamRequest {
+    ChatStreamRequest { message: message.to_owned(), ..Default::default() }
+}
+
+pub fn as_tenant<T>(tenant: &str, message: T) -> Request<T> {
+    let mut request = Request::new(message);
+    request.metadata_mut().insert("x-tenant-id", tenant.parse().expect("ascii"));
+    request
+}
+
+/// Every event of a ChatStream call, in order.
+pub async fn collect_stream(
+    client: &mut RouterServiceClient<Channel>,
+    request: ChatStreamRequest,
+) -> Vec<switchyard_proto::router::v1::chat_stream_response::Event> {
+    let mut stream = client.chat_stream(request).await.expect("chat stream opens").into_inner();
+    let mut events = Vec::new();
+    while let Some(item) = stream.message().await.expect("stream item") {
+        let ChatStreamResponse { event } = item;
+        events.push(event.expect("an event"));
+    }
+    events
+}
+
+/// Reading what the router sent the vendor, in either wire format.
+pub trait RecordedExt {
+    /// The system prompt ("" when none).
+    fn system_text(&self) -> String;
+    /// The last user message's text ("" when none).
+    fn user_text(&self) -> String;
+    /// The text of every message, in order (tool results included).
+    fn message_texts(&self) -> Vec<String>;
+    /// The tool results sent back to the model, in order.
+    fn tool_results(&self) -> Vec<String>;
+}
+
+fn block_text(content: &serde_json::Value) -> String {
+    match content {
+        serde_json::Value::String(text) => text.clone(),
+        serde_json::Value::Array(blocks) => blocks
+            .iter()
+            .map(|b| match b.get("type").and_then(|t| t.as_str()) {
+                Some("text") => b["text"].as_str().unwrap_or_default().to_owned(),
+                Some("tool_result") => block_text(&b["content"]),
+                _ => String::new(),
+            })
+            .collect::<Vec<_>>()
+            .join(""),
+        _ => String::new(),
+    }
+}
+
+impl RecordedExt for switchyard_testkit::llm::Recorded {
+    fn system_text(&self) -> String {
+        self.system().unwrap_or_default()
+    }
+
+    fn user_text(&self) -> String {
+        self.last_user_text().unwrap_or_default()
+    }
+
+    fn message_texts(&self) -> Vec<String> {
+        self.messages().iter().map(|m| block_text(&m["content"])).filter(|t| !t.is_empty()).collect()
+    }
+
+    fn tool_results(&self) -> Vec<String> {
+        let mut results = Vec::new();
+        for message in self.messages() {
+            if message["role"] == "tool" {
+                results.push(block_text(&message["content"]));
+            } else if let serde_json::Value::Array(blocks) = &message["content"] {
+                results.extend(blocks.iter().filter(|b| b["type"] == "tool_result").map(|b| block_text(&b["content"])));
+            }
+        }
+        results
+    }
+}
