@@ -6,6 +6,8 @@
 use std::{process::Command, time::Duration};
 
 use switchyard_cli::{DevChat, DevMcp, DevPorts, DevStack};
+use switchyard_llm::ProviderArgs;
+use switchyard_testkit::llm::{Recorded, Reply, ScriptedLlm};
 use switchyard_testkit::{eventually, grpcurl, peer_tool};
 use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
 
@@ -49,6 +51,24 @@ async fn wait_ready(addr: std::net::SocketAddr, service: &str) {
     .await;
 }
 
+/// The model behind the README's chat examples: greets, and adds through the MCP agent.
+fn demo_model(request: &Recorded) -> Reply {
+    let tools = request.tool_names();
+    let asks_to_add = request.last_user_text().is_some_and(|t| t.starts_with("add "));
+    if tools.iter().any(|t| t == "use_mcp_agent") {
+        return if asks_to_add {
+            Reply::tool_call("use_mcp_agent", r#"{"reasoning": "a calculation"}"#)
+        } else {
+            Reply::text("Hello! I'm doing well, thank you for asking. How can I help you today?")
+        };
+    }
+    let answered = request.messages().iter().any(|m| m["role"] == "tool");
+    match tools.iter().find(|t| t.ends_with("get-sum")) {
+        Some(sum) if !answered => Reply::tool_call(sum, r#"{"a": 17, "b": 25}"#),
+        _ => Reply::text("17 + 25 = 42."),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readme_grpcurl_examples_work_verbatim_against_switchyard_dev() {
     let loopback = "127.0.0.1".parse().expect("ip");
@@ -56,14 +76,20 @@ async fn readme_grpcurl_examples_work_verbatim_against_switchyard_dev() {
     let everything = peer_tool("mcp-server-everything");
     let mcp = DevMcp { servers: vec![format!("everything={everything} stdio")], config_file: None };
     let ports = DevPorts { host: loopback, triggers: 0, sessions: 0, mcp_gateway: 0, mcp: 0, router: 0 };
-    let stack = DevStack::start(ports, mcp, DevChat::default()).await.expect("dev stack");
-    let (triggers, sessions, mcp_gateway) = (stack.triggers_addr(), stack.sessions_addr().0, stack.mcp_gateway_addr());
+    // The README's chat examples, answered by a scripted vendor on the OpenAI wire format.
+    let llm = ScriptedLlm::start(demo_model).await;
+    let providers = ProviderArgs { openai_base_url: Some(llm.openai_base_url()), ..ProviderArgs::default() };
+    let chat = DevChat { providers, ..DevChat::default() };
+    let stack = DevStack::start(ports, mcp, chat).await.expect("dev stack");
+    let (triggers, sessions, mcp_gateway, router) =
+        (stack.triggers_addr(), stack.sessions_addr().0, stack.mcp_gateway_addr(), stack.router_addr());
     let gateway = stack.gateway();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let serving = tokio::spawn(stack.serve(async move {
         let _ = stopped.await;
     }));
     wait_ready(sessions, "switchyard.sessions.v1.SessionService").await;
+    wait_ready(router, "switchyard.router.v1.RouterService").await;
     // The demo MCP server is connected and its tools are listed.
     eventually(Duration::from_secs(60), "the gateway lists server-everything's tools", || async {
         !gateway.catalog().is_empty()
@@ -95,6 +121,10 @@ async fn readme_grpcurl_examples_work_verbatim_against_switchyard_dev() {
             "McpGatewayService/ListTools",
             "McpGatewayService/SetContext",
             "McpGatewayService/CallTool",
+            "RouterService/Chat",
+            "RouterService/ChatStream",
+            "RouterService/GetRoutingStats",
+            "RouterService/SubmitFeedback",
         ] {
             assert!(examples.iter().any(|(command, _)| command.contains(rpc)), "README has no example of {rpc}");
         }
@@ -103,6 +133,7 @@ async fn readme_grpcurl_examples_work_verbatim_against_switchyard_dev() {
                 .replace("127.0.0.1:50051", &triggers.to_string())
                 .replace("127.0.0.1:50052", &sessions.to_string())
                 .replace("127.0.0.1:50054", &mcp_gateway.to_string())
+                .replace("127.0.0.1:50053", &router.to_string())
                 .replacen("grpcurl", &grpcurl().display().to_string(), 1);
             let output = Command::new("sh").arg("-c").arg(&command).output().expect("run sh");
             let text =

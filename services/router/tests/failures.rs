@@ -121,6 +121,7 @@ async fn a_rate_limited_call_is_retried_after_the_vendors_delay() {
     assert!(waited >= std::time::Duration::from_millis(900), "Retry-After honoured: {waited:?}");
     let metadata = response.metadata.expect("metadata");
     assert_eq!((metadata.model_fallbacks, metadata.route_type()), (0, RouteType::Direct));
+    assert_eq!(metadata.attempts, 2, "the routing call was retried once");
 }
 
 #[tokio::test]

@@ -45,7 +45,9 @@ impl Gateway {
     }
 
     /// [`Self::call_tool`], relaying the server's progress notifications to `progress` (the
-    /// front that made the call knows where its client wants them).
+    /// front that made the call knows where its client wants them). Its span is the MCP server
+    /// call in the caller's trace.
+    #[tracing::instrument(name = "mcp tools/call", skip_all, fields(tool = name, server))]
     pub async fn call_tool_with_progress(
         &self,
         key: Option<&SessionKey>,
@@ -69,6 +71,7 @@ impl Gateway {
             .upstreams
             .get(&tool.server)
             .ok_or_else(|| GatewayError::ServerUnavailable(format!("server `{}` is not configured", tool.server)))?;
+        tracing::Span::current().record("server", tool.server.as_str());
         let peer = upstream.peer().map_err(GatewayError::ServerUnavailable)?;
         let mut params = CallToolRequestParams::new(tool.upstream_name.clone());
         params.arguments = arguments;

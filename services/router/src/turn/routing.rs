@@ -76,6 +76,9 @@ pub async fn route(
         }
     };
 
+    // HTTP attempts of the model that answered (retries included), and one per model that
+    // failed before it.
+    meta.attempts = completion.attempts.max(1) + fallbacks;
     let decision = completion.tool_calls.iter().find_map(Decision::from_tool_call);
     let Some(decision) = decision else {
         if !announced_direct {
