@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Validates deploy/ and docker-compose.yml with real tools: each kustomization rendered by kubectl
-# and checked by kubernetes-validate --strict, `docker-compose config`, every YAML file parsed,
-# the kustomizations' coverage, the collector config, the compose file's paths, and a sanity
-# check of deploy/Dockerfile. The MCP gateway's servers files (loaded with the gateway's own
+# and checked by kubernetes-validate --strict and for consistency across services, `docker-compose
+# config`, every YAML file parsed, the kustomizations' coverage, the collector config, the compose
+# file's paths, and a sanity check of deploy/Dockerfile. The MCP gateway's servers files (loaded with the gateway's own
 # loader, their `${VAR}`s set where they are mounted) are checked by the gateway's test:
 #   cargo nextest run -p switchyard-mcp-gateway --test deploy
 # Silent but for one summary line when all is well; lists every problem and exits 1 otherwise.
@@ -49,9 +49,79 @@ ensure_tools() {
   fi
 }
 
-# Every kustomization renders and its output validates strictly against the schemas.
+# Every kustomization renders and its output validates strictly against the schemas. Then every
+# service is deployed in full: each Deployment has a Service, an HPA and a NetworkPolicy of its
+# name (and a PodDisruptionBudget wherever the kustomization keeps budgets), an overlay retags
+# every image from the base's `latest`, and each pod's terminationGracePeriodSeconds outlasts
+# the binary's shutdown (SHUTDOWN_GRACE, default 20s, plus any *_RECORD_DRAIN_TIMEOUT set).
 check_kubernetes() {
-  local dir rendered count out
+  local dir rendered count out rendered_checks
+  read -r -d '' rendered_checks <<'EOF' || true
+import re
+import sys
+
+import yaml
+
+path = sys.argv[1]
+docs = [d for d in yaml.safe_load_all(sys.stdin) if isinstance(d, dict)]
+errors = []
+names = {}
+for doc in docs:
+    names.setdefault(doc.get("kind"), set()).add((doc.get("metadata") or {}).get("name"))
+config_maps = {
+    (doc.get("metadata") or {}).get("name"): doc.get("data") or {} for doc in docs if doc.get("kind") == "ConfigMap"
+}
+
+
+def seconds(text):
+    match = re.fullmatch(r"\s*([0-9.]+)\s*(ms|s|m|h)?\s*", str(text))
+    if not match:
+        return None
+    return float(match.group(1)) * {"ms": 0.001, "s": 1, None: 1, "m": 60, "h": 3600}[match.group(2)]
+
+
+deployments = [doc for doc in docs if doc.get("kind") == "Deployment"]
+for deployment in deployments:
+    name = deployment["metadata"]["name"]
+    wanted = ["Service", "HorizontalPodAutoscaler", "NetworkPolicy"]
+    # dev drops every budget (one replica); where budgets are kept, each service has one.
+    if names.get("PodDisruptionBudget"):
+        wanted.append("PodDisruptionBudget")
+    for kind in wanted:
+        if name not in names.get(kind, set()):
+            errors.append(f"Deployment {name} has no {kind} {name}")
+    pod = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
+    grace = pod.get("terminationGracePeriodSeconds", 30)
+    for container in pod.get("containers") or []:
+        image = container.get("image", "")
+        if "/overlays/" in path and (image.endswith(":latest") or ":" not in image.rsplit("/", 1)[-1]):
+            errors.append(f"Deployment {name}: image {image} is not retagged by the overlay's images")
+        env = {}
+        for source in container.get("envFrom") or []:
+            env.update(config_maps.get((source.get("configMapRef") or {}).get("name"), {}))
+        env.update({e["name"]: e["value"] for e in container.get("env") or [] if "value" in e})
+        shutdown = seconds(env.get("SHUTDOWN_GRACE", "20s"))
+        drains = [seconds(v) for k, v in env.items() if k.endswith("_RECORD_DRAIN_TIMEOUT")]
+        if shutdown is None or None in drains:
+            errors.append(f"Deployment {name}: SHUTDOWN_GRACE or a *_RECORD_DRAIN_TIMEOUT is not a duration")
+        elif grace <= shutdown + sum(drains):
+            errors.append(
+                f"Deployment {name}: terminationGracePeriodSeconds {grace} does not outlast "
+                f"SHUTDOWN_GRACE ({shutdown:g}s) plus the record drain ({sum(drains):g}s)"
+            )
+deployment_names = {d["metadata"]["name"] for d in deployments}
+for doc in docs:
+    if doc.get("kind") == "HorizontalPodAutoscaler":
+        target = (doc.get("spec") or {}).get("scaleTargetRef") or {}
+        if target.get("kind") != "Deployment" or target.get("name") not in deployment_names:
+            errors.append(f"HorizontalPodAutoscaler {doc['metadata']['name']} targets no Deployment of this output")
+if not deployments:
+    errors.append("no Deployment rendered")
+
+for error in errors:
+    print(error)
+sys.exit(1 if errors else 0)
+EOF
   kustomizations=0 resources=0
   while IFS= read -r dir; do
     kustomizations=$((kustomizations + 1))
@@ -69,6 +139,9 @@ check_kubernetes() {
     # resource went unchecked, so any output fails too.
     if ! out="$(printf '%s\n' "$rendered" | "$KUBE_VALIDATE" --strict --quiet - 2>&1)" || [[ -n "$out" ]]; then
       problem "kubernetes-validate --strict on the output of kubectl kustomize $dir:"$'\n'"$out"
+    fi
+    if ! out="$(printf '%s\n' "$rendered" | "$VENV/bin/python" -c "$rendered_checks" "$dir" 2>&1)"; then
+      problem "consistency of the output of kubectl kustomize $dir:"$'\n'"$out"
     fi
   done < <(find deploy/k8s -name kustomization.yaml -printf '%h\n' | sort)
   ((kustomizations > 0)) || problem "no kustomization.yaml under deploy/k8s"

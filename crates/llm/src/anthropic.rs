@@ -3,30 +3,38 @@
 mod stream;
 mod wire;
 
-use std::fmt;
-
-use bytes::Bytes;
-use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use reqwest::header::HeaderName;
 
 use crate::{
-    ChatRequest, Completion, ErrorKind, EventStream, FinishReason, Message, Provider, ProviderConfig, ProviderError,
-    ToolCall, ToolChoice, Usage, streaming::event_stream, transport::Transport,
+    ChatRequest, Completion, FinishReason, Message, ProviderConfig, ProviderError, ToolCall, ToolChoice, Usage,
+    vendor::{Api, Vendor},
 };
 use wire::{RequestBlock, RequestMessage, Role};
 
-pub struct Anthropic {
-    transport: Transport,
-    url: String,
-    headers: HeaderMap,
-}
+/// The Anthropic Messages API.
+pub type Anthropic = Vendor<AnthropicApi>;
 
-impl fmt::Debug for Anthropic {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Anthropic").field("name", &self.transport.provider()).field("url", &self.url).finish()
+/// The Messages API wire format.
+pub struct AnthropicApi;
+
+impl Api for AnthropicApi {
+    const TYPE_NAME: &'static str = "Anthropic";
+    type Decoder = stream::EventDecoder;
+
+    fn encode(request: &ChatRequest, stream: bool) -> serde_json::Result<Vec<u8>> {
+        serde_json::to_vec(&wire_request(request, stream))
+    }
+
+    fn parse_completion(body: &[u8]) -> Result<Completion, String> {
+        parse_completion(body)
+    }
+
+    fn decoder(provider: &str, attempts: u32) -> Self::Decoder {
+        stream::EventDecoder::new(provider, attempts)
     }
 }
 
-impl Anthropic {
+impl Vendor<AnthropicApi> {
     pub const DEFAULT_BASE_URL: &'static str = "https://api.anthropic.com";
     /// The API version we speak (sent as `anthropic-version`).
     pub const API_VERSION: &'static str = "2023-06-01";
@@ -40,45 +48,13 @@ impl Anthropic {
 
     /// Under another provider name (a second account, or a compatible gateway).
     pub fn named(name: &str, config: ProviderConfig) -> Result<Self, ProviderError> {
-        let mut headers = HeaderMap::new();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        headers.insert(HeaderName::from_static("anthropic-version"), HeaderValue::from_static(Self::API_VERSION));
-        if let Some(key) = &config.api_key {
-            let value = Transport::secret_header(key.expose())
-                .map_err(|message| ProviderError::new(name, ErrorKind::Auth, message))?;
-            headers.insert(HeaderName::from_static("x-api-key"), value);
-        }
-        let url = format!("{}/v1/messages", config.root());
-        Ok(Self { transport: Transport::new(name, config)?, url, headers })
-    }
-
-    fn body(&self, request: &ChatRequest, stream: bool) -> Result<Bytes, ProviderError> {
-        serde_json::to_vec(&wire_request(request, stream))
-            .map(Bytes::from)
-            .map_err(|err| self.transport.error(ErrorKind::Rejected, format!("the request cannot be encoded: {err}")))
-    }
-}
-
-#[async_trait::async_trait]
-impl Provider for Anthropic {
-    fn name(&self) -> &str {
-        self.transport.provider()
-    }
-
-    async fn complete(&self, request: ChatRequest) -> Result<Completion, ProviderError> {
-        let body = self.body(&request, false)?;
-        let (body, attempts) = self.transport.post_for_body(&self.url, &self.headers, body).await?;
-        let mut completion = parse_completion(&body)
-            .map_err(|cause| self.transport.error(ErrorKind::Protocol, format!("unexpected response: {cause}")))?;
-        completion.attempts = attempts;
-        Ok(completion)
-    }
-
-    async fn stream(&self, request: ChatRequest) -> Result<EventStream, ProviderError> {
-        let body = self.body(&request, true)?;
-        let (response, attempts) = self.transport.post_for_stream(&self.url, &self.headers, body).await?;
-        let decoder = stream::EventDecoder::new(self.transport.provider(), attempts);
-        Ok(event_stream(self.transport.provider(), self.transport.config(), response, decoder))
+        Self::build(
+            name,
+            config,
+            "/v1/messages",
+            (HeaderName::from_static("x-api-key"), str::to_owned),
+            &[(HeaderName::from_static("anthropic-version"), Self::API_VERSION)],
+        )
     }
 }
 

@@ -30,6 +30,7 @@ mod sse;
 mod streaming;
 mod transport;
 pub mod types;
+mod vendor;
 
 pub use anthropic::Anthropic;
 pub use args::ProviderArgs;

@@ -4,29 +4,37 @@
 mod stream;
 mod wire;
 
-use std::fmt;
-
-use bytes::Bytes;
-use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
+use reqwest::header::AUTHORIZATION;
 
 use crate::{
-    ChatRequest, Completion, ErrorKind, EventStream, FinishReason, Message, Provider, ProviderConfig, ProviderError,
-    ToolCall, ToolChoice, Usage, streaming::event_stream, transport::Transport,
+    ChatRequest, Completion, FinishReason, Message, ProviderConfig, ProviderError, ToolCall, ToolChoice, Usage,
+    vendor::{Api, Vendor},
 };
 
-pub struct OpenAi {
-    transport: Transport,
-    url: String,
-    headers: HeaderMap,
-}
+/// OpenAI-compatible Chat Completions.
+pub type OpenAi = Vendor<OpenAiApi>;
 
-impl fmt::Debug for OpenAi {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("OpenAi").field("name", &self.transport.provider()).field("url", &self.url).finish()
+/// The Chat Completions wire format.
+pub struct OpenAiApi;
+
+impl Api for OpenAiApi {
+    const TYPE_NAME: &'static str = "OpenAi";
+    type Decoder = stream::ChunkDecoder;
+
+    fn encode(request: &ChatRequest, stream: bool) -> serde_json::Result<Vec<u8>> {
+        serde_json::to_vec(&wire_request(request, stream))
+    }
+
+    fn parse_completion(body: &[u8]) -> Result<Completion, String> {
+        parse_completion(body)
+    }
+
+    fn decoder(provider: &str, attempts: u32) -> Self::Decoder {
+        stream::ChunkDecoder::new(provider, attempts)
     }
 }
 
-impl OpenAi {
+impl Vendor<OpenAiApi> {
     pub const DEFAULT_BASE_URL: &'static str = "https://api.openai.com/v1";
 
     /// The `openai` provider.
@@ -36,44 +44,7 @@ impl OpenAi {
 
     /// An OpenAI-compatible server under another provider name (`local/<model>` for a vLLM).
     pub fn named(name: &str, config: ProviderConfig) -> Result<Self, ProviderError> {
-        let mut headers = HeaderMap::new();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        if let Some(key) = &config.api_key {
-            let value = Transport::secret_header(&format!("Bearer {}", key.expose()))
-                .map_err(|message| ProviderError::new(name, ErrorKind::Auth, message))?;
-            headers.insert(AUTHORIZATION, value);
-        }
-        let url = format!("{}/chat/completions", config.root());
-        Ok(Self { transport: Transport::new(name, config)?, url, headers })
-    }
-
-    fn body(&self, request: &ChatRequest, stream: bool) -> Result<Bytes, ProviderError> {
-        serde_json::to_vec(&wire_request(request, stream))
-            .map(Bytes::from)
-            .map_err(|err| self.transport.error(ErrorKind::Rejected, format!("the request cannot be encoded: {err}")))
-    }
-}
-
-#[async_trait::async_trait]
-impl Provider for OpenAi {
-    fn name(&self) -> &str {
-        self.transport.provider()
-    }
-
-    async fn complete(&self, request: ChatRequest) -> Result<Completion, ProviderError> {
-        let body = self.body(&request, false)?;
-        let (body, attempts) = self.transport.post_for_body(&self.url, &self.headers, body).await?;
-        let mut completion = parse_completion(&body)
-            .map_err(|cause| self.transport.error(ErrorKind::Protocol, format!("unexpected response: {cause}")))?;
-        completion.attempts = attempts;
-        Ok(completion)
-    }
-
-    async fn stream(&self, request: ChatRequest) -> Result<EventStream, ProviderError> {
-        let body = self.body(&request, true)?;
-        let (response, attempts) = self.transport.post_for_stream(&self.url, &self.headers, body).await?;
-        let decoder = stream::ChunkDecoder::new(self.transport.provider(), attempts);
-        Ok(event_stream(self.transport.provider(), self.transport.config(), response, decoder))
+        Self::build(name, config, "/chat/completions", (AUTHORIZATION, |key| format!("Bearer {key}")), &[])
     }
 }
 

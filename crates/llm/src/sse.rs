@@ -6,7 +6,7 @@
 /// One dispatched event: its `event:` name (empty when the vendor sent none) and its data lines
 /// joined with `\n`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct SseEvent {
+pub struct SseEvent {
     pub event: String,
     pub data: String,
 }

@@ -18,7 +18,7 @@ use crate::{
 const DRAIN_WAIT: Duration = Duration::from_millis(250);
 
 /// One vendor's stream format.
-pub(crate) trait Decoder: Send + 'static {
+pub trait Decoder: Send + 'static {
     /// Takes one SSE event, queueing what it yields on `out`; `Ok(true)` once the vendor's end
     /// marker has come and the final [`StreamEvent::Done`] has been queued.
     fn event(&mut self, event: SseEvent, out: &mut VecDeque<StreamEvent>) -> Result<bool, ProviderError>;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::scenario::{detect_triggers, health_check, process_query, sessions_redis_floor};
+use crate::scenario::{chat, detect_triggers, health_check, llm_direct, process_query, sessions_redis_floor};
 
 #[derive(Parser)]
 #[command(
@@ -65,6 +65,10 @@ pub enum ScenarioCommand {
     DetectTriggers(detect_triggers::Args),
     /// grpc.health.v1.Health/Check: the transport floor, for ratios against other scenarios.
     HealthCheck(health_check::Args),
+    /// RouterService.Chat (or ChatStream) on continuing sessions: a whole turn through the router.
+    Chat(chat::Args),
+    /// A chat completion straight from an OpenAI-compatible server: the router's baseline.
+    LlmDirect(llm_direct::Args),
     /// SessionService.ProcessQuery on sessions whose role the query keeps (no switch).
     ProcessQuery(process_query::Args),
     /// The Redis round trips of a ProcessQuery without a switch, made directly: its floor.

@@ -22,8 +22,10 @@ use crate::connections::Connections;
 use crate::report::{Report, RunSetup};
 use crate::runner::RunPlan;
 use crate::scenario::Scenario;
+use crate::scenario::chat::Chat;
 use crate::scenario::detect_triggers::DetectTriggers;
 use crate::scenario::health_check::HealthCheck;
+use crate::scenario::llm_direct::LlmDirect;
 use crate::scenario::process_query::ProcessQuery;
 use crate::scenario::sessions_redis_floor::SessionsRedisFloor;
 
@@ -58,6 +60,15 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         ScenarioCommand::SessionsRedisFloor(args) => {
             let target = args.redis_url.clone();
             drive(SessionsRedisFloor::new(args), target, &cli.run).await
+        }
+        ScenarioCommand::Chat(args) => {
+            let target = args.target.clone();
+            let connections = Connections::open(&target, cli.run.connections.get()).await?;
+            drive(Chat::new(args, connections), target, &cli.run).await
+        }
+        ScenarioCommand::LlmDirect(args) => {
+            let target = args.base_url.clone();
+            drive(LlmDirect::new(args)?, target, &cli.run).await
         }
         ScenarioCommand::HealthCheck(args) => {
             let connections = Connections::open(&args.target, cli.run.connections.get()).await?;

@@ -6,8 +6,10 @@
 
 use tonic::Status;
 
+pub mod chat;
 pub mod detect_triggers;
 pub mod health_check;
+pub mod llm_direct;
 pub mod process_query;
 pub mod sessions_redis_floor;
 

@@ -285,6 +285,8 @@ type Responder = dyn Fn(&Recorded) -> Reply + Send + Sync;
 
 struct Shared {
     responder: Box<Responder>,
+    /// Off for long benchmark runs, which would otherwise hold every request in memory.
+    keep_requests: bool,
     requests: Mutex<Vec<Recorded>>,
     answered: AtomicU64,
 }
@@ -298,8 +300,20 @@ pub struct ScriptedLlm {
 impl ScriptedLlm {
     /// Serves on 127.0.0.1 (a free port), answering each request with `responder`'s reply.
     pub async fn start(responder: impl Fn(&Recorded) -> Reply + Send + Sync + 'static) -> Self {
+        let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+        Self::start_on(loopback, true, responder).await.expect("a loopback port for the scripted LLM")
+    }
+
+    /// Serves on `addr`; with `keep_requests` off, [`Self::requests`] stays empty (for the
+    /// benchmark's long runs).
+    pub async fn start_on(
+        addr: SocketAddr,
+        keep_requests: bool,
+        responder: impl Fn(&Recorded) -> Reply + Send + Sync + 'static,
+    ) -> std::io::Result<Self> {
         let shared = Arc::new(Shared {
             responder: Box::new(responder),
+            keep_requests,
             requests: Mutex::default(),
             answered: AtomicU64::new(0),
         });
@@ -307,13 +321,18 @@ impl ScriptedLlm {
             .route("/v1/chat/completions", post(openai))
             .route("/v1/messages", post(anthropic))
             .with_state(shared.clone());
-        let listener =
-            tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a loopback port for the scripted LLM");
-        let addr = listener.local_addr().expect("the scripted LLM's address");
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
         let served = Served::spawn(addr, |shutdown| async move {
             axum::serve(listener, router).with_graceful_shutdown(shutdown).await.map_err(Into::into)
         });
-        Self { shared, served }
+        Ok(Self { shared, served })
+    }
+
+    /// Serves until the process is stopped (the `switchyard-scripted-llm` binary).
+    pub async fn serve_forever(self) {
+        std::future::pending::<()>().await;
+        drop(self);
     }
 
     /// Answers with `replies` in order, then with a 500 saying the script ran out.
@@ -383,7 +402,9 @@ async fn respond(shared: &Shared, wire: Wire, headers: HeaderMap, body: &[u8]) -
         created: SystemTime::now().duration_since(UNIX_EPOCH).map(|since| since.as_secs()).unwrap_or_default(),
     };
     let stream = recorded.is_stream();
-    shared.requests.lock().unwrap_or_else(PoisonError::into_inner).push(recorded);
+    if shared.keep_requests {
+        shared.requests.lock().unwrap_or_else(PoisonError::into_inner).push(recorded);
+    }
 
     if !reply.delay.is_zero() {
         tokio::time::sleep(reply.delay).await;

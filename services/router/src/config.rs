@@ -52,9 +52,9 @@ pub struct RouterConfig {
     #[arg(long, env = "UNIFIED_CHAT_LOG_ROUTING_DECISIONS", default_value_t = true, action = clap::ArgAction::Set)]
     pub log_routing_decisions: bool,
 
-    /// Longest message accepted, in bytes.
-    #[arg(long, env = "ROUTER_MAX_MESSAGE_BYTES", default_value_t = 32 * 1024)]
-    pub max_message_bytes: usize,
+    /// Longest chat message accepted, in bytes (the gRPC message limit is --max-message-bytes).
+    #[arg(long = "max-chat-message-bytes", env = "ROUTER_MAX_MESSAGE_BYTES", default_value_t = 32 * 1024)]
+    pub max_chat_message_bytes: usize,
 
     /// Most history messages a request may carry.
     #[arg(long, env = "ROUTER_MAX_HISTORY", default_value_t = 100)]
@@ -125,7 +125,7 @@ impl RouterConfig {
             default_model: ModelRef::new("openai", "gpt-4o-mini"),
             fallback_models: Vec::new(),
             log_routing_decisions: true,
-            max_message_bytes: 32 * 1024,
+            max_chat_message_bytes: 32 * 1024,
             max_history: 100,
             context_turns: 8,
             max_tokens_limit: 16_384,
@@ -145,7 +145,7 @@ impl RouterConfig {
 
     pub fn limits(&self) -> Limits {
         Limits {
-            max_message_bytes: self.max_message_bytes,
+            max_message_bytes: self.max_chat_message_bytes,
             max_history: self.max_history,
             context_turns: self.context_turns,
             max_tokens: self.max_tokens_limit,

@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use super::{arguments_text, finish_reason, wire};
 use crate::{Completion, ErrorKind, ProviderError, StreamEvent, ToolCall, Usage, sse::SseEvent, streaming::Decoder};
 
-pub(crate) struct EventDecoder {
+pub struct EventDecoder {
     provider: String,
     attempts: u32,
     model: String,

@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use super::{finish_reason, usage, wire};
 use crate::{Completion, ErrorKind, ProviderError, StreamEvent, ToolCall, Usage, sse::SseEvent, streaming::Decoder};
 
-pub(crate) struct ChunkDecoder {
+pub struct ChunkDecoder {
     provider: String,
     attempts: u32,
     model: String,
