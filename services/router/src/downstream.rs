@@ -89,7 +89,10 @@ impl SessionsClient {
         custom_instructions: Option<&str>,
     ) -> Result<SessionTurn, RouterError> {
         let mut client = self.sessions.clone();
-        let (session_id, turn_count, recent) = match session_id {
+        // A session the caller names is read with the turn itself (one call); a new one is
+        // created first and has nothing to read.
+        let (session_id, include_messages) = match session_id {
+            Some(id) => (id.clone(), true),
             None => {
                 let created = client
                     .create_session(request(sessions::CreateSessionRequest::default(), identity, CALL_TIMEOUT))
@@ -100,20 +103,7 @@ impl SessionsClient {
                 let id = SessionId::parse(&id).map_err(|_| {
                     RouterError::unavailable("creating a session", "the sessions service returned no session id")
                 })?;
-                (id, 0, Vec::new())
-            }
-            Some(id) => {
-                let got = client
-                    .get_session(request(
-                        sessions::GetSessionRequest { session_id: id.to_string(), include_messages: true },
-                        identity,
-                        CALL_TIMEOUT,
-                    ))
-                    .await
-                    .map_err(|s| session_error("reading the session", &s))?
-                    .into_inner();
-                let turns = got.session.map(|s| s.turn_count).unwrap_or_default();
-                (id.clone(), turns, got.recent_messages)
+                (id, false)
             }
         };
         let processed = client
@@ -123,6 +113,7 @@ impl SessionsClient {
                     query: message.to_owned(),
                     custom_instructions: custom_instructions.map(str::to_owned),
                     force_role_id: force_role_id.map(str::to_owned),
+                    include_messages,
                 },
                 identity,
                 CALL_TIMEOUT,
@@ -130,6 +121,8 @@ impl SessionsClient {
             .await
             .map_err(|s| session_error("context switching", &s))?
             .into_inner();
+        // The turn is counted by now: the turns before it are one fewer.
+        let turn_count = processed.session.as_ref().map_or(0, |s| s.turn_count.saturating_sub(1));
         Ok(SessionTurn {
             session_id,
             role_id: processed.role_id,
@@ -138,7 +131,7 @@ impl SessionsClient {
             system_prompt: processed.system_prompt,
             transition_context: processed.transition_context,
             turn_count,
-            recent,
+            recent: processed.recent_messages,
         })
     }
 

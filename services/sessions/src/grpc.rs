@@ -220,10 +220,16 @@ impl SessionService for SessionsGrpc {
                 &request.query,
                 request.custom_instructions.as_deref(),
                 request.force_role_id.as_deref(),
+                request.include_messages,
             )
             .await
             .map_err(status)?;
-        Ok(Response::new(turn_to_proto(turn)))
+        let recent_messages = if request.include_messages {
+            turn.session.recent.iter().map(message_to_proto).collect()
+        } else {
+            Vec::new()
+        };
+        Ok(Response::new(pb::ProcessQueryResponse { recent_messages, ..turn_to_proto(turn) }))
     }
 
     async fn switch_context(
@@ -297,6 +303,7 @@ fn turn_to_proto(turn: Turn) -> pb::ProcessQueryResponse {
         transition_context: turn.transition_context,
         system_prompt: turn.system_prompt,
         session: Some(session_to_proto(&turn.session)),
+        recent_messages: Vec::new(),
     }
 }
 

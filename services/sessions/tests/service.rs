@@ -441,3 +441,29 @@ async fn role_writes_fail_while_triggers_is_down_and_forgotten_roles_are_registe
     server.stop().await;
     triggers.stop().await;
 }
+
+#[tokio::test]
+async fn process_query_returns_the_recent_messages_when_asked() {
+    let suite = Suite::start().await;
+    let mut sessions = SessionServiceClient::new(suite.channel().await);
+    sessions.create_session(create("chatty", "tech-expert")).await.expect("create");
+    let messages = vec![
+        ConversationMessage { role: MessageRole::User.into(), content: "Is Rust fast?".into(), ..Default::default() },
+        ConversationMessage { role: MessageRole::Assistant.into(), content: "Yes.".into(), ..Default::default() },
+    ];
+    sessions.append_messages(AppendMessagesRequest { session_id: "chatty".into(), messages }).await.expect("append");
+
+    // Twice each way: the second call of a session that keeps its role takes the fast path
+    // that skips reading the session, unless the messages are asked for.
+    for _ in 0..2 {
+        let with =
+            ProcessQueryRequest { include_messages: true, ..process("chatty", "How do I profile a Rust binary?") };
+        let with = sessions.process_query(with).await.expect("process").into_inner();
+        let texts: Vec<&str> = with.recent_messages.iter().map(|m| m.content.as_str()).collect();
+        assert_eq!(texts, ["Is Rust fast?", "Yes."]);
+        assert_eq!(with.recent_messages[0].role(), MessageRole::User);
+        let without = sessions.process_query(process("chatty", "And a Rust benchmark?")).await.expect("process");
+        assert!(without.into_inner().recent_messages.is_empty());
+    }
+    suite.stop().await;
+}

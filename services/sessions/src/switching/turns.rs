@@ -49,6 +49,8 @@ fn update_for(session: &LiveSession, decision: &Decision, count_turn: bool) -> T
 
 impl ContextSwitcher {
     /// Processes a query with context switching (spec: process_query_with_context_switching).
+    /// With `include_messages`, the turn carries the session's recent messages (the fast path
+    /// that skips reading the session is then not taken: the read is needed anyway).
     pub async fn process_query(
         &self,
         tenant: &TenantId,
@@ -56,12 +58,13 @@ impl ContextSwitcher {
         query: &str,
         custom_instructions: Option<&str>,
         force_role_id: Option<&str>,
+        include_messages: bool,
     ) -> Result<Turn, SessionsError> {
         let key = Self::key(tenant, session_id)?;
         let query = Query::new(query, custom_instructions, force_role_id, &self.limits, |id| {
             self.roles.require(id, "force_role_id")
         })?;
-        if let Some(turn) = self.keep_by_hint(&key, &query).await? {
+        if !include_messages && let Some(turn) = self.keep_by_hint(&key, &query).await? {
             return Ok(turn);
         }
         let (key, query) = (&key, &query);
