@@ -123,6 +123,9 @@ impl RouterService for RouterGrpc {
                         }
                     }
                     result = &mut running => break result,
+                    // The client went away while nothing was being sent (experts thinking, a
+                    // tool running): stop the turn now rather than at its next event.
+                    () = out.closed() => return,
                 }
             };
             while let Ok(event) = event_rx.try_recv() {

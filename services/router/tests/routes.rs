@@ -303,3 +303,40 @@ async fn a_slow_expert_is_left_out_of_the_synthesis() {
     let asked = synthesis.user_text();
     assert!(asked.contains("FINANCE: on time.") && !asked.contains("LEGAL"), "{asked}");
 }
+
+#[tokio::test]
+async fn a_client_that_leaves_cancels_the_turn() {
+    let llm = ScriptedLlm::start(|request| {
+        if is_routing_call(request) {
+            Reply::tool_call("use_multiagent_orchestration", r#"{"domains": ["legal", "finance"], "reasoning": "x"}"#)
+        } else if request.system_text().contains("one of several experts") {
+            Reply::text("an expert's view").delay(Duration::from_millis(1500))
+        } else {
+            Reply::text("the synthesis")
+        }
+    })
+    .await;
+    let suite = Suite::start(llm).await;
+    let mut client = suite.client().await;
+    let mut stream =
+        client.chat_stream(stream_request("Contract and tax risks of hiring abroad?")).await.expect("opens");
+    let first = stream.get_mut().message().await.expect("an event").expect("not the end");
+    let Some(Event::Route(route)) = first.event else { panic!("the route first: {first:?}") };
+    drop(stream);
+
+    // Long after the experts would have answered: the turn stopped when the client left (the
+    // experts' calls were dropped, some before they were even sent), so there was no
+    // synthesis, and the turn is not appended to the session.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let systems: Vec<String> = suite.llm.requests().iter().map(|r| r.system_text()).collect();
+    assert!(systems[0].starts_with("You are an intelligent assistant"), "the routing call came first");
+    assert!(systems.len() <= 3, "routing and at most the two experts: {systems:?}");
+    assert!(!systems.iter().any(|s| s.contains("Several experts have answered")), "no synthesis: {systems:?}");
+    let mut sessions = SessionServiceClient::new(suite.sessions_channel().await);
+    let session = sessions
+        .get_session(GetSessionRequest { session_id: route.session_id, include_messages: true })
+        .await
+        .expect("session")
+        .into_inner();
+    assert!(session.recent_messages.is_empty(), "{:?}", session.recent_messages);
+}
