@@ -36,8 +36,9 @@ done
 [[ -n "$ready" ]] || { echo "sessions service did not become ready" >&2; exit 1; }
 
 run() { "$bin/switchyard-loadgen" "$@" --concurrency "$concurrency" --duration "$duration" --json; }
-floor=$(run sessions-redis-floor --redis-url "$REDIS_URL" --prefix "sy-bench-floor-$$")
+# ProcessQuery first: the floor's Redis load must not colour the run under test.
 process=$(run process-query --target "http://127.0.0.1:$sessions_port")
+floor=$(run sessions-redis-floor --redis-url "$REDIS_URL" --prefix "sy-bench-floor-$$")
 python3 - "$floor" "$process" <<'PY'
 import json, sys
 floor, process = (json.loads(a) for a in sys.argv[1:3])
