@@ -28,10 +28,10 @@ impl FromStr for ModelRef {
 
     fn from_str(value: &str) -> Result<Self, Self::Err> {
         let (provider, model) = value.split_once('/').ok_or_else(|| {
-            format!("model `{value}` must be named with its provider, as `openai/<model>` or `anthropic/<model>`")
+            format!("`{value}` must be named with its provider, as `openai/<model>` or `anthropic/<model>`")
         })?;
         if provider.is_empty() || model.is_empty() {
-            return Err(format!("model `{value}` must be named as `<provider>/<model>`"));
+            return Err(format!("`{value}` must be named as `<provider>/<model>`"));
         }
         Ok(Self::new(provider, model))
     }
