@@ -5,16 +5,14 @@
 
 use std::time::Instant;
 
-use switchyard_kit::Identity;
-use switchyard_llm::{ChatRequest, Message, ModelRef, ToolCall, ToolChoice, ToolSpec, Usage};
+use switchyard_llm::{Message, ToolCall, ToolChoice, ToolSpec, Usage};
 
-use super::{RouteAnswer, Router, TurnContext};
+use super::{RouteAnswer, Scope};
 use crate::{
     downstream::AgentTool,
     error::RouterError,
-    events::{Events, ToolActivity, TurnEvent},
+    events::{ToolActivity, TurnEvent},
     outcome::Metadata,
-    request::TurnRequest,
     route::Decision,
 };
 
@@ -34,17 +32,12 @@ fn agent_prompt(persona: &str, reasoning: &str) -> String {
     prompt
 }
 
-#[allow(clippy::too_many_arguments)]
 pub(super) async fn run(
-    router: &Router,
-    identity: &Identity,
-    ctx: &TurnContext,
-    chain: &[ModelRef],
-    request: &TurnRequest,
+    scope: &Scope<'_>,
     decision: &Decision,
-    events: &Events,
     meta: &mut Metadata,
 ) -> Result<RouteAnswer, RouterError> {
+    let Scope { router, identity, ctx, chain, events, .. } = *scope;
     let session_id = switchyard_kit::SessionId::parse(&ctx.routing.conversation_id)?;
     let tools = match router
         .gateway
@@ -54,12 +47,12 @@ pub(super) async fn run(
         Ok(tools) if !tools.is_empty() => tools,
         Ok(_) => {
             meta.degraded.push("mcp_agent: the gateway offers no tools; answered directly".to_owned());
-            return router.answer_directly(ctx, chain, request, events).await;
+            return scope.answer_directly().await;
         }
         Err(status) => {
             tracing::warn!(code = ?status.code(), error = %status.message(), "MCP gateway unavailable; answering directly");
             meta.degraded.push(format!("mcp_agent: gateway unavailable ({}); answered directly", status.message()));
-            return router.answer_directly(ctx, chain, request, events).await;
+            return scope.answer_directly().await;
         }
     };
     let specs: Vec<ToolSpec> = tools
@@ -78,16 +71,9 @@ pub(super) async fn run(
     loop {
         let last_step = step >= router.limits.max_tool_steps;
         step += 1;
-        let call = ChatRequest {
-            system: Some(agent_prompt(&ctx.persona, &decision.reasoning)),
-            messages: messages.clone(),
-            tools: specs.clone(),
-            // The last step must answer with what the tools gave so far.
-            tool_choice: if last_step { ToolChoice::None } else { ToolChoice::Auto },
-            max_tokens: request.max_tokens,
-            temperature: request.temperature,
-            ..ChatRequest::default()
-        };
+        // The last step must answer with what the tools gave so far.
+        let choice = if last_step { ToolChoice::None } else { ToolChoice::Auto };
+        let call = scope.call(agent_prompt(&ctx.persona, &decision.reasoning), messages.clone(), specs.clone(), choice);
         let mut answered = router.models.stream_answer(chain, call, events).await?;
         fallbacks += answered.fallbacks;
         if answered.completion.tool_calls.is_empty() || last_step {
@@ -102,7 +88,7 @@ pub(super) async fn run(
         let calls = answered.completion.tool_calls.clone();
         messages.push(Message::Assistant { content: answered.completion.content.clone(), tool_calls: calls.clone() });
         for call in &calls {
-            let result = call_tool(router, identity, &session_id, &tools, call, events, meta).await?;
+            let result = call_tool(scope, &session_id, &tools, call, meta).await?;
             messages.push(result);
         }
     }
@@ -112,14 +98,13 @@ pub(super) async fn run(
 /// failure — an unknown tool, unreadable arguments, a tool error, a timeout — goes back to the
 /// model as an error result so it can correct itself or explain; none ends the turn.
 async fn call_tool(
-    router: &Router,
-    identity: &Identity,
+    scope: &Scope<'_>,
     session_id: &switchyard_kit::SessionId,
     tools: &[AgentTool],
     call: &ToolCall,
-    events: &Events,
     meta: &mut Metadata,
 ) -> Result<Message, RouterError> {
+    let Scope { router, identity, events, .. } = *scope;
     let reply = |content: String, is_error: bool| Message::Tool { call_id: call.id.clone(), content, is_error };
     let Some(tool) = tools.iter().find(|t| t.name == call.name) else {
         return Ok(reply(format!("There is no tool named `{}`; use one of the tools offered.", call.name), true));

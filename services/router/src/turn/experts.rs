@@ -7,12 +7,11 @@
 use std::{sync::Arc, time::Duration};
 
 use futures::{StreamExt, stream};
-use switchyard_kit::Identity;
-use switchyard_llm::{ChatRequest, Message, ModelRef, ToolChoice, Usage};
+use switchyard_llm::{Message, ModelRef, ToolChoice, Usage};
 use switchyard_proto::sessions::v1::Role;
 
-use super::{RouteAnswer, Router, TurnContext};
-use crate::{error::RouterError, events::Events, outcome::Metadata, request::TurnRequest, route::Decision};
+use super::{RouteAnswer, Scope};
+use crate::{error::RouterError, outcome::Metadata, route::Decision};
 
 const GENERAL_ASSISTANT: &str = "general-assistant";
 
@@ -94,22 +93,17 @@ struct ExpertAnswer {
     result: Result<(String, Usage), String>,
 }
 
-#[allow(clippy::too_many_arguments)]
 pub(super) async fn run(
-    router: &Router,
-    identity: &Identity,
-    ctx: &TurnContext,
-    chain: &[ModelRef],
-    request: &TurnRequest,
+    scope: &Scope<'_>,
     decision: &Decision,
-    events: &Events,
     meta: &mut Metadata,
 ) -> Result<RouteAnswer, RouterError> {
+    let Scope { router, identity, ctx, chain, events, .. } = *scope;
     let roles = match router.sessions.roles(identity).await {
         Ok(roles) => roles,
         Err(status) => {
             meta.degraded.push(format!("multiagent: roles unavailable ({}); answered directly", status.message()));
-            return router.answer_directly(ctx, chain, request, events).await;
+            return scope.answer_directly().await;
         }
     };
     let mut domains = decision.domains.clone();
@@ -125,7 +119,7 @@ pub(super) async fn run(
     meta.domains = decision.domains.clone();
     meta.expert_role_ids = experts.iter().map(|r| r.id.clone()).collect();
 
-    let answers = consult(router, ctx, chain, request, experts).await;
+    let answers = consult(scope, experts).await;
     let mut usage = Usage::default();
     let mut perspectives = String::new();
     for answer in &answers {
@@ -139,7 +133,7 @@ pub(super) async fn run(
     }
     if perspectives.is_empty() {
         meta.degraded.push("multiagent: no expert answered; answered directly".to_owned());
-        return router.answer_directly(ctx, chain, request, events).await.map(|mut a| {
+        return scope.answer_directly().await.map(|mut a| {
             a.usage.add(usage);
             a
         });
@@ -147,27 +141,15 @@ pub(super) async fn run(
 
     let mut messages = ctx.conversation.clone();
     messages.push(Message::user(format!("{}\n\n---\nThe experts' answers:{perspectives}", ctx.message)));
-    let call = ChatRequest {
-        system: Some(synthesis_prompt(&ctx.persona)),
-        messages,
-        tool_choice: ToolChoice::None,
-        max_tokens: request.max_tokens,
-        temperature: request.temperature,
-        ..ChatRequest::default()
-    };
+    let call = scope.call(synthesis_prompt(&ctx.persona), messages, Vec::new(), ToolChoice::None);
     let answered = router.models.stream_answer(chain, call, events).await?;
     Ok(RouteAnswer { answered, usage })
 }
 
 /// Asks every expert at once (at most `expert_concurrency` at a time), each with its own
 /// timeout, and returns their answers in the order of the experts.
-async fn consult(
-    router: &Router,
-    ctx: &TurnContext,
-    chain: &[ModelRef],
-    request: &TurnRequest,
-    experts: Vec<Role>,
-) -> Vec<ExpertAnswer> {
+async fn consult(scope: &Scope<'_>, experts: Vec<Role>) -> Vec<ExpertAnswer> {
+    let Scope { router, ctx, chain, .. } = *scope;
     let timeout: Duration = router.limits.expert_timeout;
     let chain: Arc<[ModelRef]> = chain.into();
     let asks = experts.into_iter().map(|role| {
@@ -182,14 +164,7 @@ async fn consult(
                 .into_iter()
                 .collect();
             models.extend(chain.iter().filter(|m| !models.contains(m)).cloned().collect::<Vec<_>>());
-            let call = ChatRequest {
-                system: Some(expert_prompt(&role)),
-                messages: ctx.messages_with_user(),
-                tool_choice: ToolChoice::None,
-                max_tokens: request.max_tokens,
-                temperature: request.temperature,
-                ..ChatRequest::default()
-            };
+            let call = scope.call(expert_prompt(&role), ctx.messages_with_user(), Vec::new(), ToolChoice::None);
             let result = match tokio::time::timeout(timeout, router.models.complete(&models, call)).await {
                 Ok(Ok(answered)) => Ok((answered.completion.content, answered.completion.usage)),
                 Ok(Err(err)) => Err(err.to_string()),

@@ -11,7 +11,7 @@ mod routing;
 use std::{sync::Arc, time::Instant};
 
 use switchyard_kit::Identity;
-use switchyard_llm::{ChatRequest, ModelRef, ToolChoice, Usage};
+use switchyard_llm::{ChatRequest, Message, ModelRef, ToolChoice, ToolSpec, Usage};
 
 use crate::{
     analytics::{DecisionRecord, Recorder},
@@ -38,6 +38,47 @@ pub struct Router {
     pub(crate) fallback_models: Vec<ModelRef>,
     pub(crate) recorder: Option<Arc<Recorder>>,
     pub(crate) metrics: Metrics,
+}
+
+/// What the parts of one turn share: the router, the caller, the turn's context, the models
+/// a call tries and where the turn's events go.
+#[derive(Clone, Copy)]
+struct Scope<'a> {
+    router: &'a Router,
+    identity: &'a Identity,
+    ctx: &'a TurnContext,
+    chain: &'a [ModelRef],
+    request: &'a TurnRequest,
+    events: &'a Events,
+}
+
+impl Scope<'_> {
+    /// A model call with the turn's sampling settings.
+    fn call(
+        &self,
+        system: String,
+        messages: Vec<Message>,
+        tools: Vec<ToolSpec>,
+        tool_choice: ToolChoice,
+    ) -> ChatRequest {
+        ChatRequest {
+            system: Some(system),
+            messages,
+            tools,
+            tool_choice,
+            max_tokens: self.request.max_tokens,
+            temperature: self.request.temperature,
+            ..ChatRequest::default()
+        }
+    }
+
+    /// A direct answer in the session's role, without routing tools (a forced direct route, or
+    /// a handler that degraded to answering directly).
+    async fn answer_directly(&self) -> Result<RouteAnswer, RouterError> {
+        let call = self.call(self.ctx.persona.clone(), self.ctx.messages_with_user(), Vec::new(), ToolChoice::Auto);
+        let answered = self.router.models.stream_answer(self.chain, call, self.events).await?;
+        Ok(RouteAnswer { answered, usage: Usage::default() })
+    }
 }
 
 /// An answer a route produced.
@@ -112,6 +153,8 @@ impl Router {
             previous_role_id: session.previous_role_id.clone(),
             ..Metadata::default()
         };
+        let scope =
+            Scope { router: self, identity: &identity, ctx: &ctx, chain: &chain, request: &request, events: &events };
         let route_event = |meta: &Metadata| TurnEvent::Route {
             id: id.clone(),
             session_id: session.session_id.to_string(),
@@ -129,8 +172,7 @@ impl Router {
                 (decision, None, Usage::default())
             }
             None => {
-                let routed =
-                    routing::route(self, &ctx, &chain, &request, &events, &mut meta, started, &route_event).await?;
+                let routed = routing::route(&scope, &mut meta, started, &route_event).await?;
                 (routed.decision, routed.answer, routed.usage)
             }
         };
@@ -138,13 +180,9 @@ impl Router {
 
         let answer = match (decision.route, direct_answer) {
             (Route::Direct, Some(answered)) => RouteAnswer { answered, usage: Usage::default() },
-            (Route::Direct, None) => self.answer_directly(&ctx, &chain, &request, &events).await?,
-            (Route::McpAgent, _) => {
-                agent::run(self, &identity, &ctx, &chain, &request, &decision, &events, &mut meta).await?
-            }
-            (Route::Multiagent, _) => {
-                experts::run(self, &identity, &ctx, &chain, &request, &decision, &events, &mut meta).await?
-            }
+            (Route::Direct, None) => scope.answer_directly().await?,
+            (Route::McpAgent, _) => agent::run(&scope, &decision, &mut meta).await?,
+            (Route::Multiagent, _) => experts::run(&scope, &decision, &mut meta).await?,
         };
         usage.add(answer.usage);
         usage.add(answer.answered.completion.usage);
@@ -174,26 +212,5 @@ impl Router {
             recorder.push(DecisionRecord::of(&identity, &outcome, &answer.answered.model));
         }
         Ok(outcome)
-    }
-
-    /// A direct answer in the session's role, without routing tools (a forced direct route, or
-    /// a handler that degraded to answering directly).
-    async fn answer_directly(
-        &self,
-        ctx: &TurnContext,
-        chain: &[ModelRef],
-        request: &TurnRequest,
-        events: &Events,
-    ) -> Result<RouteAnswer, RouterError> {
-        let call = ChatRequest {
-            system: Some(ctx.persona.clone()),
-            messages: ctx.messages_with_user(),
-            tool_choice: ToolChoice::Auto,
-            max_tokens: request.max_tokens,
-            temperature: request.temperature,
-            ..ChatRequest::default()
-        };
-        let answered = self.models.stream_answer(chain, call, events).await?;
-        Ok(RouteAnswer { answered, usage: Usage::default() })
     }
 }

@@ -6,15 +6,14 @@
 use std::time::Instant;
 
 use futures::StreamExt;
-use switchyard_llm::{ChatRequest, Completion, ModelRef, StreamEvent, ToolChoice, Usage};
+use switchyard_llm::{Completion, StreamEvent, ToolChoice, Usage};
 
-use super::{Router, TurnContext};
+use super::Scope;
 use crate::{
     error::RouterError,
-    events::{Events, TurnEvent},
+    events::TurnEvent,
     models::{Answered, Opened},
     outcome::Metadata,
-    request::TurnRequest,
     route::{Decision, Route, routing_prompt, routing_tools},
 };
 
@@ -26,26 +25,15 @@ pub struct Routed {
     pub usage: Usage,
 }
 
-#[allow(clippy::too_many_arguments)]
-pub async fn route(
-    router: &Router,
-    ctx: &TurnContext,
-    chain: &[ModelRef],
-    request: &TurnRequest,
-    events: &Events,
+pub(super) async fn route(
+    scope: &Scope<'_>,
     meta: &mut Metadata,
     started: Instant,
     route_event: &(dyn Fn(&Metadata) -> TurnEvent + Sync),
 ) -> Result<Routed, RouterError> {
-    let call = ChatRequest {
-        system: Some(routing_prompt(&ctx.routing, &ctx.persona)),
-        messages: ctx.messages_with_user(),
-        tools: routing_tools(),
-        tool_choice: ToolChoice::Auto,
-        max_tokens: request.max_tokens,
-        temperature: request.temperature,
-        ..ChatRequest::default()
-    };
+    let Scope { router, ctx, chain, events, .. } = *scope;
+    let prompt = routing_prompt(&ctx.routing, &ctx.persona);
+    let call = scope.call(prompt, ctx.messages_with_user(), routing_tools(), ToolChoice::Auto);
     let Opened { model, events: mut stream, fallbacks } = router.models.open(chain, call).await?;
     meta.routing_model = model.to_string();
     meta.fallback_used = false;
