@@ -53,37 +53,28 @@ pub struct RawTurn {
     pub custom_instructions: Option<String>,
 }
 
-impl From<pb::ChatRequest> for RawTurn {
-    fn from(r: pb::ChatRequest) -> Self {
-        Self {
-            message: r.message,
-            session_id: r.session_id,
-            model: r.model,
-            force_route: r.force_route,
-            max_tokens: r.max_tokens,
-            temperature: r.temperature,
-            history: r.history,
-            force_role_id: r.force_role_id,
-            custom_instructions: r.custom_instructions,
+/// ChatRequest and ChatStreamRequest carry the same fields under the same names.
+macro_rules! raw_turn_from {
+    ($($request:ty),+) => {$(
+        impl From<$request> for RawTurn {
+            fn from(r: $request) -> Self {
+                Self {
+                    message: r.message,
+                    session_id: r.session_id,
+                    model: r.model,
+                    force_route: r.force_route,
+                    max_tokens: r.max_tokens,
+                    temperature: r.temperature,
+                    history: r.history,
+                    force_role_id: r.force_role_id,
+                    custom_instructions: r.custom_instructions,
+                }
+            }
         }
-    }
+    )+};
 }
 
-impl From<pb::ChatStreamRequest> for RawTurn {
-    fn from(r: pb::ChatStreamRequest) -> Self {
-        Self {
-            message: r.message,
-            session_id: r.session_id,
-            model: r.model,
-            force_route: r.force_route,
-            max_tokens: r.max_tokens,
-            temperature: r.temperature,
-            history: r.history,
-            force_role_id: r.force_role_id,
-            custom_instructions: r.custom_instructions,
-        }
-    }
-}
+raw_turn_from!(pb::ChatRequest, pb::ChatStreamRequest);
 
 impl TurnRequest {
     pub fn validate(raw: RawTurn, limits: &Limits) -> Result<Self, RouterError> {
