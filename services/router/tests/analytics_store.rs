@@ -1,0 +1,123 @@
+//! The two analytics stores answer alike: the same decisions and feedback give the same
+//! figures from memory (`switchyard dev`) and from Postgres (its SQL percentiles), tenants and
+//! windows are kept apart, and retention prunes what is older than the cut.
+
+use std::sync::Arc;
+
+use chrono::{Duration, TimeZone, Utc};
+use switchyard_kit::TenantId;
+use switchyard_router::{
+    analytics::{AnalyticsStore, DecisionRecord, Feedback, MemoryAnalytics, PostgresAnalytics},
+    route::Route,
+};
+use switchyard_testkit::{Schema, database_url};
+
+fn decision(id: usize, tenant: &str, route: Route, routing_ms: u64, minutes_ago: i64) -> DecisionRecord {
+    let now = Utc.with_ymd_and_hms(2026, 11, 1, 12, 0, 0).single().expect("time");
+    DecisionRecord {
+        id: format!("chat-{id}"),
+        occurred_at: now - Duration::minutes(minutes_ago),
+        tenant: tenant.to_owned(),
+        user: None,
+        session_id: "s".to_owned(),
+        role_id: "general-assistant".to_owned(),
+        route,
+        reasoning: String::new(),
+        routing_ms,
+        execution_ms: routing_ms * 3,
+        provider: "openai".to_owned(),
+        model: "gpt-4o-mini".to_owned(),
+        routing_model: "openai/gpt-4o-mini".to_owned(),
+        cache_hit: id.is_multiple_of(5),
+        fallback_used: id.is_multiple_of(7),
+        attempts: 1,
+        model_fallbacks: 0,
+        prompt_tokens: 10,
+        completion_tokens: 5,
+        tools_used: Vec::new(),
+        domains: Vec::new(),
+        degraded: if id.is_multiple_of(4) { vec!["expert x: timed out".to_owned()] } else { Vec::new() },
+    }
+}
+
+async fn fill(store: &dyn AnalyticsStore) {
+    let routes = [Route::Direct, Route::McpAgent, Route::Multiagent];
+    let decisions: Vec<DecisionRecord> =
+        (0..60).map(|i| decision(i, "acme", routes[i % 3], 10 + (i as u64 * 37) % 400, i as i64)).collect();
+    store.record(&decisions).await.expect("record");
+    // A batch written twice (a retry after a timeout) counts once.
+    store.record(&decisions[..5]).await.expect("record again");
+    store.record(&[decision(100, "globex", Route::Direct, 5, 1)]).await.expect("another tenant");
+    let acme = TenantId::parse("acme").expect("tenant");
+    for (i, helpful, expected) in
+        [(0, true, None), (3, false, Some(Route::McpAgent)), (1, true, None), (4, false, Some(Route::McpAgent))]
+    {
+        let feedback = Feedback {
+            response_id: format!("chat-{i}"),
+            tenant: acme.clone(),
+            helpful,
+            expected_route: expected,
+            comment: String::new(),
+            submitted_at: Utc.with_ymd_and_hms(2026, 11, 1, 12, 30, 0).single().expect("time"),
+        };
+        store.put_feedback(&feedback).await.expect("feedback");
+    }
+}
+
+#[tokio::test]
+async fn memory_and_postgres_give_the_same_figures() {
+    let memory = Arc::new(MemoryAnalytics::default());
+    let schema = Schema::new("router_store");
+    let postgres = PostgresAnalytics::connect(&database_url(), schema.name())
+        .await
+        .unwrap_or_else(|err| panic!("postgres at {} (set DATABASE_URL): {err}", database_url()));
+    fill(memory.as_ref()).await;
+    fill(&postgres).await;
+
+    let acme = TenantId::parse("acme").expect("tenant");
+    let until = Utc.with_ymd_and_hms(2026, 11, 1, 12, 0, 1).single().expect("time");
+    let since = until - Duration::minutes(45);
+    let from_memory = memory.stats(&acme, since, until).await.expect("memory stats");
+    let from_postgres = postgres.stats(&acme, since, until).await.expect("postgres stats");
+    assert_eq!(from_memory.total, 45, "decisions 0 to 44 minutes old are in the window");
+    assert_eq!(from_memory.total, from_postgres.total);
+    assert_eq!(
+        (from_memory.cache_hits, from_memory.fallbacks, from_memory.degraded),
+        (from_postgres.cache_hits, from_postgres.fallbacks, from_postgres.degraded)
+    );
+    let close = |a: f64, b: f64| (a - b).abs() < 1e-6;
+    for ((route_m, m), (route_p, p)) in from_memory.routes.iter().zip(&from_postgres.routes) {
+        assert_eq!(route_m, route_p);
+        assert_eq!(
+            (m.count, m.feedback, m.helpful, m.misrouted),
+            (p.count, p.feedback, p.helpful, p.misrouted),
+            "{route_m:?}"
+        );
+        assert!(
+            close(m.routing_p50_ms, p.routing_p50_ms) && close(m.routing_p99_ms, p.routing_p99_ms),
+            "{m:?} vs {p:?}"
+        );
+        assert!(close(m.execution_p95_ms, p.execution_p95_ms), "{m:?} vs {p:?}");
+    }
+    assert_eq!(from_memory.routes.len(), 3);
+    let direct = &from_memory.routes[0].1;
+    // Feedback on chat-0 (helpful) and chat-3 (misrouted): both direct.
+    assert_eq!((direct.feedback, direct.helpful, direct.misrouted), (2, 1, 1));
+    // chat-4 went to the MCP agent, the route its feedback names: not a misrouting. One of four.
+    assert!(close(from_memory.overall.false_routing_rate(), 0.25));
+    assert!(close(from_postgres.overall.false_routing_rate(), 0.25));
+    assert!(close(from_memory.overall.routing_p95_ms, from_postgres.overall.routing_p95_ms));
+
+    // Another tenant's decision is not in acme's figures, and not visible by id.
+    let globex = TenantId::parse("globex").expect("tenant");
+    assert_eq!(postgres.stats(&globex, since, until).await.expect("stats").total, 1);
+    assert_eq!(postgres.decision_route(&acme, "chat-100").await.expect("lookup"), None);
+    assert_eq!(postgres.decision_route(&globex, "chat-100").await.expect("lookup"), Some(Route::Direct));
+    assert_eq!(memory.decision_route(&acme, "chat-100").await.expect("lookup"), None);
+
+    // Retention: everything older than 30 minutes goes, in both.
+    let cut = Utc.with_ymd_and_hms(2026, 11, 1, 11, 30, 0).single().expect("time");
+    let (pruned_m, pruned_p) = (memory.prune(cut).await.expect("prune"), postgres.prune(cut).await.expect("prune"));
+    assert_eq!(pruned_m, pruned_p);
+    assert_eq!(pruned_m, 29, "decisions 31..=59 minutes old");
+}
