@@ -62,11 +62,11 @@ fn last_turn_is_used_only_for_an_unsure_short_follow_up() {
     let followed = router
         .decide("and what about tomorrow?", Some("What's the weather forecast for Paris today?"))
         .expect("decision");
-    if followed.from_last_turn {
-        assert_eq!(followed.route, Route::McpAgent, "{followed:?}");
-    } else {
-        assert_eq!(followed, alone);
-    }
+    // Short and unsure alone, it takes the last turn's confident route (a tool request).
+    assert!(!alone.from_last_turn && alone.confidence < 0.75, "{alone:?}");
+    assert!(followed.from_last_turn, "{followed:?}");
+    assert_eq!(followed.route, Route::McpAgent, "{followed:?}");
+    assert!(followed.confidence > alone.confidence, "{followed:?} vs {alone:?}");
 }
 
 #[test]

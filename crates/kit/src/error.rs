@@ -106,6 +106,24 @@ pub fn to_status<E: ServiceError>(err: &E) -> Status {
     }
 }
 
+/// The field and reason of an `INVALID_ARGUMENT` received from another service: the field from
+/// the status's `BadRequest` detail, or — from a server that sends none — read the way the
+/// message is written, `field: reason`. `None` when neither names a field.
+pub fn field_violation(status: &Status) -> (Option<String>, String) {
+    let message = status.message();
+    let violation = status.get_details_bad_request().and_then(|bad| bad.field_violations.into_iter().next());
+    match violation {
+        Some(violation) => {
+            let reason = message.strip_prefix(&format!("{}: ", violation.field)).unwrap_or(message);
+            (Some(violation.field), reason.to_owned())
+        }
+        None => match message.split_once(": ") {
+            Some((field, reason)) => (Some(field.to_owned()), reason.to_owned()),
+            None => (None, message.to_owned()),
+        },
+    }
+}
+
 /// `outer: cause: root cause`, for logs.
 pub fn error_chain(err: &dyn std::error::Error) -> String {
     let mut text = err.to_string();

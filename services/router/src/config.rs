@@ -166,15 +166,4 @@ impl RouterConfig {
             ..RecordBufferConfig::default()
         }
     }
-
-    /// The default model first, then the fallbacks (without repeats).
-    pub fn model_chain(&self, first: Option<ModelRef>) -> Vec<ModelRef> {
-        let mut chain = vec![first.unwrap_or_else(|| self.default_model.clone())];
-        for model in std::iter::once(&self.default_model).chain(&self.fallback_models) {
-            if !chain.contains(model) {
-                chain.push(model.clone());
-            }
-        }
-        chain
-    }
 }

@@ -197,11 +197,16 @@ impl SessionsClient {
     }
 }
 
-/// Session errors keep their class; NOT_FOUND names the session id as the caller's field.
+/// Session errors keep their class and their message (it names the session or the role that
+/// is missing); an invalid argument keeps the field the sessions service named, which is the
+/// router's field of the same name (`session_id`, `force_role_id`, `custom_instructions`).
 fn session_error(context: &'static str, status: &Status) -> RouterError {
     match status.code() {
-        tonic::Code::NotFound => RouterError::NotFound(format!("session_id: {}", status.message())),
-        tonic::Code::InvalidArgument => RouterError::invalid("session_id", status.message()),
+        tonic::Code::NotFound => RouterError::NotFound(status.message().to_owned()),
+        tonic::Code::InvalidArgument => match switchyard_kit::error::field_violation(status) {
+            (Some(field), reason) => RouterError::invalid(field, reason),
+            (None, reason) => RouterError::invalid("session_id", reason),
+        },
         _ => RouterError::from_status(context, status),
     }
 }

@@ -93,6 +93,16 @@ async fn bad_requests_name_the_field_and_reach_no_model() {
     assert!(status.message().contains("mistral"), "{}", status.message());
 
     let mut request = chat("hi");
+    request.force_role_id = Some("ghost-expert".into());
+    let status = client.chat(request).await.expect_err("unknown role");
+    assert_eq!(status.code(), Code::NotFound, "{status:?}");
+    assert!(
+        status.message().contains("ghost-expert") && !status.message().contains("session_id"),
+        "{}",
+        status.message()
+    );
+
+    let mut request = chat("hi");
     request.session_id = "never-created".into();
     let status = client.chat(request).await.expect_err("unknown session");
     assert_eq!(status.code(), Code::NotFound, "{status:?}");

@@ -7,7 +7,6 @@ use switchyard_proto::triggers::v1::{
     trigger_service_client::TriggerServiceClient,
 };
 use tonic::Code;
-use tonic_types::StatusExt;
 
 use crate::domain::{Role, RoleId, TriggerKind};
 
@@ -33,22 +32,10 @@ impl TriggersError {
         }
     }
 
-    /// The field at fault comes from the status's `BadRequest` detail. A status without one
-    /// (an older or foreign server) is read the way the message is written: `field: reason`.
+    /// The field at fault, from the status's `BadRequest` detail (or its message).
     fn rejected(status: &tonic::Status) -> Self {
-        let message = status.message();
-        let violation = status.get_details_bad_request().and_then(|bad| bad.field_violations.into_iter().next());
-        let (field, reason) = match violation {
-            Some(violation) => {
-                let reason = message.strip_prefix(&format!("{}: ", violation.field)).unwrap_or(message);
-                (Some(violation.field), reason)
-            }
-            None => match message.split_once(": ") {
-                Some((field, reason)) => (Some(field.to_owned()), reason),
-                None => (None, message),
-            },
-        };
-        Self::Rejected { field, reason: reason.to_owned() }
+        let (field, reason) = switchyard_kit::error::field_violation(status);
+        Self::Rejected { field, reason }
     }
 }
 

@@ -36,7 +36,6 @@ pub(super) async fn route(
     let call = scope.call(prompt, ctx.messages_with_user(), routing_tools(), ToolChoice::Auto);
     let Opened { model, events: mut stream, fallbacks } = router.models.open(chain, call).await?;
     meta.routing_model = model.to_string();
-    meta.fallback_used = false;
     meta.model_fallbacks = fallbacks;
     meta.attempts = fallbacks + 1;
 
