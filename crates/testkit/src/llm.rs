@@ -329,12 +329,6 @@ impl ScriptedLlm {
         Ok(Self { shared, served })
     }
 
-    /// Serves until the process is stopped (the `switchyard-scripted-llm` binary).
-    pub async fn serve_forever(self) {
-        std::future::pending::<()>().await;
-        drop(self);
-    }
-
     /// Answers with `replies` in order, then with a 500 saying the script ran out.
     pub async fn queue(replies: Vec<Reply>) -> Self {
         let queued = replies.len();

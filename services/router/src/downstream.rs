@@ -165,8 +165,8 @@ impl SessionsClient {
             .map(|_| ())
     }
 
-    /// Every role of the tenant (cached briefly: roles change rarely, experts are resolved
-    /// on every multi-agent turn).
+    /// Every role (the catalogue is shared by all tenants; cached briefly: roles change rarely,
+    /// experts are resolved on every multi-agent turn).
     pub async fn roles(&self, identity: &Identity) -> Result<Arc<Vec<sessions::Role>>, Status> {
         if let Some((at, roles)) = self.role_cache.read().await.as_ref()
             && at.elapsed() < ROLES_TTL

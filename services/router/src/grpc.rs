@@ -12,11 +12,9 @@ use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
 use crate::{
-    analytics::{AnalyticsStore, Feedback, Recorder},
+    analytics::{AnalyticsStore, Feedback},
     error::RouterError,
     events::{Events, TurnEvent},
-    limits::Limits,
-    metrics::Metrics,
     outcome::TurnOutcome,
     request::{RawTurn, TurnRequest},
     route::Route,
@@ -32,21 +30,12 @@ const STREAM_BUFFER: usize = 64;
 
 pub struct RouterGrpc {
     router: Arc<Router>,
-    limits: Limits,
     store: Arc<dyn AnalyticsStore>,
-    recorder: Option<Arc<Recorder>>,
-    metrics: Metrics,
 }
 
 impl RouterGrpc {
     pub fn new(router: Arc<Router>, store: Arc<dyn AnalyticsStore>) -> Self {
-        Self {
-            limits: router.limits.clone(),
-            recorder: router.recorder.clone(),
-            metrics: router.metrics.clone(),
-            router,
-            store,
-        }
+        Self { router, store }
     }
 }
 
@@ -93,7 +82,7 @@ type ChatEvents = Pin<Box<dyn Stream<Item = Result<pb::ChatStreamResponse, Statu
 impl RouterService for RouterGrpc {
     async fn chat(&self, request: Request<pb::ChatRequest>) -> Result<Response<pb::ChatResponse>, Status> {
         let identity = Identity::of(&request);
-        let turn = TurnRequest::validate(RawTurn::from(request.into_inner()), &self.limits).map_err(status)?;
+        let turn = TurnRequest::validate(RawTurn::from(request.into_inner()), &self.router.limits).map_err(status)?;
         let outcome = self.router.turn(identity, turn, Events::none()).await.map_err(status)?;
         Ok(Response::new(outcome.to_response()))
     }
@@ -105,7 +94,7 @@ impl RouterService for RouterGrpc {
         request: Request<pb::ChatStreamRequest>,
     ) -> Result<Response<Self::ChatStreamStream>, Status> {
         let identity = Identity::of(&request);
-        let turn = TurnRequest::validate(RawTurn::from(request.into_inner()), &self.limits).map_err(status)?;
+        let turn = TurnRequest::validate(RawTurn::from(request.into_inner()), &self.router.limits).map_err(status)?;
         let (out, out_rx) = mpsc::channel::<Result<pb::ChatStreamResponse, Status>>(STREAM_BUFFER);
         let (events, mut event_rx) = mpsc::channel::<TurnEvent>(STREAM_BUFFER);
         let router = self.router.clone();
@@ -239,7 +228,7 @@ impl RouterService for RouterGrpc {
             .put_feedback(&feedback)
             .await
             .map_err(|err| status(RouterError::unavailable("recording feedback", err.to_string())))?;
-        self.metrics.feedback(route.as_str(), feedback.helpful, expected_route.is_some_and(|r| r != route));
+        self.router.metrics.feedback(route.as_str(), feedback.helpful, expected_route.is_some_and(|r| r != route));
         Ok(Response::new(pb::SubmitFeedbackResponse {}))
     }
 }
@@ -257,7 +246,7 @@ impl RouterGrpc {
         if let Some(route) = lookup().await? {
             return Ok(Some(route));
         }
-        if let Some(recorder) = &self.recorder
+        if let Some(recorder) = &self.router.recorder
             && recorder.backlog() > 0
         {
             let _ = recorder.flush().await;

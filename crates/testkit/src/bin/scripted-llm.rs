@@ -19,6 +19,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let llm =
         ScriptedLlm::start_on(addr, false, move |_| Reply::text(answer.clone()).usage(60, 18).chunk_size(8)).await?;
     println!("switchyard-scripted-llm listening on {}", llm.addr());
-    llm.serve_forever().await;
+    // Serves until the process is stopped; dropping `llm` would stop the server.
+    let _serving = llm;
+    std::future::pending::<()>().await;
     Ok(())
 }
