@@ -3,8 +3,9 @@
 use std::fmt;
 use std::str::FromStr;
 
-/// Where a message goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// Where a message goes. Serialised by its name (`"mcp_agent"`), as the router's cache stores it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Route {
     /// The model answers itself: greetings, simple questions, follow-ups, general knowledge.
     Direct,

@@ -48,6 +48,45 @@ pub struct RouterConfig {
     #[arg(long, env = "UNIFIED_CHAT_FALLBACK_MODELS", value_delimiter = ',')]
     pub fallback_models: Vec<ModelRef>,
 
+    /// How long the routing call has to decide (its first text, or a routing tool call) before
+    /// the fast router decides instead (0: wait for the model however long it takes).
+    #[arg(long, env = "UNIFIED_CHAT_ROUTING_TIMEOUT_MS", default_value_t = 500)]
+    pub routing_timeout_ms: u64,
+
+    /// Cache routing decisions (by exact message in Redis, by similar message in process) and
+    /// learn from users' route corrections. Keeps each turn's message with its decision.
+    #[arg(long, env = "UNIFIED_CHAT_CACHE_ROUTING", default_value_t = false, action = clap::ArgAction::Set)]
+    pub cache_routing: bool,
+
+    /// Cosine similarity from which a cached decision or a correction applies to a message.
+    #[arg(long, env = "ROUTER_CACHE_SIMILARITY", default_value_t = 0.92)]
+    pub cache_similarity: f32,
+
+    /// How long a cached decision lives in Redis.
+    #[arg(long, env = "ROUTER_CACHE_TTL", default_value = "24h", value_parser = parse_duration)]
+    pub cache_ttl: Duration,
+
+    /// Decisions each tenant keeps in process for similarity lookups.
+    #[arg(long, env = "ROUTER_CACHE_ENTRIES", default_value_t = 1024)]
+    pub cache_entries: usize,
+
+    /// Tenants whose decisions are kept in process (least recently used out first).
+    #[arg(long, env = "ROUTER_CACHE_TENANTS", default_value_t = 1024)]
+    pub cache_tenants: usize,
+
+    /// How often each replica loads the corrections other replicas stored.
+    #[arg(long, env = "ROUTER_CORRECTIONS_REFRESH", default_value = "5s", value_parser = parse_duration)]
+    pub corrections_refresh: Duration,
+
+    /// The MiniLM folder for the fast router and the routing cache (scripts/fetch-models.sh).
+    /// Without it, routing waits for the model and the cache matches exact messages only.
+    #[arg(long, env = "SWITCHYARD_MODEL_DIR", default_value = "models/all-MiniLM-L6-v2")]
+    pub model_dir: std::path::PathBuf,
+
+    /// Run without the fast router even when the model folder is present.
+    #[arg(long, env = "ROUTER_NO_FAST_ROUTER")]
+    pub no_fast_router: bool,
+
     /// Record every turn's routing decision in Postgres (the analytics behind GetRoutingStats).
     #[arg(long, env = "UNIFIED_CHAT_LOG_ROUTING_DECISIONS", default_value_t = true, action = clap::ArgAction::Set)]
     pub log_routing_decisions: bool,
@@ -124,6 +163,15 @@ impl RouterConfig {
             providers: ProviderArgs::default(),
             default_model: ModelRef::new("openai", "gpt-4o-mini"),
             fallback_models: Vec::new(),
+            routing_timeout_ms: 500,
+            cache_routing: false,
+            cache_similarity: 0.92,
+            cache_ttl: Duration::from_secs(24 * 3600),
+            cache_entries: 1024,
+            cache_tenants: 1024,
+            corrections_refresh: Duration::from_secs(5),
+            model_dir: std::path::PathBuf::from("models/all-MiniLM-L6-v2"),
+            no_fast_router: false,
             log_routing_decisions: true,
             max_chat_message_bytes: 32 * 1024,
             max_history: 100,
@@ -155,6 +203,16 @@ impl RouterConfig {
             max_experts: self.max_experts,
             expert_concurrency: self.expert_concurrency.max(1),
             expert_timeout: self.expert_timeout,
+        }
+    }
+
+    pub fn cache_settings(&self) -> crate::cache::CacheSettings {
+        crate::cache::CacheSettings {
+            similarity: self.cache_similarity,
+            ttl: self.cache_ttl,
+            entries_per_tenant: self.cache_entries,
+            tenants: self.cache_tenants,
+            ..crate::cache::CacheSettings::default()
         }
     }
 

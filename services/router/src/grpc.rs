@@ -12,12 +12,12 @@ use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
 use crate::{
-    analytics::{AnalyticsStore, Feedback},
+    analytics::{AnalyticsStore, Correction, Feedback, RecordedTurn},
     error::RouterError,
     events::{Events, TurnEvent},
     outcome::TurnOutcome,
     request::{RawTurn, TurnRequest},
-    route::Route,
+    route::{route_from_proto, route_to_proto},
     turn::Router,
 };
 
@@ -153,7 +153,7 @@ impl RouterService for RouterGrpc {
             .routes
             .iter()
             .map(|(route, f)| pb::RouteStats {
-                route_type: route.to_proto() as i32,
+                route_type: route_to_proto(*route) as i32,
                 count: f.count,
                 share: stats.share(f),
                 routing_latency_p50_ms: f.routing_p50_ms,
@@ -199,7 +199,7 @@ impl RouterService for RouterGrpc {
             return Err(status(RouterError::invalid("response_id", "must be the `id` of a ChatResponse (`chat-…`)")));
         }
         let expected_route = match pb::RouteType::try_from(request.expected_route) {
-            Ok(route) => Route::from_proto(route),
+            Ok(route) => route_from_proto(route),
             Err(_) => {
                 return Err(status(RouterError::invalid(
                     "expected_route",
@@ -210,8 +210,8 @@ impl RouterService for RouterGrpc {
         if request.comment.len() > MAX_COMMENT_BYTES {
             return Err(status(RouterError::invalid("comment", format!("is longer than {MAX_COMMENT_BYTES} bytes"))));
         }
-        let route = self.recorded_route(&identity, id).await.map_err(status)?;
-        let Some(route) = route else {
+        let recorded = self.recorded_turn(&identity, id).await.map_err(status)?;
+        let Some(recorded) = recorded else {
             return Err(status(RouterError::NotFound(format!(
                 "response_id: no answer `{id}` is recorded for this tenant"
             ))));
@@ -228,23 +228,42 @@ impl RouterService for RouterGrpc {
             .put_feedback(&feedback)
             .await
             .map_err(|err| status(RouterError::unavailable("recording feedback", err.to_string())))?;
+        let route = recorded.route;
         self.router.metrics.feedback(route.as_str(), feedback.helpful, expected_route.is_some_and(|r| r != route));
+        // A correction teaches the router this user's preference (spec 002, "User Preferences").
+        if let (Some(learning), Some(expected), Some(message)) =
+            (&self.router.learning, expected_route, recorded.message)
+            && expected != route
+        {
+            let correction = Correction {
+                tenant: identity.tenant.as_str().to_owned(),
+                user: recorded.user.unwrap_or_default(),
+                message,
+                route: expected,
+                response_id: id.to_owned(),
+                created_at: feedback.submitted_at,
+            };
+            learning
+                .correct(correction)
+                .await
+                .map_err(|err| status(RouterError::unavailable("recording the correction", err.to_string())))?;
+        }
         Ok(Response::new(pb::SubmitFeedbackResponse {}))
     }
 }
 
 impl RouterGrpc {
-    /// The route an answer took. Decisions are written in batches, so feedback that follows
+    /// What an answer recorded. Decisions are written in batches, so feedback that follows
     /// its answer closely may find it still buffered: flush once and look again.
-    async fn recorded_route(&self, identity: &Identity, id: &str) -> Result<Option<Route>, RouterError> {
+    async fn recorded_turn(&self, identity: &Identity, id: &str) -> Result<Option<RecordedTurn>, RouterError> {
         let lookup = || async {
             self.store
-                .decision_route(&identity.tenant, id)
+                .recorded_turn(&identity.tenant, id)
                 .await
                 .map_err(|err| RouterError::unavailable("reading routing analytics", err.to_string()))
         };
-        if let Some(route) = lookup().await? {
-            return Ok(Some(route));
+        if let Some(recorded) = lookup().await? {
+            return Ok(Some(recorded));
         }
         if let Some(recorder) = &self.router.recorder
             && recorder.backlog() > 0

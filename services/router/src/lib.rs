@@ -7,10 +7,12 @@
 //! every decision and computes the figures of GetRoutingStats.
 
 pub mod analytics;
+pub mod cache;
 pub mod config;
 pub mod downstream;
 pub mod error;
 pub mod events;
+pub mod fast;
 pub mod grpc;
 pub mod limits;
 pub mod metrics;
@@ -32,7 +34,9 @@ pub use turn::Router;
 
 use crate::{
     analytics::{AnalyticsStore, DecisionSink, MemoryAnalytics, PostgresAnalytics, Recorder},
+    cache::{Learning, RoutingCache},
     downstream::{GatewayClient, SessionsClient},
+    fast::FastPath,
     metrics::Metrics,
     models::Models,
 };
@@ -40,17 +44,56 @@ use crate::{
 /// How often old analytics rows are pruned.
 const PRUNE_INTERVAL: Duration = Duration::from_secs(3600);
 
+/// The analytics store and, with the routing cache on, the cache: Postgres (and Redis) as
+/// configured, or memory with `--in-memory`.
+pub struct Stores {
+    pub analytics: Arc<dyn AnalyticsStore>,
+    pub cache: Option<Arc<RoutingCache>>,
+}
+
 /// Postgres as configured, or memory with `--in-memory`.
 pub async fn open_store(config: &RouterConfig) -> anyhow::Result<Arc<dyn AnalyticsStore>> {
+    Ok(open_stores(config).await?.analytics)
+}
+
+pub async fn open_stores(config: &RouterConfig) -> anyhow::Result<Stores> {
     let args = config.stores.store_args();
-    match args.plan("router", false).map_err(anyhow::Error::msg)? {
-        StorePlan::InMemory => Ok(Arc::new(MemoryAnalytics::default())),
-        StorePlan::Durable { database_url, .. } => Ok(Arc::new(
-            PostgresAnalytics::connect(database_url.expose(), &args.db_schema)
-                .await
-                .with_context(|| format!("opening Postgres at {}", database_url.url_without_credentials()))?,
-        )),
+    let settings = config.cache_settings();
+    match args.plan("router", config.cache_routing).map_err(anyhow::Error::msg)? {
+        StorePlan::InMemory => Ok(Stores {
+            analytics: Arc::new(MemoryAnalytics::default()),
+            cache: config.cache_routing.then(|| Arc::new(RoutingCache::memory(settings))),
+        }),
+        StorePlan::Durable { database_url, redis_url } => {
+            let analytics = Arc::new(
+                PostgresAnalytics::connect(database_url.expose(), &args.db_schema)
+                    .await
+                    .with_context(|| format!("opening Postgres at {}", database_url.url_without_credentials()))?,
+            );
+            let cache = match redis_url {
+                Some(url) if config.cache_routing => {
+                    let conn = switchyard_kit::store::connect_redis(&url)
+                        .await
+                        .with_context(|| format!("opening Redis at {}", url.url_without_credentials()))?;
+                    let prefix = switchyard_kit::store::KeyPrefix::parse(&args.redis_prefix)?;
+                    Some(Arc::new(RoutingCache::redis(settings, conn, prefix)))
+                }
+                _ => None,
+            };
+            Ok(Stores { analytics, cache })
+        }
     }
+}
+
+/// Checks the settings no flag parser can.
+fn check(config: &RouterConfig) -> anyhow::Result<()> {
+    let similarity = config.cache_similarity;
+    anyhow::ensure!(
+        similarity > 0.0 && similarity <= 1.0,
+        "ROUTER_CACHE_SIMILARITY must be in (0, 1], got {similarity}"
+    );
+    anyhow::ensure!(!config.corrections_refresh.is_zero(), "ROUTER_CORRECTIONS_REFRESH must be above zero");
+    Ok(())
 }
 
 /// A router bound to its port, ready to serve.
@@ -63,16 +106,32 @@ pub struct RouterServer {
 impl RouterServer {
     /// Binds with the stores and providers the configuration names.
     pub async fn bind(config: &RouterConfig) -> anyhow::Result<Self> {
-        let store = open_store(config).await?;
+        check(config)?;
+        let stores = open_stores(config).await?;
         let providers = config.providers.build()?;
-        Self::bind_with(config, store, providers).await
+        let fast = fast_path(config);
+        Self::bind_with_parts(config, stores, providers, fast).await
     }
 
+    /// Binds with a given analytics store (and an in-process routing cache when the
+    /// configuration turns it on), loading the fast router as configured.
     pub async fn bind_with(
         config: &RouterConfig,
         store: Arc<dyn AnalyticsStore>,
         providers: Providers,
     ) -> anyhow::Result<Self> {
+        let cache = config.cache_routing.then(|| Arc::new(RoutingCache::memory(config.cache_settings())));
+        Self::bind_with_parts(config, Stores { analytics: store, cache }, providers, fast_path(config)).await
+    }
+
+    pub async fn bind_with_parts(
+        config: &RouterConfig,
+        stores: Stores,
+        providers: Providers,
+        fast: Arc<FastPath>,
+    ) -> anyhow::Result<Self> {
+        check(config)?;
+        let Stores { analytics: store, cache } = stores;
         if providers.is_empty() {
             tracing::warn!(
                 "no LLM provider configured (OPENAI_API_KEY/OPENAI_BASE_URL, ANTHROPIC_API_KEY/ANTHROPIC_BASE_URL): \
@@ -91,7 +150,14 @@ impl RouterServer {
             fallback_models: config.fallback_models.clone(),
             recorder,
             metrics: Metrics::new(),
+            fast: fast.clone(),
+            learning: cache.as_ref().map(|cache| Learning::new(cache.clone(), store.clone(), fast.clone())),
+            cache,
+            routing_timeout: (config.routing_timeout_ms > 0).then(|| Duration::from_millis(config.routing_timeout_ms)),
         });
+        if let Some(learning) = &router.learning {
+            learning.spawn_refresh(config.corrections_refresh);
+        }
         spawn_pruning(store.clone(), config.analytics_retention);
 
         let mut server = GrpcServer::bind(config.listen, config.server.clone()).await?;
@@ -127,6 +193,15 @@ impl RouterServer {
         }
         served
     }
+}
+
+/// The fast router, loading in the background, unless turned off.
+pub fn fast_path(config: &RouterConfig) -> Arc<FastPath> {
+    if config.no_fast_router {
+        tracing::info!("the fast router is off (--no-fast-router)");
+        return FastPath::disabled();
+    }
+    FastPath::load_in_background(config.model_dir.clone())
 }
 
 fn spawn_pruning(store: Arc<dyn AnalyticsStore>, retention: Duration) {

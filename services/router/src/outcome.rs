@@ -5,7 +5,7 @@ use switchyard_kit::proto_time::timestamp;
 use switchyard_llm::Usage;
 use switchyard_proto::router::v1 as pb;
 
-use crate::route::Route;
+use crate::route::{Route, route_to_proto};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Metadata {
@@ -53,7 +53,7 @@ impl Default for Metadata {
 impl Metadata {
     pub fn to_proto(&self) -> pb::RouteMetadata {
         pb::RouteMetadata {
-            route_type: self.route.to_proto() as i32,
+            route_type: route_to_proto(self.route) as i32,
             execution_time_ms: self.execution_ms,
             reasoning: self.reasoning.clone(),
             tools_used: self.tools_used.clone(),

@@ -8,7 +8,7 @@ use switchyard_proto::router::v1 as pb;
 use crate::{
     error::RouterError,
     limits::{Limits, MAX_INSTRUCTIONS_BYTES, MAX_ROLE_ID_BYTES, MAX_TEMPERATURE},
-    route::Route,
+    route::{Route, route_from_proto},
 };
 
 /// Who wrote an earlier message the caller sends along.
@@ -98,7 +98,7 @@ impl TurnRequest {
             .transpose()?;
         let force_route = match pb::RouteType::try_from(raw.force_route) {
             Ok(pb::RouteType::Unspecified) => None,
-            Ok(route) => Route::from_proto(route),
+            Ok(route) => route_from_proto(route),
             Err(_) => return Err(RouterError::invalid("force_route", format!("unknown route {}", raw.force_route))),
         };
         if raw.max_tokens.is_some_and(|max| max == 0 || max > limits.max_tokens) {

@@ -7,45 +7,26 @@ use serde_json::json;
 use switchyard_llm::{ToolCall, ToolSpec};
 use switchyard_proto::router::v1 as pb;
 
-/// How a message is answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Route {
-    Direct,
-    McpAgent,
-    Multiagent,
+/// How a message is answered: the fast router's enum, so a decision moves between the routing
+/// call, the fast router and the cache without translation.
+pub use switchyard_fastroute::Route;
+
+/// The route's wire form.
+pub fn route_to_proto(route: Route) -> pb::RouteType {
+    match route {
+        Route::Direct => pb::RouteType::Direct,
+        Route::McpAgent => pb::RouteType::McpAgent,
+        Route::Multiagent => pb::RouteType::Multiagent,
+    }
 }
 
-impl Route {
-    pub const ALL: [Route; 3] = [Route::Direct, Route::McpAgent, Route::Multiagent];
-
-    /// The spec's `route_type` strings.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Direct => "direct",
-            Self::McpAgent => "mcp_agent",
-            Self::Multiagent => "multiagent",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|r| r.as_str() == text)
-    }
-
-    pub fn to_proto(self) -> pb::RouteType {
-        match self {
-            Self::Direct => pb::RouteType::Direct,
-            Self::McpAgent => pb::RouteType::McpAgent,
-            Self::Multiagent => pb::RouteType::Multiagent,
-        }
-    }
-
-    pub fn from_proto(route: pb::RouteType) -> Option<Self> {
-        match route {
-            pb::RouteType::Unspecified => None,
-            pb::RouteType::Direct => Some(Self::Direct),
-            pb::RouteType::McpAgent => Some(Self::McpAgent),
-            pb::RouteType::Multiagent => Some(Self::Multiagent),
-        }
+/// The route a wire value names; `None` for "unspecified".
+pub fn route_from_proto(route: pb::RouteType) -> Option<Route> {
+    match route {
+        pb::RouteType::Unspecified => None,
+        pb::RouteType::Direct => Some(Route::Direct),
+        pb::RouteType::McpAgent => Some(Route::McpAgent),
+        pb::RouteType::Multiagent => Some(Route::Multiagent),
     }
 }
 

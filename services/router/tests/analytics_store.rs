@@ -7,7 +7,7 @@ use std::sync::Arc;
 use chrono::{Duration, TimeZone, Utc};
 use switchyard_kit::TenantId;
 use switchyard_router::{
-    analytics::{AnalyticsStore, DecisionRecord, Feedback, MemoryAnalytics, PostgresAnalytics},
+    analytics::{AnalyticsStore, Correction, DecisionRecord, Feedback, MemoryAnalytics, PostgresAnalytics},
     route::Route,
 };
 use switchyard_testkit::{Schema, database_url};
@@ -37,6 +37,7 @@ fn decision(id: usize, tenant: &str, route: Route, routing_ms: u64, minutes_ago:
         tools_used: Vec::new(),
         domains: Vec::new(),
         degraded: if id.is_multiple_of(4) { vec!["expert x: timed out".to_owned()] } else { Vec::new() },
+        message: id.is_multiple_of(2).then(|| format!("message {id}")),
     }
 }
 
@@ -111,13 +112,67 @@ async fn memory_and_postgres_give_the_same_figures() {
     // Another tenant's decision is not in acme's figures, and not visible by id.
     let globex = TenantId::parse("globex").expect("tenant");
     assert_eq!(postgres.stats(&globex, since, until).await.expect("stats").total, 1);
-    assert_eq!(postgres.decision_route(&acme, "chat-100").await.expect("lookup"), None);
-    assert_eq!(postgres.decision_route(&globex, "chat-100").await.expect("lookup"), Some(Route::Direct));
-    assert_eq!(memory.decision_route(&acme, "chat-100").await.expect("lookup"), None);
+    assert_eq!(postgres.recorded_turn(&acme, "chat-100").await.expect("lookup"), None);
+    let recorded = postgres.recorded_turn(&globex, "chat-100").await.expect("lookup").expect("recorded");
+    assert_eq!((recorded.route, recorded.message.as_deref()), (Route::Direct, Some("message 100")));
+    assert_eq!(memory.recorded_turn(&acme, "chat-100").await.expect("lookup"), None);
+    // Without learning on, no message is kept.
+    let unkept = postgres.recorded_turn(&acme, "chat-1").await.expect("lookup").expect("recorded");
+    assert_eq!(unkept.message, None);
 
     // Retention: everything older than 30 minutes goes, in both.
     let cut = Utc.with_ymd_and_hms(2026, 11, 1, 11, 30, 0).single().expect("time");
     let (pruned_m, pruned_p) = (memory.prune(cut).await.expect("prune"), postgres.prune(cut).await.expect("prune"));
     assert_eq!(pruned_m, pruned_p);
     assert_eq!(pruned_m, 29, "decisions 31..=59 minutes old");
+}
+
+/// Corrections page by id in both stores, and a second judgement of the same answer replaces
+/// the first under a new id (so replicas that loaded the first load the second).
+#[tokio::test]
+async fn corrections_page_by_id_and_replace_by_answer() {
+    let schema = Schema::new("router_corrections");
+    let postgres = PostgresAnalytics::connect(&database_url(), schema.name())
+        .await
+        .unwrap_or_else(|err| panic!("postgres at {} (set DATABASE_URL): {err}", database_url()));
+    let memory = MemoryAnalytics::default();
+    let stores: [&dyn AnalyticsStore; 2] = [&postgres, &memory];
+    for store in stores {
+        let correction = |id: &str, user: &str, route| Correction {
+            tenant: "acme".to_owned(),
+            user: user.to_owned(),
+            message: format!("message of {id}"),
+            route,
+            response_id: id.to_owned(),
+            created_at: Utc::now(),
+        };
+        let first = store.put_correction(&correction("chat-1", "ann", Route::McpAgent)).await.expect("put");
+        let second = store.put_correction(&correction("chat-2", "", Route::Multiagent)).await.expect("put");
+        assert!(second > first);
+        let all = store.corrections_after(0, 10).await.expect("page");
+        assert_eq!(all.iter().map(|c| c.id).collect::<Vec<_>>(), [first, second]);
+        assert_eq!(
+            all[1].correction,
+            correction("chat-2", "", Route::Multiagent).clone_with_time(all[1].correction.created_at)
+        );
+        assert_eq!(store.corrections_after(first, 10).await.expect("page").len(), 1);
+        assert_eq!(store.corrections_after(0, 1).await.expect("page").len(), 1);
+
+        let again = store.put_correction(&correction("chat-1", "ann", Route::Direct)).await.expect("replace");
+        let after = store.corrections_after(second, 10).await.expect("page");
+        assert_eq!(after.len(), 1);
+        assert_eq!((after[0].id, after[0].correction.route), (again, Route::Direct));
+        assert_eq!(store.corrections_after(0, 10).await.expect("page").len(), 2, "the first judgement is gone");
+    }
+}
+
+trait WithTime {
+    fn clone_with_time(&self, at: chrono::DateTime<Utc>) -> Self;
+}
+
+impl WithTime for Correction {
+    /// Postgres keeps microseconds: compare with the stored time.
+    fn clone_with_time(&self, at: chrono::DateTime<Utc>) -> Self {
+        Self { created_at: at, ..self.clone() }
+    }
 }

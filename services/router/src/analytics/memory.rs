@@ -6,7 +6,10 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use switchyard_kit::{TenantId, store::StoreError};
 
-use super::{AnalyticsStore, DecisionRecord, Feedback, RouteFigures, RoutingStats, percentile};
+use super::{
+    AnalyticsStore, Correction, DecisionRecord, Feedback, RecordedTurn, RouteFigures, RoutingStats, StoredCorrection,
+    percentile,
+};
 use crate::route::Route;
 
 #[derive(Default)]
@@ -18,6 +21,8 @@ pub struct MemoryAnalytics {
 struct State {
     decisions: HashMap<String, DecisionRecord>,
     feedback: HashMap<String, Feedback>,
+    corrections: Vec<StoredCorrection>,
+    last_correction: i64,
 }
 
 impl MemoryAnalytics {
@@ -63,8 +68,28 @@ impl AnalyticsStore for MemoryAnalytics {
         Ok(())
     }
 
-    async fn decision_route(&self, tenant: &TenantId, response_id: &str) -> Result<Option<Route>, StoreError> {
-        Ok(self.state().decisions.get(response_id).filter(|d| d.tenant == tenant.as_str()).map(|d| d.route))
+    async fn recorded_turn(&self, tenant: &TenantId, response_id: &str) -> Result<Option<RecordedTurn>, StoreError> {
+        Ok(self.state().decisions.get(response_id).filter(|d| d.tenant == tenant.as_str()).map(|d| RecordedTurn {
+            route: d.route,
+            user: d.user.clone(),
+            message: d.message.clone(),
+        }))
+    }
+
+    async fn put_correction(&self, correction: &Correction) -> Result<i64, StoreError> {
+        let mut state = self.state();
+        // As in Postgres: a new judgement of the same answer replaces the old one, with a new id
+        // so replicas that saw the old one load it again.
+        state.corrections.retain(|c| c.correction.response_id != correction.response_id);
+        state.last_correction += 1;
+        let id = state.last_correction;
+        state.corrections.push(StoredCorrection { id, correction: correction.clone() });
+        Ok(id)
+    }
+
+    async fn corrections_after(&self, after: i64, limit: i64) -> Result<Vec<StoredCorrection>, StoreError> {
+        let limit = usize::try_from(limit.max(0)).unwrap_or(usize::MAX);
+        Ok(self.state().corrections.iter().filter(|c| c.id > after).take(limit).cloned().collect())
     }
 
     async fn put_feedback(&self, feedback: &Feedback) -> Result<(), StoreError> {

@@ -49,10 +49,12 @@ pub struct DecisionRecord {
     pub tools_used: Vec<String>,
     pub domains: Vec<String>,
     pub degraded: Vec<String>,
+    /// The user's message, kept only when learning from corrections is on (the routing cache).
+    pub message: Option<String>,
 }
 
 impl DecisionRecord {
-    pub fn of(identity: &Identity, outcome: &TurnOutcome, model: &ModelRef) -> Self {
+    pub fn of(identity: &Identity, outcome: &TurnOutcome, model: &ModelRef, message: Option<&str>) -> Self {
         let meta = &outcome.metadata;
         Self {
             id: outcome.id.clone(),
@@ -77,6 +79,7 @@ impl DecisionRecord {
             tools_used: meta.tools_used.clone(),
             domains: meta.domains.clone(),
             degraded: meta.degraded.clone(),
+            message: message.map(str::to_owned),
         }
     }
 }
@@ -94,15 +97,47 @@ pub struct Feedback {
     pub submitted_at: DateTime<Utc>,
 }
 
+/// What a recorded answer says about its turn, for feedback.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedTurn {
+    pub route: Route,
+    pub user: Option<String>,
+    /// Present when the turn was recorded with learning on.
+    pub message: Option<String>,
+}
+
+/// A user's correction: this message should have taken `route`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Correction {
+    pub tenant: String,
+    /// Empty for callers without a user id.
+    pub user: String,
+    pub message: String,
+    pub route: Route,
+    pub response_id: String,
+    pub created_at: DateTime<Utc>,
+}
+
+/// A correction as stored, with the id replicas page by.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredCorrection {
+    pub id: i64,
+    pub correction: Correction,
+}
+
 pub type Recorder = RecordBuffer<DecisionRecord>;
 
 /// Where decisions and feedback live: Postgres, or memory for `switchyard dev`.
 #[async_trait]
 pub trait AnalyticsStore: Send + Sync + 'static {
     async fn record(&self, decisions: &[DecisionRecord]) -> Result<(), StoreError>;
-    /// The route a tenant's answer took, when it is recorded.
-    async fn decision_route(&self, tenant: &TenantId, response_id: &str) -> Result<Option<Route>, StoreError>;
+    /// What a tenant's answer recorded, when it is recorded.
+    async fn recorded_turn(&self, tenant: &TenantId, response_id: &str) -> Result<Option<RecordedTurn>, StoreError>;
     async fn put_feedback(&self, feedback: &Feedback) -> Result<(), StoreError>;
+    /// Stores a correction (replacing an earlier one from the same answer); returns its id.
+    async fn put_correction(&self, correction: &Correction) -> Result<i64, StoreError>;
+    /// Corrections with an id above `after`, oldest first, at most `limit`.
+    async fn corrections_after(&self, after: i64, limit: i64) -> Result<Vec<StoredCorrection>, StoreError>;
     async fn stats(
         &self,
         tenant: &TenantId,

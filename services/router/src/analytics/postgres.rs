@@ -7,7 +7,9 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgPool, QueryBuilder, Row, postgres::PgRow};
 use switchyard_kit::{TenantId, store::StoreError};
 
-use super::{AnalyticsStore, DecisionRecord, Feedback, RouteFigures, RoutingStats};
+use super::{
+    AnalyticsStore, Correction, DecisionRecord, Feedback, RecordedTurn, RouteFigures, RoutingStats, StoredCorrection,
+};
 use crate::route::Route;
 
 pub struct PostgresAnalytics {
@@ -64,7 +66,7 @@ impl AnalyticsStore for PostgresAnalytics {
         let mut insert = QueryBuilder::new(
             "INSERT INTO routing_decisions (id, occurred_at, tenant_id, user_id, session_id, role_id, route, \
              reasoning, routing_ms, execution_ms, provider, model, routing_model, cache_hit, fallback_used, \
-             attempts, model_fallbacks, prompt_tokens, completion_tokens, tools_used, domains, degraded) ",
+             attempts, model_fallbacks, prompt_tokens, completion_tokens, tools_used, domains, degraded, message) ",
         );
         insert.push_values(decisions, |mut row, d| {
             row.push_bind(&d.id)
@@ -88,7 +90,8 @@ impl AnalyticsStore for PostgresAnalytics {
                 .push_bind(i32::try_from(d.completion_tokens).unwrap_or(i32::MAX))
                 .push_bind(&d.tools_used)
                 .push_bind(&d.domains)
-                .push_bind(&d.degraded);
+                .push_bind(&d.degraded)
+                .push_bind(&d.message);
         });
         // A batch retried after a timeout may have landed already.
         insert.push(" ON CONFLICT (id) DO NOTHING");
@@ -96,15 +99,64 @@ impl AnalyticsStore for PostgresAnalytics {
         Ok(())
     }
 
-    async fn decision_route(&self, tenant: &TenantId, response_id: &str) -> Result<Option<Route>, StoreError> {
-        let route: Option<String> =
-            sqlx::query_scalar("SELECT route FROM routing_decisions WHERE id = $1 AND tenant_id = $2")
+    async fn recorded_turn(&self, tenant: &TenantId, response_id: &str) -> Result<Option<RecordedTurn>, StoreError> {
+        let row: Option<(String, Option<String>, Option<String>)> =
+            sqlx::query_as("SELECT route, user_id, message FROM routing_decisions WHERE id = $1 AND tenant_id = $2")
                 .bind(response_id)
                 .bind(tenant.as_str())
                 .fetch_optional(&self.pool)
                 .await
                 .map_err(unavailable)?;
-        Ok(route.as_deref().and_then(Route::parse))
+        let Some((route, user, message)) = row else { return Ok(None) };
+        let route = route.parse::<Route>().map_err(|err| StoreError::Corrupt(err.to_string()))?;
+        Ok(Some(RecordedTurn { route, user, message }))
+    }
+
+    async fn put_correction(&self, correction: &Correction) -> Result<i64, StoreError> {
+        // A new judgement of the same answer replaces the old row under a new id, so replicas
+        // that loaded the old one load the new one too.
+        let mut tx = self.pool.begin().await.map_err(unavailable)?;
+        sqlx::query("DELETE FROM routing_corrections WHERE response_id = $1")
+            .bind(&correction.response_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(unavailable)?;
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO routing_corrections (tenant_id, user_id, message, route, response_id, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+        )
+        .bind(&correction.tenant)
+        .bind(&correction.user)
+        .bind(&correction.message)
+        .bind(correction.route.as_str())
+        .bind(&correction.response_id)
+        .bind(correction.created_at)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(unavailable)?;
+        tx.commit().await.map_err(unavailable)?;
+        Ok(id)
+    }
+
+    async fn corrections_after(&self, after: i64, limit: i64) -> Result<Vec<StoredCorrection>, StoreError> {
+        let rows: Vec<(i64, String, String, String, String, String, DateTime<Utc>)> = sqlx::query_as(
+            "SELECT id, tenant_id, user_id, message, route, response_id, created_at FROM routing_corrections \
+             WHERE id > $1 ORDER BY id LIMIT $2",
+        )
+        .bind(after)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(unavailable)?;
+        rows.into_iter()
+            .map(|(id, tenant, user, message, route, response_id, created_at)| {
+                let route = route.parse::<Route>().map_err(|err| StoreError::Corrupt(err.to_string()))?;
+                Ok(StoredCorrection {
+                    id,
+                    correction: Correction { tenant, user, message, route, response_id, created_at },
+                })
+            })
+            .collect()
     }
 
     async fn put_feedback(&self, feedback: &Feedback) -> Result<(), StoreError> {
@@ -160,7 +212,7 @@ impl AnalyticsStore for PostgresAnalytics {
                 stats.overall = figures;
             } else {
                 let route: String = row.try_get("route").map_err(unavailable)?;
-                if let Some(route) = Route::parse(&route) {
+                if let Ok(route) = route.parse::<Route>() {
                     stats.routes.push((route, figures));
                 }
             }

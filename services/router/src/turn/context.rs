@@ -60,6 +60,14 @@ impl TurnContext {
         Self { persona, conversation, message: request.message.clone(), routing }
     }
 
+    /// The user's previous message, for short follow-ups.
+    pub fn last_user_turn(&self) -> Option<&str> {
+        self.conversation.iter().rev().find_map(|m| match m {
+            Message::User { content } => Some(content.as_str()),
+            _ => None,
+        })
+    }
+
     /// The conversation followed by the user's message.
     pub fn messages_with_user(&self) -> Vec<Message> {
         let mut messages = self.conversation.clone();

@@ -8,16 +8,21 @@ mod context;
 mod experts;
 mod routing;
 
-use std::{sync::Arc, time::Instant};
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use switchyard_kit::Identity;
 use switchyard_llm::{ChatRequest, Message, ModelRef, ToolChoice, ToolSpec, Usage};
 
 use crate::{
     analytics::{DecisionRecord, Recorder},
+    cache::{Learning, RoutingCache},
     downstream::{GatewayClient, SessionsClient},
     error::RouterError,
     events::{Events, TurnEvent},
+    fast::FastPath,
     limits::Limits,
     metrics::Metrics,
     models::{Answered, Models},
@@ -27,6 +32,10 @@ use crate::{
 };
 
 pub use context::TurnContext;
+pub use routing::FAST_ROUTER;
+
+/// The provider name of models run in this process.
+pub const LOCAL_PROVIDER: &str = "local";
 
 /// Everything a turn needs, shared by all turns.
 pub struct Router {
@@ -38,6 +47,13 @@ pub struct Router {
     pub(crate) fallback_models: Vec<ModelRef>,
     pub(crate) recorder: Option<Arc<Recorder>>,
     pub(crate) metrics: Metrics,
+    /// The fast router and the embedder (loaded in the background after start).
+    pub(crate) fast: Arc<FastPath>,
+    /// The routing cache and learning from corrections, when `UNIFIED_CHAT_CACHE_ROUTING` is on.
+    pub(crate) cache: Option<Arc<RoutingCache>>,
+    pub(crate) learning: Option<Arc<Learning>>,
+    /// `UNIFIED_CHAT_ROUTING_TIMEOUT_MS`; `None` waits for the routing call.
+    pub(crate) routing_timeout: Option<Duration>,
 }
 
 /// What the parts of one turn share: the router, the caller, the turn's context, the models
@@ -98,6 +114,15 @@ impl Router {
             }
         }
         chain
+    }
+
+    /// True when the turn's first model runs here: the fast router routes instead of it.
+    fn routes_locally(&self, chain: &[ModelRef]) -> bool {
+        chain.first().is_some_and(|model| model.provider == LOCAL_PROVIDER)
+    }
+
+    pub fn fast_path(&self) -> &Arc<FastPath> {
+        &self.fast
     }
 
     /// Refuses a turn no configured provider could answer, before any work is done.
@@ -209,7 +234,9 @@ impl Router {
         }
         self.metrics.turn(&outcome.metadata, &answer.answered.model);
         if let Some(recorder) = &self.recorder {
-            recorder.push(DecisionRecord::of(&identity, &outcome, &answer.answered.model));
+            // The message is kept only for learning from corrections (the routing cache).
+            let message = self.learning.is_some().then_some(request.message.as_str());
+            recorder.push(DecisionRecord::of(&identity, &outcome, &answer.answered.model, message));
         }
         Ok(outcome)
     }

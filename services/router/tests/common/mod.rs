@@ -11,7 +11,9 @@ use switchyard_mcp_gateway::{GatewayConfig, GatewayServer};
 use switchyard_proto::router::v1::{
     ChatRequest, ChatStreamRequest, ChatStreamResponse, router_service_client::RouterServiceClient,
 };
-use switchyard_router::{RouterConfig, RouterServer, analytics::PostgresAnalytics};
+use switchyard_router::{
+    RouterConfig, RouterServer, Stores, analytics::PostgresAnalytics, cache::RoutingCache, fast::FastPath,
+};
 use switchyard_sessions::{SessionsConfig, SessionsServer};
 use switchyard_testkit::{Schema, Served, database_url, eventually, llm::ScriptedLlm, peer_tool};
 use switchyard_triggers::{TriggersConfig, TriggersServer};
@@ -31,6 +33,11 @@ pub struct Options {
     pub gateway: bool,
     pub default_model: &'static str,
     pub fallback_models: Vec<&'static str>,
+    /// Load the fast router (MiniLM from the workspace's models/); off by default, so a slow
+    /// scripted routing call waits as the test scripted it.
+    pub fast_router: bool,
+    /// Turn the routing cache on, with its exact entries in the test Redis under a fresh prefix.
+    pub redis_cache: bool,
     pub configure: Box<dyn FnOnce(&mut RouterConfig) + Send>,
 }
 
@@ -40,6 +47,8 @@ impl Default for Options {
             gateway: false,
             default_model: "openai/gpt-4o-mini",
             fallback_models: Vec::new(),
+            fast_router: false,
+            redis_cache: false,
             configure: Box::new(|_| {}),
         }
     }
@@ -52,6 +61,9 @@ pub struct Suite {
     pub gateway: Option<Served>,
     triggers: Served,
     pub schema: Schema,
+    /// The router's configuration, for a second replica.
+    pub config: RouterConfig,
+    redis_cache: Option<switchyard_testkit::KeyPrefix>,
 }
 
 impl Suite {
@@ -107,18 +119,60 @@ impl Suite {
         config.default_model = options.default_model.parse::<ModelRef>().expect("model");
         config.fallback_models = options.fallback_models.iter().map(|m| m.parse().expect("model")).collect();
         config.record_flush_interval = Duration::from_millis(50);
+        config.no_fast_router = !options.fast_router;
+        config.model_dir = switchyard_testkit::model_dir();
+        // Its keys are deleted when the suite is dropped.
+        let prefix = options.redis_cache.then(|| switchyard_testkit::KeyPrefix::new("router-cache"));
+        if let Some(prefix) = &prefix {
+            config.cache_routing = true;
+            config.stores.redis_prefix = prefix.as_str().to_owned();
+        }
         (options.configure)(&mut config);
 
         let schema = Schema::new("router_test");
+        let router = Self::replica(&config, &schema, options.redis_cache).await;
+        Self { llm, router, sessions, gateway, triggers, schema, config, redis_cache: prefix }
+    }
+
+    /// A router on `config` with its analytics in `schema` (and, for `redis_cache`, its exact
+    /// routing cache in the test Redis), serving, with its fast router loaded when configured.
+    async fn replica(config: &RouterConfig, schema: &Schema, redis_cache: bool) -> Served {
         let store = Arc::new(
             PostgresAnalytics::connect(&database_url(), schema.name())
                 .await
                 .unwrap_or_else(|err| panic!("postgres at {} (set DATABASE_URL): {err}", database_url())),
         );
+        let cache = if redis_cache {
+            let url = Secret::new(switchyard_testkit::redis_url());
+            let conn = switchyard_kit::store::connect_redis(&url)
+                .await
+                .unwrap_or_else(|err| panic!("redis at {} (set REDIS_URL): {err}", url.url_without_credentials()));
+            let prefix = switchyard_kit::store::KeyPrefix::parse(&config.stores.redis_prefix).expect("prefix");
+            Some(Arc::new(RoutingCache::redis(config.cache_settings(), conn, prefix)))
+        } else {
+            config.cache_routing.then(|| Arc::new(RoutingCache::memory(config.cache_settings())))
+        };
+        let fast = if config.no_fast_router {
+            FastPath::disabled()
+        } else {
+            // Loaded before serving, so a test's first turn can fall back at once.
+            let dir = config.model_dir.clone();
+            tokio::task::spawn_blocking(move || FastPath::load(&dir))
+                .await
+                .expect("loading task")
+                .unwrap_or_else(|err| panic!("the fast router needs MiniLM (scripts/fetch-models.sh): {err:#}"))
+        };
         let providers = config.providers.build().expect("providers");
-        let router = RouterServer::bind_with(&config, store, providers).await.expect("router binds");
-        let router = Served::spawn(router.local_addr(), |stop| router.serve(stop));
-        Self { llm, router, sessions, gateway, triggers, schema }
+        let stores = Stores { analytics: store, cache };
+        let router = RouterServer::bind_with_parts(config, stores, providers, fast).await.expect("router binds");
+        Served::spawn(router.local_addr(), |stop| router.serve(stop))
+    }
+
+    /// A second router replica sharing this one's Postgres schema (and Redis cache).
+    pub async fn second_replica(&self) -> Served {
+        let mut config = self.config.clone();
+        config.listen = loopback();
+        Self::replica(&config, &self.schema, self.redis_cache.is_some()).await
     }
 
     pub async fn channel(&self) -> Channel {
