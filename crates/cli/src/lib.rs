@@ -25,19 +25,31 @@ pub struct DevPorts {
 
 /// The router's LLM providers and models in `switchyard dev` (from the same flags and
 /// environment variables as `switchyard-router`).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct DevChat {
     pub providers: ProviderArgs,
-    pub default_model: ModelRef,
+    /// The model that routes and answers; when not given, see [`DevChat::model`].
+    pub default_model: Option<ModelRef>,
     pub fallback_models: Vec<ModelRef>,
+    /// The MiniLM folder of the fast router and the gateway (default: `models/all-MiniLM-L6-v2`
+    /// under the current directory, where `scripts/dev` runs).
+    pub embedding_model_dir: Option<std::path::PathBuf>,
 }
 
-impl Default for DevChat {
-    fn default() -> Self {
-        Self {
-            providers: ProviderArgs::default(),
-            default_model: ModelRef::new("openai", "gpt-4o-mini"),
-            fallback_models: Vec::new(),
+impl DevChat {
+    /// The model given, else a vendor's when one is configured (OpenAI's first), else the
+    /// local model: with no key and no network, `switchyard dev` still answers.
+    pub fn model(&self) -> ModelRef {
+        if let Some(model) = &self.default_model {
+            return model.clone();
+        }
+        let p = &self.providers;
+        if p.openai_api_key.is_some() || p.openai_base_url.is_some() {
+            ModelRef::new("openai", "gpt-4o-mini")
+        } else if p.anthropic_api_key.is_some() || p.anthropic_base_url.is_some() {
+            ModelRef::new("anthropic", "claude-3-5-sonnet-20241022")
+        } else {
+            ModelRef::new(switchyard_router::turn::LOCAL_PROVIDER, switchyard_local_llm::MODEL_NAME)
         }
     }
 }
@@ -73,14 +85,20 @@ impl DevStack {
             mcp.servers,
         );
         gateway_config.config_file = mcp.config_file;
+        if let Some(dir) = &chat.embedding_model_dir {
+            gateway_config.model_dir = dir.clone();
+        }
         let gateway = GatewayServer::bind(&gateway_config).await.context("starting the MCP gateway")?;
         let mut router_config = RouterConfig::in_memory(
             SocketAddr::new(ports.host, ports.router),
             &format!("http://{}", sessions.local_addr()),
             &format!("http://{}", gateway.local_addr()),
         );
+        router_config.default_model = chat.model();
+        router_config.model_dir = gateway_config.model_dir.clone();
+        // One process, one user: the routing cache and learning from corrections are on.
+        router_config.cache_routing = true;
         router_config.providers = chat.providers;
-        router_config.default_model = chat.default_model;
         router_config.fallback_models = chat.fallback_models;
         let router = RouterServer::bind(&router_config).await.context("starting the router")?;
         Ok(Self { triggers, sessions, gateway, router })
@@ -100,6 +118,11 @@ impl DevStack {
 
     pub fn router_addr(&self) -> SocketAddr {
         self.router.local_addr()
+    }
+
+    /// The router itself (tests wait for its fast router to load).
+    pub fn router(&self) -> std::sync::Arc<switchyard_router::Router> {
+        self.router.router()
     }
 
     pub fn triggers_addr(&self) -> SocketAddr {

@@ -51,9 +51,11 @@ struct DevArgs {
     #[command(flatten)]
     providers: ProviderArgs,
 
-    /// The model that routes and answers (`openai/<model>`, `anthropic/<model>`).
-    #[arg(long, env = "UNIFIED_CHAT_DEFAULT_MODEL", default_value = "openai/gpt-4o-mini")]
-    default_model: ModelRef,
+    /// The model that routes and answers (`openai/<model>`, `anthropic/<model>`,
+    /// `local/smollm2-135m-instruct`). Default: `openai/gpt-4o-mini` when an OpenAI key or base
+    /// URL is set, else Anthropic's when one is, else the local model (no key, no network).
+    #[arg(long, env = "UNIFIED_CHAT_DEFAULT_MODEL")]
+    default_model: Option<ModelRef>,
 
     /// Models tried in order when a model fails (comma-separated).
     #[arg(long, env = "UNIFIED_CHAT_FALLBACK_MODELS", value_delimiter = ',')]
@@ -88,8 +90,13 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
         mcp: args.mcp_port,
         router: args.router_port,
     };
-    let chat =
-        DevChat { providers: args.providers, default_model: args.default_model, fallback_models: args.fallback_models };
+    let chat = DevChat {
+        providers: args.providers,
+        default_model: args.default_model,
+        fallback_models: args.fallback_models,
+        embedding_model_dir: None,
+    };
+    let model = chat.model();
     let stack =
         DevStack::start(ports, DevMcp { servers: args.mcp_servers, config_file: args.mcp_config }, chat).await?;
     tracing::info!(triggers = %stack.triggers_addr(), sessions = %stack.sessions_addr(), "switchyard dev: services up");
@@ -99,6 +106,11 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
     println!("  mcp-gateway  grpc://{}  switchyard.mcp.v1.McpGatewayService", stack.mcp_gateway_addr());
     println!("  mcp-gateway  http://{}/mcp  (MCP streamable HTTP)", stack.mcp_addr());
     println!("  router    grpc://{}  switchyard.router.v1.RouterService", stack.router_addr());
+    if model.provider == "local" {
+        println!("  chat      {model} on this machine's CPU (no API key set), routed by the fast router");
+    } else {
+        println!("  chat      {model}");
+    }
     println!("Press Ctrl-C to stop.");
     stack.serve(shutdown_signal()).await
 }

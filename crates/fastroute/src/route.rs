@@ -66,6 +66,10 @@ mod tests {
             assert_eq!(Route::ALL[route.index()], route);
         }
         assert!("Direct".parse::<Route>().is_err());
+        // The router's cache stores routes by the same names.
+        for route in Route::ALL {
+            assert_eq!(serde_json::to_string(&route).unwrap(), format!("\"{route}\""));
+        }
         assert!("".parse::<Route>().is_err());
     }
 }

@@ -83,6 +83,12 @@ pub struct RouterConfig {
     #[arg(long, env = "SWITCHYARD_MODEL_DIR", default_value = "models/all-MiniLM-L6-v2")]
     pub model_dir: std::path::PathBuf,
 
+    /// The local chat model's folder (`model.gguf`; scripts/fetch-models.sh), loaded when the
+    /// default or a fallback model is `local/smollm2-135m-instruct`. Default: the repository's
+    /// models/ (or `$SWITCHYARD_MODELS_DIR`).
+    #[arg(long, env = "SWITCHYARD_LOCAL_MODEL_DIR")]
+    pub local_model_dir: Option<std::path::PathBuf>,
+
     /// Run without the fast router even when the model folder is present.
     #[arg(long, env = "ROUTER_NO_FAST_ROUTER")]
     pub no_fast_router: bool,
@@ -114,6 +120,11 @@ pub struct RouterConfig {
     /// Tools the MCP agent is shown (the gateway's top-k for the context).
     #[arg(long, env = "ROUTER_AGENT_TOOLS", default_value_t = 8)]
     pub agent_tools: u32,
+
+    /// Tools the MCP agent shows a local model (fewer: a small model chooses better among the
+    /// gateway's best few, and a shorter prompt is read sooner).
+    #[arg(long, env = "ROUTER_LOCAL_AGENT_TOOLS", default_value_t = 3)]
+    pub local_agent_tools: u32,
 
     /// Longest one MCP tool call may take.
     #[arg(long, env = "ROUTER_TOOL_CALL_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
@@ -172,6 +183,7 @@ impl RouterConfig {
             corrections_refresh: Duration::from_secs(5),
             model_dir: std::path::PathBuf::from("models/all-MiniLM-L6-v2"),
             no_fast_router: false,
+            local_model_dir: None,
             log_routing_decisions: true,
             max_chat_message_bytes: 32 * 1024,
             max_history: 100,
@@ -179,6 +191,7 @@ impl RouterConfig {
             max_tokens_limit: 16_384,
             max_tool_steps: 6,
             agent_tools: 8,
+            local_agent_tools: 3,
             tool_call_timeout: Duration::from_secs(30),
             max_experts: 4,
             expert_concurrency: 4,
@@ -199,11 +212,19 @@ impl RouterConfig {
             max_tokens: self.max_tokens_limit,
             max_tool_steps: self.max_tool_steps,
             agent_tools: self.agent_tools,
+            local_agent_tools: self.local_agent_tools.max(1),
             tool_call_timeout: self.tool_call_timeout,
             max_experts: self.max_experts,
             expert_concurrency: self.expert_concurrency.max(1),
             expert_timeout: self.expert_timeout,
         }
+    }
+
+    /// True when a configured model runs in this process.
+    pub fn uses_local_model(&self) -> bool {
+        std::iter::once(&self.default_model)
+            .chain(&self.fallback_models)
+            .any(|model| model.provider == crate::turn::LOCAL_PROVIDER)
     }
 
     pub fn cache_settings(&self) -> crate::cache::CacheSettings {

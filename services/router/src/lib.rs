@@ -108,7 +108,7 @@ impl RouterServer {
     pub async fn bind(config: &RouterConfig) -> anyhow::Result<Self> {
         check(config)?;
         let stores = open_stores(config).await?;
-        let providers = config.providers.build()?;
+        let providers = with_local_model(config, config.providers.build()?).await?;
         let fast = fast_path(config);
         Self::bind_with_parts(config, stores, providers, fast).await
     }
@@ -193,6 +193,24 @@ impl RouterServer {
         }
         served
     }
+}
+
+/// `providers` with the local model added when the configuration names it: loaded (on a
+/// blocking thread) before the router serves, so a missing file fails the start with what to
+/// run.
+pub async fn with_local_model(config: &RouterConfig, mut providers: Providers) -> anyhow::Result<Providers> {
+    if !config.uses_local_model() {
+        return Ok(providers);
+    }
+    let dir = config.local_model_dir.clone().unwrap_or_else(switchyard_local_llm::default_model_dir);
+    let shown = dir.display().to_string();
+    let model = tokio::task::spawn_blocking(move || switchyard_local_llm::LocalModel::load(dir))
+        .await
+        .context("loading the local model")?
+        .with_context(|| format!("loading the local model from {shown}"))?;
+    tracing::info!(model_dir = %shown, "local model loaded");
+    providers.insert(Arc::new(switchyard_local_llm::LocalProvider::new(model)));
+    Ok(providers)
 }
 
 /// The fast router, loading in the background, unless turned off.

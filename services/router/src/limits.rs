@@ -12,6 +12,8 @@ pub struct Limits {
     pub max_tokens: u32,
     pub max_tool_steps: usize,
     pub agent_tools: u32,
+    /// Tools shown to a local model: a small model chooses better among the gateway's best few.
+    pub local_agent_tools: u32,
     pub tool_call_timeout: Duration,
     pub max_experts: usize,
     pub expert_concurrency: usize,
@@ -27,6 +29,7 @@ impl Default for Limits {
             max_tokens: 16_384,
             max_tool_steps: 6,
             agent_tools: 8,
+            local_agent_tools: 3,
             tool_call_timeout: Duration::from_secs(30),
             max_experts: 4,
             expert_concurrency: 4,

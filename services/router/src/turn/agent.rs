@@ -39,11 +39,12 @@ pub(super) async fn run(
 ) -> Result<RouteAnswer, RouterError> {
     let Scope { router, identity, ctx, chain, events, .. } = *scope;
     let session_id = switchyard_kit::SessionId::parse(&ctx.routing.conversation_id)?;
-    let tools = match router
-        .gateway
-        .tools_for(identity, &session_id, &ctx.message, &decision.reasoning, router.limits.agent_tools)
-        .await
-    {
+    let top_k = if router.routes_locally(chain) { router.limits.local_agent_tools } else { router.limits.agent_tools };
+    // The model's reasoning says what the tools are for; the fast router's and the cache's
+    // describe how the route was chosen, which would only blur the gateway's ranking.
+    let model_decided = !meta.cache_hit && !meta.fallback_used && meta.routing_model != super::FAST_ROUTER;
+    let purpose = if model_decided { decision.reasoning.as_str() } else { "" };
+    let tools = match router.gateway.tools_for(identity, &session_id, &ctx.message, purpose, top_k).await {
         Ok(tools) if !tools.is_empty() => tools,
         Ok(_) => {
             meta.degraded.push("mcp_agent: the gateway offers no tools; answered directly".to_owned());
@@ -55,6 +56,7 @@ pub(super) async fn run(
             return scope.answer_directly().await;
         }
     };
+    tracing::debug!(tools = ?tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), "tools offered to the agent");
     let specs: Vec<ToolSpec> = tools
         .iter()
         .map(|t| ToolSpec {
@@ -79,6 +81,11 @@ pub(super) async fn run(
         if answered.completion.tool_calls.is_empty() || last_step {
             if last_step && !answered.completion.tool_calls.is_empty() {
                 meta.degraded.push(format!("mcp_agent: stopped after {} tool steps", router.limits.max_tool_steps));
+            }
+            if step == 1 && answered.completion.tool_calls.is_empty() {
+                // The route wanted tools and none was called: the answer says why (a local
+                // model that could not form a valid call says so in it); the metadata too.
+                meta.degraded.push("mcp_agent: the model answered without calling a tool".to_owned());
             }
             answered.completion.tool_calls.clear();
             answered.fallbacks = fallbacks;

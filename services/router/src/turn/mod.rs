@@ -117,7 +117,7 @@ impl Router {
     }
 
     /// True when the turn's first model runs here: the fast router routes instead of it.
-    fn routes_locally(&self, chain: &[ModelRef]) -> bool {
+    pub(crate) fn routes_locally(&self, chain: &[ModelRef]) -> bool {
         chain.first().is_some_and(|model| model.provider == LOCAL_PROVIDER)
     }
 

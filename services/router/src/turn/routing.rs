@@ -2,7 +2,8 @@
 //! 1. the routing cache, when it is on (a user's corrections, then the tenant's decisions by
 //!    exact and by similar message): a hit skips the routing call (`cache_hit`);
 //! 2. with a local model first in the chain, the fast router decides (a 135M model cannot be
-//!    trusted with tool calling, and the fast router is faster than its first token);
+//!    trusted to choose a route, and the fast router is faster than its first token); until
+//!    it is loaded, such turns are answered directly;
 //! 3. otherwise one streamed model call with the spec's two routing tools and `tool_choice`
 //!    auto. Text means the model answers directly, and it goes to the client as it arrives
 //!    (spec, "Streaming Support"); a routing tool call means a handler answers. When the call
@@ -54,20 +55,22 @@ pub(super) async fn route(
     // The message's embedding, computed at most once per turn (cache, then fast router).
     let mut vector: Option<Vec<f32>> = None;
 
-    if router.cache.is_some() {
-        if let Some(hit) = cache_lookup(scope, &mut vector).await {
-            meta.cache_hit = true;
-            let decision = Decision { reasoning: hit.reasoning(), ..hit.cached.decision() };
-            return announce(scope, meta, started, route_event, decision).await;
-        }
+    if router.cache.is_some()
+        && let Some(hit) = cache_lookup(scope, &mut vector).await
+    {
+        meta.cache_hit = true;
+        let decision = Decision { reasoning: hit.reasoning(), ..hit.cached.decision() };
+        return announce(scope, meta, started, route_event, decision).await;
     }
 
     if router.routes_locally(scope.chain) {
-        if let Some(decision) = fast_decision(scope, &mut vector).await {
-            meta.routing_model = FAST_ROUTER.to_owned();
-            return announce(scope, meta, started, route_event, decision).await;
-        }
-        // The fast router is not loaded yet: the local model routes with the tools.
+        // A small local model asked to choose a routing tool would always choose one.
+        let decision = fast_decision(scope, &mut vector).await.unwrap_or_else(|| Decision {
+            reasoning: "the fast router is not loaded (yet): the local model answers directly".to_owned(),
+            ..Decision::direct()
+        });
+        meta.routing_model = FAST_ROUTER.to_owned();
+        return announce(scope, meta, started, route_event, decision).await;
     }
 
     let routed = routing_call(scope, meta, started, route_event, &mut vector).await?;
@@ -179,7 +182,7 @@ enum Fallback {
     /// It said direct: keep the routing call's stream as the answer.
     Direct,
     /// It chose a handler.
-    Handler(Routed),
+    Handler(Box<Routed>),
 }
 
 async fn fall_back(
@@ -198,7 +201,7 @@ async fn fall_back(
     meta.degraded.push(format!("routing: {why}; the fast router chose {}", decision.route));
     let direct = decision.route == Route::Direct;
     let routed = announce(scope, meta, started, route_event, decision).await?;
-    Ok(if direct { Fallback::Direct } else { Fallback::Handler(routed) })
+    Ok(if direct { Fallback::Direct } else { Fallback::Handler(Box::new(routed)) })
 }
 
 async fn routing_call(
@@ -229,7 +232,7 @@ async fn routing_call(
                     overtaken = true;
                     opening.await
                 }
-                Fallback::Handler(routed) => return Ok(routed),
+                Fallback::Handler(routed) => return Ok(*routed),
                 Fallback::Unavailable => opening.await,
             },
         },
@@ -244,7 +247,7 @@ async fn routing_call(
             {
                 // With every model failing there is no call to keep: answer without one.
                 Fallback::Direct => Ok(Routed::decided(Decision::direct())),
-                Fallback::Handler(routed) => Ok(routed),
+                Fallback::Handler(routed) => Ok(*routed),
                 Fallback::Unavailable => Err(err),
             };
         }
@@ -265,7 +268,7 @@ async fn routing_call(
             Next::TimedOut => {
                 match fall_back(scope, meta, started, route_event, vector, late(timeout)).await? {
                     Fallback::Direct => announced_direct = true,
-                    Fallback::Handler(routed) => return Ok(routed),
+                    Fallback::Handler(routed) => return Ok(*routed),
                     Fallback::Unavailable => deadline = None,
                 }
                 continue;
@@ -274,7 +277,7 @@ async fn routing_call(
                 let why = format!("routing call failed ({err})");
                 return match fall_back(scope, meta, started, route_event, vector, why).await? {
                     Fallback::Direct => Ok(Routed::decided(Decision::direct())),
-                    Fallback::Handler(routed) => Ok(routed),
+                    Fallback::Handler(routed) => Ok(*routed),
                     Fallback::Unavailable => Err(RouterError::ModelsUnavailable(err.to_string())),
                 };
             }
@@ -312,7 +315,7 @@ async fn routing_call(
     if meta.fallback_used {
         // The fast router said direct and the route was announced: the routing call's answer
         // is the answer, unless it called a routing tool, when a direct call answers instead.
-        let answer = decision.is_none().then(|| Answered { model, completion, fallbacks: 0 });
+        let answer = decision.is_none().then_some(Answered { model, completion, fallbacks: 0 });
         return Ok(Routed { decision: Decision::direct(), answer, usage: Usage::default() });
     }
     let Some(decision) = decision else {
