@@ -106,11 +106,16 @@ impl Hit {
                 "learned from your correction of a similar message ({similarity:.2} similar): \"{}\"",
                 clip(message, 120)
             ),
-            HitKind::Exact => format!("cached decision for the same message: {}", self.cached.reasoning),
+            HitKind::Exact => self.with_reasoning("cached decision for the same message".to_owned()),
             HitKind::Similar { similarity } => {
-                format!("cached decision for a similar message ({similarity:.2} similar): {}", self.cached.reasoning)
+                self.with_reasoning(format!("cached decision for a similar message ({similarity:.2} similar)"))
             }
         }
+    }
+
+    /// `why`, then the cached decision's own reasoning when it has one (a direct answer has none).
+    fn with_reasoning(&self, why: String) -> String {
+        if self.cached.reasoning.is_empty() { why } else { format!("{why}: {}", self.cached.reasoning) }
     }
 }
 
@@ -453,7 +458,11 @@ mod tests {
         let cache = RoutingCache::memory(CacheSettings::default());
         cache.put("acme", "What is in  README.md?", None, &cached(Route::McpAgent)).await.unwrap();
         let hit = cache.exact("acme", "what is in readme.md?").await.unwrap().expect("hit");
-        assert_eq!((hit.cached.route, hit.kind), (Route::McpAgent, HitKind::Exact));
+        assert_eq!((hit.cached.route, &hit.kind), (Route::McpAgent, &HitKind::Exact));
+        assert_eq!(hit.reasoning(), "cached decision for the same message: because");
+        let direct =
+            Hit { cached: CachedRoute { reasoning: String::new(), ..cached(Route::Direct) }, kind: HitKind::Exact };
+        assert_eq!(direct.reasoning(), "cached decision for the same message");
         assert_eq!(cache.exact("globex", "What is in README.md?").await.unwrap(), None);
         cache.forget("acme", "WHAT IS IN README.MD?").await.unwrap();
         assert_eq!(cache.exact("acme", "What is in README.md?").await.unwrap(), None);
