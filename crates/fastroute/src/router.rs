@@ -151,6 +151,23 @@ impl FastRouter {
     /// at the last turn, so single-message accuracy is what the evaluation measures.
     pub fn decide(&self, message: &str, last_turn: Option<&str>) -> Result<Decision, FastRouteError> {
         let own = self.decide_alone(message)?;
+        self.follow_up(own, message, last_turn)
+    }
+
+    /// [`FastRouter::decide`] for a message whose embedding the caller already has (the
+    /// router's cache embeds it first): the message is not embedded again.
+    pub fn decide_embedded(
+        &self,
+        message: &str,
+        vector: &[f32],
+        last_turn: Option<&str>,
+    ) -> Result<Decision, FastRouteError> {
+        let own = self.decide_vector(message.trim(), vector);
+        self.follow_up(own, message, last_turn)
+    }
+
+    /// The follow-up rule of [`FastRouter::decide`], given the message's own decision.
+    fn follow_up(&self, own: Decision, message: &str, last_turn: Option<&str>) -> Result<Decision, FastRouteError> {
         let Some(last_turn) = last_turn.map(str::trim).filter(|text| !text.is_empty()) else {
             return Ok(own);
         };

@@ -67,6 +67,12 @@ fn last_turn_is_used_only_for_an_unsure_short_follow_up() {
     assert!(followed.from_last_turn, "{followed:?}");
     assert_eq!(followed.route, Route::McpAgent, "{followed:?}");
     assert!(followed.confidence > alone.confidence, "{followed:?} vs {alone:?}");
+    // From an embedding the caller already has, the same decision.
+    let vector = router.embedder().embed(&["and what about tomorrow?"]).expect("embed").remove(0);
+    let embedded = router
+        .decide_embedded("and what about tomorrow?", &vector, Some("What's the weather forecast for Paris today?"))
+        .expect("decision");
+    assert_eq!(embedded, followed);
 }
 
 #[test]

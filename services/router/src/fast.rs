@@ -78,18 +78,13 @@ impl FastPath {
         }
     }
 
-    /// The fast router's decision for `message` (embedded as `vector` when the caller has it),
-    /// with the last user turn for short follow-ups; on the blocking pool.
-    pub async fn decide(&self, message: &str, vector: Option<Vec<f32>>, last_turn: Option<String>) -> Option<Decision> {
+    /// The fast router's decision for `message` from its embedding `vector`, with the last
+    /// user turn for short follow-ups; on the blocking pool.
+    pub async fn decide(&self, message: &str, vector: Vec<f32>, last_turn: Option<String>) -> Option<Decision> {
         let router = self.router()?;
         let message = message.trim().to_owned();
-        let decided = tokio::task::spawn_blocking(move || match (vector, last_turn) {
-            // A message that stands alone is decided from its vector; a possible follow-up
-            // may need the last turn embedded too, which `decide` does.
-            (Some(vector), None) => Ok(router.decide_vector(&message, &vector)),
-            (_, last_turn) => router.decide(&message, last_turn.as_deref()),
-        })
-        .await;
+        let decided =
+            tokio::task::spawn_blocking(move || router.decide_embedded(&message, &vector, last_turn.as_deref())).await;
         match decided {
             Ok(Ok(decision)) => Some(decision),
             Ok(Err(err)) => {

@@ -120,11 +120,12 @@ async fn fast_decision(scope: &Scope<'_>, vector: &mut Option<Vec<f32>>) -> Opti
     if !fast.is_ready() {
         return None;
     }
-    let last_turn = scope.ctx.last_user_turn().map(str::to_owned);
-    if vector.is_none() && last_turn.is_none() {
+    // Embedded once per turn: the cache may have done it, and a decision here is cached too.
+    if vector.is_none() {
         *vector = fast.embed(&scope.ctx.message).await;
     }
-    let decided = fast.decide(&scope.ctx.message, vector.clone(), last_turn).await?;
+    let last_turn = scope.ctx.last_user_turn().map(str::to_owned);
+    let decided = fast.decide(&scope.ctx.message, vector.clone()?, last_turn).await?;
     let nearest = &decided.nearest;
     let reasoning = format!(
         "fast router: {} with confidence {:.2}{}; nearest example \"{}\" ({:.2} similar)",
@@ -204,6 +205,24 @@ async fn fall_back(
     Ok(if direct { Fallback::Direct } else { Fallback::Handler(Box::new(routed)) })
 }
 
+/// A routing call that failed before deciding: the fast router decides, or the failure stands.
+async fn after_failure(
+    scope: &Scope<'_>,
+    meta: &mut Metadata,
+    started: Instant,
+    route_event: RouteEvent<'_>,
+    vector: &mut Option<Vec<f32>>,
+    err: RouterError,
+) -> Result<Routed, RouterError> {
+    let why = format!("routing call failed ({err})");
+    match fall_back(scope, meta, started, route_event, vector, why).await? {
+        // The call failed: there is no answer to keep, so a direct call answers.
+        Fallback::Direct => Ok(Routed::decided(Decision::direct())),
+        Fallback::Handler(routed) => Ok(*routed),
+        Fallback::Unavailable => Err(err),
+    }
+}
+
 async fn routing_call(
     scope: &Scope<'_>,
     meta: &mut Metadata,
@@ -241,16 +260,7 @@ async fn routing_call(
         Ok(opened) => opened,
         // Direct was announced: the direct answer reports the models' failure.
         Err(_) if overtaken => return Ok(Routed::decided(Decision::direct())),
-        Err(err) => {
-            return match fall_back(scope, meta, started, route_event, vector, format!("routing call failed ({err})"))
-                .await?
-            {
-                // With every model failing there is no call to keep: answer without one.
-                Fallback::Direct => Ok(Routed::decided(Decision::direct())),
-                Fallback::Handler(routed) => Ok(*routed),
-                Fallback::Unavailable => Err(err),
-            };
-        }
+        Err(err) => return after_failure(scope, meta, started, route_event, vector, err).await,
     };
     let Opened { model, events: mut stream, fallbacks } = opened;
     meta.routing_model = model.to_string();
@@ -274,12 +284,8 @@ async fn routing_call(
                 continue;
             }
             Next::Event(Err(err)) if !announced_direct && !decided => {
-                let why = format!("routing call failed ({err})");
-                return match fall_back(scope, meta, started, route_event, vector, why).await? {
-                    Fallback::Direct => Ok(Routed::decided(Decision::direct())),
-                    Fallback::Handler(routed) => Ok(*routed),
-                    Fallback::Unavailable => Err(RouterError::ModelsUnavailable(err.to_string())),
-                };
+                let err = RouterError::ModelsUnavailable(err.to_string());
+                return after_failure(scope, meta, started, route_event, vector, err).await;
             }
             Next::Event(Err(err)) => return Err(RouterError::ModelsUnavailable(err.to_string())),
             Next::Ended => {
