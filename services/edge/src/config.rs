@@ -1,0 +1,148 @@
+//! The edge's configuration: flags with environment fallbacks.
+
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use clap::Args;
+use switchyard_kit::{Secret, config::parse_duration};
+
+use crate::{auth::JwtConfig, upstream::UpstreamUrls};
+
+#[derive(Debug, Clone, Args)]
+pub struct EdgeConfig {
+    /// Address the HTTP server listens on.
+    #[arg(long, env = "EDGE_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+
+    /// gRPC URL of the router.
+    #[arg(long, env = "ROUTER_URL", default_value = "http://127.0.0.1:50053")]
+    pub router_url: String,
+
+    /// gRPC URL of the sessions service (sessions and roles).
+    #[arg(long, env = "SESSIONS_URL", default_value = "http://127.0.0.1:50052")]
+    pub sessions_url: String,
+
+    /// gRPC URL of the MCP gateway.
+    #[arg(long, env = "MCP_GATEWAY_URL", default_value = "http://127.0.0.1:50054")]
+    pub mcp_gateway_url: String,
+
+    /// gRPC URL of the triggers service.
+    #[arg(long, env = "TRIGGERS_URL", default_value = "http://127.0.0.1:50051")]
+    pub triggers_url: String,
+
+    /// Serve requests that carry no credential, as the default tenant, and let them manage
+    /// roles. For `switchyard dev` and local trials only; logged loudly at start.
+    #[arg(long, env = "EDGE_OPEN", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub open: bool,
+
+    /// Postgres holding the API keys (`switchyard keys create` writes there); API keys are
+    /// off without it.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<Secret>,
+
+    /// Postgres schema of the key table.
+    #[arg(long, env = "EDGE_DB_SCHEMA", default_value = "edge")]
+    pub db_schema: String,
+
+    /// How long a key check is remembered (a revoked key keeps working this long at most).
+    #[arg(long, env = "EDGE_KEY_CACHE_TTL", default_value = "30s", value_parser = parse_duration)]
+    pub key_cache_ttl: Duration,
+
+    /// Shared secret for HS256 tokens.
+    #[arg(long, env = "EDGE_JWT_HS256_SECRET", hide_env_values = true)]
+    pub jwt_hs256_secret: Option<Secret>,
+
+    /// JWKS file with the public keys for RS256 tokens (re-read when it changes).
+    #[arg(long, env = "EDGE_JWT_JWKS_FILE")]
+    pub jwt_jwks_file: Option<PathBuf>,
+
+    /// Required `iss` of tokens.
+    #[arg(long, env = "EDGE_JWT_ISSUER")]
+    pub jwt_issuer: Option<String>,
+
+    /// Required `aud` of tokens.
+    #[arg(long, env = "EDGE_JWT_AUDIENCE")]
+    pub jwt_audience: Option<String>,
+
+    /// The token claim naming the caller's tenant.
+    #[arg(long, env = "EDGE_JWT_TENANT_CLAIM", default_value = "tenant")]
+    pub jwt_tenant_claim: String,
+
+    /// Requests a second each credential may make (0: no limit).
+    #[arg(long, env = "EDGE_RATE_LIMIT", default_value_t = 20)]
+    pub rate_limit: u32,
+
+    /// Requests a credential may make at once above its rate.
+    #[arg(long, env = "EDGE_RATE_BURST", default_value_t = 40)]
+    pub rate_burst: u32,
+
+    /// Largest request body, in bytes (413 above it).
+    #[arg(long, env = "EDGE_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
+    pub max_body_bytes: usize,
+
+    /// Deadline of one unary call through the edge (streams are bounded by the router's own
+    /// turn limits instead).
+    #[arg(long, env = "EDGE_REQUEST_TIMEOUT", default_value = "120s", value_parser = parse_duration)]
+    pub request_timeout: Duration,
+
+    /// Largest gRPC message sent to or accepted from the services, in bytes.
+    #[arg(long, env = "MAX_MESSAGE_BYTES", default_value_t = 4 * 1024 * 1024)]
+    pub max_message_bytes: usize,
+
+    /// Origins browsers may call the API from (comma-separated, `*` for any); no CORS
+    /// headers when empty.
+    #[arg(long, env = "EDGE_CORS_ORIGINS", value_delimiter = ',')]
+    pub cors_origins: Vec<String>,
+
+    /// On SIGTERM/SIGINT, how long in-flight requests and streams may take to finish.
+    #[arg(long, env = "SHUTDOWN_GRACE", default_value = "20s", value_parser = parse_duration)]
+    pub shutdown_grace: Duration,
+}
+
+impl EdgeConfig {
+    /// An open edge on `listen` in front of the given services (for `switchyard dev` and
+    /// tests).
+    pub fn open(listen: SocketAddr, urls: &UpstreamUrls) -> Self {
+        Self {
+            listen,
+            router_url: urls.router.clone(),
+            sessions_url: urls.sessions.clone(),
+            mcp_gateway_url: urls.mcp_gateway.clone(),
+            triggers_url: urls.triggers.clone(),
+            open: true,
+            database_url: None,
+            db_schema: "edge".into(),
+            key_cache_ttl: Duration::from_secs(30),
+            jwt_hs256_secret: None,
+            jwt_jwks_file: None,
+            jwt_issuer: None,
+            jwt_audience: None,
+            jwt_tenant_claim: "tenant".into(),
+            rate_limit: 20,
+            rate_burst: 40,
+            max_body_bytes: 1024 * 1024,
+            request_timeout: Duration::from_secs(120),
+            max_message_bytes: 4 * 1024 * 1024,
+            cors_origins: Vec::new(),
+            shutdown_grace: Duration::from_secs(20),
+        }
+    }
+
+    pub fn urls(&self) -> UpstreamUrls {
+        UpstreamUrls {
+            router: self.router_url.clone(),
+            sessions: self.sessions_url.clone(),
+            triggers: self.triggers_url.clone(),
+            mcp_gateway: self.mcp_gateway_url.clone(),
+        }
+    }
+
+    pub fn jwt(&self) -> JwtConfig {
+        JwtConfig {
+            hs256_secret: self.jwt_hs256_secret.clone(),
+            jwks_file: self.jwt_jwks_file.clone(),
+            issuer: self.jwt_issuer.clone(),
+            audience: self.jwt_audience.clone(),
+            tenant_claim: self.jwt_tenant_claim.clone(),
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! Errors as HTTP: a status and a JSON body in Google's error format, which gRPC-JSON
+//! transcoders also use, so a client written against Envoy or grpc-gateway reads ours:
+//!
+//! ```json
+//! {"error": {"code": 400, "status": "INVALID_ARGUMENT", "message": "query: must not be empty",
+//!   "details": [{"@type": "type.googleapis.com/google.rpc.BadRequest",
+//!                "field_violations": [{"field": "query", "description": "must not be empty"}]}]}}
+//! ```
+//!
+//! A gRPC status keeps its class on the way out (the standard code → HTTP mapping), so a
+//! caller's mistake is a 4xx however deep it was found.
+
+use axum::response::{IntoResponse, Response};
+use http::{HeaderValue, StatusCode, header};
+use serde_json::{Value, json};
+use tonic::Code;
+use tonic_types::StatusExt;
+
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    status: StatusCode,
+    code: Code,
+    message: String,
+    field: Option<String>,
+    /// Seconds, for 429 and 503.
+    retry_after: Option<u64>,
+    /// `WWW-Authenticate` challenge, for 401.
+    challenge: bool,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: Code, message: impl Into<String>) -> Self {
+        Self { status, code, message: message.into(), field: None, retry_after: None, challenge: false }
+    }
+
+    /// 400 for one request field; the message is `field: reason`.
+    pub fn bad_request(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        let field = field.into();
+        let reason = reason.into();
+        let mut error = Self::new(StatusCode::BAD_REQUEST, Code::InvalidArgument, format!("{field}: {reason}"));
+        error.field = Some(field);
+        error
+    }
+
+    pub fn unauthenticated(message: impl Into<String>) -> Self {
+        let mut error = Self::new(StatusCode::UNAUTHORIZED, Code::Unauthenticated, message);
+        error.challenge = true;
+        error
+    }
+
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, Code::PermissionDenied, message)
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, Code::NotFound, message)
+    }
+
+    pub fn method_not_allowed(allowed: &[http::Method]) -> Self {
+        let names: Vec<&str> = allowed.iter().map(http::Method::as_str).collect();
+        Self::new(StatusCode::METHOD_NOT_ALLOWED, Code::Unimplemented, format!("method not allowed; use {}", names.join(", ")))
+    }
+
+    pub fn payload_too_large(limit: usize) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            Code::InvalidArgument,
+            format!("the request body is larger than the limit of {limit} bytes"),
+        )
+    }
+
+    pub fn unsupported_media_type(found: &str) -> Self {
+        Self::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Code::InvalidArgument,
+            format!("content-type `{found}` is not supported; send application/json"),
+        )
+    }
+
+    pub fn rate_limited(retry_after_secs: u64) -> Self {
+        let mut error = Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            Code::ResourceExhausted,
+            format!("rate limit reached for this credential; retry in {retry_after_secs} s"),
+        );
+        error.retry_after = Some(retry_after_secs);
+        error
+    }
+
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, Code::Unavailable, message)
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, Code::Internal, message)
+    }
+
+    /// A status from an upstream service, with the field of its `BadRequest` detail.
+    pub fn from_status(status: &tonic::Status) -> Self {
+        let http = http_status(status.code());
+        let (field, message) = match status.code() {
+            Code::InvalidArgument | Code::OutOfRange => {
+                let field =
+                    status.get_details_bad_request().and_then(|bad| bad.field_violations.into_iter().next()).map(|v| v.field);
+                (field, status.message().to_owned())
+            }
+            // Never pass a server's internal detail to callers; the upstream logged it.
+            Code::Internal | Code::Unknown | Code::DataLoss => (None, "internal error".to_owned()),
+            _ => (None, status.message().to_owned()),
+        };
+        let mut error = Self::new(http, status.code(), message);
+        error.field = field;
+        if status.code() == Code::ResourceExhausted || status.code() == Code::Unavailable {
+            error.retry_after = Some(1);
+        }
+        error
+    }
+
+    pub fn status(&self) -> u16 {
+        self.status.as_u16()
+    }
+
+    pub fn http_status(&self) -> StatusCode {
+        self.status
+    }
+
+    pub fn code(&self) -> Code {
+        self.code
+    }
+
+    pub fn field(&self) -> Option<&str> {
+        self.field.as_deref()
+    }
+
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    pub fn retry_after(&self) -> Option<u64> {
+        self.retry_after
+    }
+
+    /// The `{"error": {...}}` body.
+    pub fn body(&self) -> Value {
+        let mut error = json!({
+            "code": self.status.as_u16(),
+            "status": code_name(self.code),
+            "message": self.message,
+        });
+        if let Some(field) = &self.field {
+            let description = self.message.strip_prefix(&format!("{field}: ")).unwrap_or(&self.message);
+            error["details"] = json!([{
+                "@type": "type.googleapis.com/google.rpc.BadRequest",
+                "field_violations": [{"field": field, "description": description}],
+            }]);
+        }
+        json!({ "error": error })
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.status.as_u16(), self.message)
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (self.status, axum_json(&self.body())).into_response();
+        let headers = response.headers_mut();
+        if let Some(seconds) = self.retry_after {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        if self.challenge {
+            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"switchyard\""));
+        }
+        response
+    }
+}
+
+/// A JSON body with its content type (axum's `Json` needs a feature we do not otherwise use).
+pub fn axum_json(value: &Value) -> Response {
+    let mut response = Response::new(axum::body::Body::from(value.to_string()));
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+/// The HTTP status of a gRPC code (the mapping of `google.rpc.Code`).
+pub fn http_status(code: Code) -> StatusCode {
+    match code {
+        Code::Ok => StatusCode::OK,
+        Code::Cancelled => StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),
+        Code::InvalidArgument | Code::OutOfRange => StatusCode::BAD_REQUEST,
+        Code::FailedPrecondition => StatusCode::CONFLICT,
+        Code::DeadlineExceeded => StatusCode::GATEWAY_TIMEOUT,
+        Code::NotFound => StatusCode::NOT_FOUND,
+        Code::AlreadyExists | Code::Aborted => StatusCode::CONFLICT,
+        Code::PermissionDenied => StatusCode::FORBIDDEN,
+        Code::Unauthenticated => StatusCode::UNAUTHORIZED,
+        Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
+        Code::Unimplemented => StatusCode::NOT_IMPLEMENTED,
+        Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        Code::Unknown | Code::Internal | Code::DataLoss => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+/// `INVALID_ARGUMENT` and so on.
+pub fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "CANCELLED",
+        Code::Unknown => "UNKNOWN",
+        Code::InvalidArgument => "INVALID_ARGUMENT",
+        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        Code::NotFound => "NOT_FOUND",
+        Code::AlreadyExists => "ALREADY_EXISTS",
+        Code::PermissionDenied => "PERMISSION_DENIED",
+        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        Code::FailedPrecondition => "FAILED_PRECONDITION",
+        Code::Aborted => "ABORTED",
+        Code::OutOfRange => "OUT_OF_RANGE",
+        Code::Unimplemented => "UNIMPLEMENTED",
+        Code::Internal => "INTERNAL",
+        Code::Unavailable => "UNAVAILABLE",
+        Code::DataLoss => "DATA_LOSS",
+        Code::Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upstream_statuses_keep_their_class_and_field() {
+        let details = tonic_types::ErrorDetails::with_bad_request_violation("query", "must not be empty");
+        let status = tonic::Status::with_error_details(Code::InvalidArgument, "query: must not be empty", details);
+        let error = ApiError::from_status(&status);
+        assert_eq!(error.status(), 400);
+        assert_eq!(error.field(), Some("query"));
+        let body = error.body();
+        assert_eq!(body["error"]["status"], "INVALID_ARGUMENT");
+        assert_eq!(body["error"]["details"][0]["field_violations"][0]["field"], "query");
+        assert_eq!(body["error"]["details"][0]["field_violations"][0]["description"], "must not be empty");
+
+        assert_eq!(ApiError::from_status(&tonic::Status::not_found("session s")).status(), 404);
+        assert_eq!(ApiError::from_status(&tonic::Status::failed_precondition("closed")).status(), 409);
+        let internal = ApiError::from_status(&tonic::Status::internal("pool exhausted at 10.0.0.3"));
+        assert_eq!((internal.status(), internal.message()), (500, "internal error"));
+        assert_eq!(ApiError::from_status(&tonic::Status::unavailable("down")).retry_after(), Some(1));
+    }
+}

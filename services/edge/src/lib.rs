@@ -1,0 +1,224 @@
+//! The edge: Switchyard's HTTP/JSON front door for chat front-ends and API gateways.
+//!
+//! - `transcode` serves every RPC with a `google.api.http` annotation at its path, driven by the
+//!   descriptor set (so the REST API cannot drift from the protos); `openapi` describes the
+//!   same routes.
+//! - `rest` adds Server-Sent Events for streams and spec 000's streamed processing; `openai`
+//!   speaks OpenAI's chat completions; `console` is a small page for trying it all.
+//! - `auth` turns API keys and JWTs into the tenant and user the services see; `limit` caps
+//!   each credential's rate.
+
+pub mod auth;
+pub mod chat;
+pub mod config;
+pub mod console;
+pub mod error;
+pub mod health;
+pub mod limit;
+pub mod openai;
+pub mod openapi;
+pub mod rest;
+pub mod transcode;
+pub mod upstream;
+
+use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
+
+use anyhow::Context;
+use axum::{
+    Router,
+    body::Body,
+    routing::{get, post},
+};
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method, header};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use tower_http::cors::{AllowOrigin, CorsLayer};
+
+pub use config::EdgeConfig;
+
+use crate::{
+    auth::{Authenticator, Caller, JwtVerifier, KeyStore},
+    error::ApiError,
+    limit::RateLimit,
+    transcode::rules::RouteTable,
+    upstream::Upstreams,
+};
+
+/// Everything a request handler needs.
+pub struct Edge {
+    pub routes: RouteTable,
+    pub upstreams: Upstreams,
+    pub auth: Authenticator,
+    pub limit: Option<RateLimit>,
+    pub max_body_bytes: usize,
+    pub request_timeout: Duration,
+    pub openapi: Bytes,
+    pub readiness: health::Readiness,
+}
+
+impl Edge {
+    /// Authenticates the caller and counts the request against its rate limit.
+    pub async fn admit(&self, headers: &HeaderMap) -> Result<Caller, ApiError> {
+        let caller = self.auth.authenticate(headers).await?;
+        if let Some(limit) = &self.limit {
+            limit.check(&caller.principal)?;
+        }
+        Ok(caller)
+    }
+
+    /// The request body, at most `max_body_bytes`, which must be JSON when present.
+    pub async fn read_json_body(&self, headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
+        if let Some(length) = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
+            && length > self.max_body_bytes
+        {
+            return Err(ApiError::payload_too_large(self.max_body_bytes));
+        }
+        let bytes = match Limited::new(body, self.max_body_bytes).collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(err) if err.downcast_ref::<LengthLimitError>().is_some() => {
+                return Err(ApiError::payload_too_large(self.max_body_bytes));
+            }
+            Err(err) => return Err(ApiError::bad_request("body", format!("could not be read: {err}"))),
+        };
+        if !bytes.iter().all(u8::is_ascii_whitespace)
+            && let Some(content_type) = headers.get(header::CONTENT_TYPE)
+        {
+            let text = content_type.to_str().unwrap_or_default();
+            let essence = text.split(';').next().unwrap_or_default().trim();
+            if !essence.eq_ignore_ascii_case("application/json") && !essence.to_ascii_lowercase().ends_with("+json") {
+                return Err(ApiError::unsupported_media_type(text));
+            }
+        }
+        Ok(bytes)
+    }
+}
+
+/// The HTTP application: the fixed routes, then the transcoding layer for everything else.
+pub fn app(edge: Arc<Edge>, cors_origins: &[String]) -> Router {
+    let router = Router::new()
+        .route("/", get(console::index))
+        .route("/console/{asset}", get(console::asset))
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/openapi.json", get(openapi::document))
+        .route("/v1/models", get(openai::models))
+        .route("/v1/chat/completions", post(openai::chat_completions))
+        .route("/api/context/process/stream", post(rest::process_stream))
+        .fallback(rest::transcode)
+        .with_state(edge);
+    match cors(cors_origins) {
+        Some(layer) => router.layer(layer),
+        None => router,
+    }
+}
+
+fn cors(origins: &[String]) -> Option<CorsLayer> {
+    let origins: Vec<&str> = origins.iter().map(|o| o.trim()).filter(|o| !o.is_empty()).collect();
+    if origins.is_empty() {
+        return None;
+    }
+    let allow = if origins.contains(&"*") {
+        AllowOrigin::any()
+    } else {
+        AllowOrigin::list(origins.iter().filter_map(|o| HeaderValue::from_str(o).ok()))
+    };
+    Some(
+        CorsLayer::new()
+            .allow_origin(allow)
+            .allow_methods([Method::GET, Method::POST, Method::PUT, Method::PATCH, Method::DELETE])
+            .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE, "x-api-key".parse().expect("static header name")])
+            .expose_headers([header::RETRY_AFTER])
+            .max_age(Duration::from_secs(600)),
+    )
+}
+
+/// The edge bound to its port, ready to serve.
+pub struct EdgeServer {
+    listener: tokio::net::TcpListener,
+    app: Router,
+    shutdown_grace: Duration,
+    edge: Arc<Edge>,
+}
+
+impl EdgeServer {
+    pub async fn bind(config: &EdgeConfig) -> anyhow::Result<Self> {
+        let keys = match &config.database_url {
+            Some(url) => Some(Arc::new(
+                KeyStore::connect(url.expose(), &config.db_schema, config.key_cache_ttl)
+                    .await
+                    .with_context(|| format!("opening the API key table at {}", url.url_without_credentials()))?,
+            )),
+            None => None,
+        };
+        let jwt_config = config.jwt();
+        let jwt = if jwt_config.is_configured() { Some(Arc::new(JwtVerifier::new(jwt_config)?)) } else { None };
+        anyhow::ensure!(
+            config.open || keys.is_some() || jwt.is_some(),
+            "no way to authenticate callers: set DATABASE_URL (API keys), EDGE_JWT_HS256_SECRET or \
+             EDGE_JWT_JWKS_FILE (tokens), or --open for local use"
+        );
+        let auth = Authenticator::new(config.open, keys, jwt);
+        Self::bind_with_auth(config, auth).await
+    }
+
+    pub async fn bind_with_auth(config: &EdgeConfig, auth: Authenticator) -> anyhow::Result<Self> {
+        let routes = RouteTable::switchyard().context("reading the HTTP rules of the protos")?;
+        let upstreams = Upstreams::connect(&config.urls(), config.max_message_bytes)?;
+        let openapi = Bytes::from(openapi::generate(&routes).to_string());
+        let limit = RateLimit::new(config.rate_limit, config.rate_burst);
+        if let Some(limit) = &limit {
+            limit.spawn_sweeper();
+        }
+        if auth.is_open() {
+            tracing::warn!(
+                "the edge is OPEN: requests without a credential are served as tenant `default` with \
+                 administrator rights; never expose it beyond this machine"
+            );
+        }
+        tracing::info!(accepts = %auth.describe(), "edge authentication");
+        let readiness = health::Readiness::new(upstreams.clone(), auth.keys().cloned());
+        let edge = Arc::new(Edge {
+            routes,
+            upstreams,
+            auth,
+            limit,
+            max_body_bytes: config.max_body_bytes,
+            request_timeout: config.request_timeout,
+            openapi,
+            readiness,
+        });
+        let app = app(edge.clone(), &config.cors_origins);
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("binding {}", config.listen))?;
+        Ok(Self { listener, app, shutdown_grace: config.shutdown_grace, edge })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().expect("a bound listener has an address")
+    }
+
+    pub fn edge(&self) -> Arc<Edge> {
+        self.edge.clone()
+    }
+
+    /// Serves until `shutdown`, then lets requests in flight finish for the grace period.
+    pub async fn serve(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+        let (stopped_tx, stopped_rx) = tokio::sync::oneshot::channel::<()>();
+        let grace = self.shutdown_grace;
+        let serving = axum::serve(self.listener, self.app).with_graceful_shutdown(async move {
+            shutdown.await;
+            let _ = stopped_tx.send(());
+        });
+        tokio::select! {
+            served = serving => served.context("serving HTTP"),
+            () = async {
+                let _ = stopped_rx.await;
+                tokio::time::sleep(grace).await;
+            } => {
+                tracing::warn!(grace = ?grace, "requests still in flight after the shutdown grace period; stopping");
+                Ok(())
+            }
+        }
+    }
+}

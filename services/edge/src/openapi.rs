@@ -1,0 +1,427 @@
+//! The OpenAPI 3 document at `/openapi.json`, generated from the same route table and
+//! descriptors the transcoding layer serves (comments in the protos become descriptions), plus
+//! the few endpoints written by hand: OpenAI's, spec 000's streamed processing and the probes.
+
+use std::{
+    collections::{BTreeMap, HashMap, VecDeque},
+    sync::Arc,
+};
+
+use axum::{extract::State, response::Response};
+use http::{HeaderValue, header};
+use prost_reflect::{DescriptorPool, FieldDescriptor, Kind, MessageDescriptor};
+use serde_json::{Map, Value, json};
+
+use crate::{
+    Edge,
+    transcode::rules::{BodyRule, ResponseShape, RouteTable, field_at},
+};
+
+pub async fn document(State(edge): State<Arc<Edge>>) -> Response {
+    let mut response = Response::new(axum::body::Body::from(edge.openapi.clone()));
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+/// Leading comments by (file, descriptor path).
+struct Comments(HashMap<(String, Vec<i32>), String>);
+
+impl Comments {
+    fn new(pool: &DescriptorPool) -> Self {
+        let mut map = HashMap::new();
+        for file in pool.files() {
+            let Some(info) = &file.file_descriptor_proto().source_code_info else { continue };
+            for location in &info.location {
+                if let Some(text) = location.leading_comments.as_deref().map(str::trim).filter(|t| !t.is_empty()) {
+                    let text = text.lines().map(str::trim).collect::<Vec<_>>().join(" ");
+                    map.insert((file.name().to_owned(), location.path.clone()), text);
+                }
+            }
+        }
+        Self(map)
+    }
+
+    fn get(&self, file: &str, path: &[i32]) -> Option<&str> {
+        self.0.get(&(file.to_owned(), path.to_vec())).map(String::as_str)
+    }
+}
+
+pub fn generate(routes: &RouteTable) -> Value {
+    let comments = Comments::new(routes.pool());
+    let mut paths: BTreeMap<String, Map<String, Value>> = BTreeMap::new();
+    let mut wanted: VecDeque<MessageDescriptor> = VecDeque::new();
+    for route in routes.routes() {
+        let method = &route.rpc.method;
+        let input = method.input();
+        let output = method.output();
+        let mut parameters = Vec::new();
+        let mut bound = Vec::new();
+        for variable in route.template.variables() {
+            let name = variable.join(".");
+            let schema = field_at(&input, variable).map_or(json!({"type": "string"}), |f| scalar_schema(&f, &mut wanted));
+            parameters.push(json!({"name": name, "in": "path", "required": true, "schema": schema}));
+            bound.push(variable.first().cloned().unwrap_or_default());
+        }
+        if matches!(route.body, BodyRule::None) {
+            for field in input.fields().filter(|f| !bound.contains(&f.name().to_owned())) {
+                if is_query_field(&field) {
+                    let mut parameter =
+                        json!({"name": field.name(), "in": "query", "required": false, "schema": field_schema(&field, &mut wanted)});
+                    if let Some(text) = comments.get(field.parent_file().name(), field.path()) {
+                        parameter["description"] = json!(text);
+                    }
+                    if field.is_list() {
+                        parameter["explode"] = json!(true);
+                    }
+                    parameters.push(parameter);
+                }
+            }
+        }
+        let mut operation = json!({
+            "operationId": format!("{}_{}", method.parent_service().name(), method.name()),
+            "tags": [method.parent_service().name()],
+            "summary": comments.get(method.parent_file().name(), method.path()).unwrap_or(method.name()),
+            "parameters": parameters,
+            "responses": responses(route.shape, method.is_server_streaming(), &output, &mut wanted),
+        });
+        match &route.body {
+            BodyRule::All => {
+                operation["requestBody"] = json_body(reference(&input, &mut wanted));
+            }
+            BodyRule::Field(field) => {
+                if let Kind::Message(message) = field.kind() {
+                    operation["requestBody"] = json_body(reference(&message, &mut wanted));
+                }
+            }
+            BodyRule::None => {}
+        }
+        if route.rpc.admin_only {
+            operation["description"] = json!("Needs an administrator credential (403 otherwise).");
+        }
+        paths
+            .entry(route.template.as_str().to_owned())
+            .or_default()
+            .insert(route.method.as_str().to_ascii_lowercase(), operation);
+    }
+    let mut schemas = Map::new();
+    while let Some(message) = wanted.pop_front() {
+        let name = schema_name(&message);
+        if schemas.contains_key(&name) {
+            continue;
+        }
+        schemas.insert(name.clone(), Value::Null);
+        let schema = message_schema(&message, &comments, &mut wanted);
+        schemas.insert(name, schema);
+    }
+    schemas.insert("Error".into(), error_schema());
+    schemas.insert("ChatCompletion".into(), chat_completion_schema());
+    let mut paths: Map<String, Value> = paths.into_iter().map(|(k, v)| (k, Value::Object(v))).collect();
+    hand_written(&mut paths);
+    json!({
+        "openapi": "3.0.3",
+        "info": {
+            "title": "Switchyard",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "Context-aware routing for LLM applications: sessions that switch expert roles, \
+                            one chat endpoint routed by the LLM, MCP tools. Generated from the protos' \
+                            google.api.http rules; JSON uses proto field names, enums by name and \
+                            64-bit integers as strings (proto3 JSON).",
+        },
+        "paths": paths,
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer", "description": "A Switchyard API key (sy_…) or a JWT."},
+                "apiKey": {"type": "apiKey", "in": "header", "name": "x-api-key"},
+            },
+        },
+        "security": [{"bearer": []}, {"apiKey": []}],
+    })
+}
+
+fn is_query_field(field: &FieldDescriptor) -> bool {
+    match field.kind() {
+        Kind::Message(message) => {
+            !field.is_list()
+                && matches!(message.full_name(), "google.protobuf.Timestamp" | "google.protobuf.Duration")
+        }
+        _ => !field.is_map(),
+    }
+}
+
+fn json_body(schema: Value) -> Value {
+    json!({"required": true, "content": {"application/json": {"schema": schema}}})
+}
+
+fn responses(shape: ResponseShape, streaming: bool, output: &MessageDescriptor, wanted: &mut VecDeque<MessageDescriptor>) -> Value {
+    let ok = if streaming {
+        json!({
+            "description": "Server-Sent Events: each event is named after the member of the message's \
+                            oneof that is set (`route`, `delta`, `tool`, `completed`) and carries that \
+                            member as JSON; an `error` event carries an Error.",
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        })
+    } else {
+        let schema = match shape {
+            ResponseShape::Proto => reference(output, wanted),
+            ResponseShape::ChatCompletion => json!({"$ref": "#/components/schemas/ChatCompletion"}),
+        };
+        json!({"description": "OK", "content": {"application/json": {"schema": schema}}})
+    };
+    errors(ok)
+}
+
+fn errors(ok: Value) -> Value {
+    let error = json!({"$ref": "#/components/schemas/Error"});
+    let mut responses = json!({"200": ok});
+    for (code, text) in [
+        ("400", "Invalid request; the Error names the field"),
+        ("401", "Missing or invalid credential"),
+        ("403", "Not allowed for this credential"),
+        ("404", "Not found (or another tenant's)"),
+        ("409", "Conflict or wrong state"),
+        ("413", "Request body too large"),
+        ("415", "Not JSON"),
+        ("429", "Rate limit reached; see Retry-After"),
+        ("503", "A service behind the edge is unavailable"),
+    ] {
+        responses[code] = json!({"description": text, "content": {"application/json": {"schema": error}}});
+    }
+    responses
+}
+
+fn schema_name(message: &MessageDescriptor) -> String {
+    message.full_name().to_owned()
+}
+
+fn reference(message: &MessageDescriptor, wanted: &mut VecDeque<MessageDescriptor>) -> Value {
+    if let Some(schema) = well_known(message) {
+        return schema;
+    }
+    wanted.push_back(message.clone());
+    json!({"$ref": format!("#/components/schemas/{}", schema_name(message))})
+}
+
+fn well_known(message: &MessageDescriptor) -> Option<Value> {
+    Some(match message.full_name() {
+        "google.protobuf.Timestamp" => json!({"type": "string", "format": "date-time"}),
+        "google.protobuf.Duration" => json!({"type": "string", "example": "1.5s"}),
+        "google.protobuf.Struct" => json!({"type": "object", "additionalProperties": true}),
+        "google.protobuf.Value" => json!({}),
+        "google.protobuf.ListValue" => json!({"type": "array", "items": {}}),
+        "google.protobuf.Empty" => json!({"type": "object"}),
+        "google.protobuf.StringValue" => json!({"type": "string"}),
+        "google.protobuf.BoolValue" => json!({"type": "boolean"}),
+        "google.protobuf.DoubleValue" | "google.protobuf.FloatValue" => json!({"type": "number"}),
+        "google.protobuf.Int32Value" | "google.protobuf.UInt32Value" => json!({"type": "integer"}),
+        "google.protobuf.Int64Value" | "google.protobuf.UInt64Value" => json!({"type": "string", "format": "int64"}),
+        _ => return None,
+    })
+}
+
+fn message_schema(message: &MessageDescriptor, comments: &Comments, wanted: &mut VecDeque<MessageDescriptor>) -> Value {
+    let mut properties = Map::new();
+    for field in message.fields() {
+        let mut schema = field_schema(&field, wanted);
+        if let Some(text) = comments.get(field.parent_file().name(), field.path()) {
+            // `$ref` siblings are ignored in OpenAPI 3.0: wrap to keep the description.
+            if schema.get("$ref").is_some() {
+                schema = json!({"allOf": [schema], "description": text});
+            } else {
+                schema["description"] = json!(text);
+            }
+        }
+        properties.insert(field.name().to_owned(), schema);
+    }
+    let mut schema = json!({"type": "object", "properties": properties});
+    if let Some(text) = comments.get(message.parent_file().name(), message.path()) {
+        schema["description"] = json!(text);
+    }
+    schema
+}
+
+fn field_schema(field: &FieldDescriptor, wanted: &mut VecDeque<MessageDescriptor>) -> Value {
+    if field.is_map() {
+        let Kind::Message(entry) = field.kind() else { return json!({"type": "object"}) };
+        let value = entry.map_entry_value_field();
+        return json!({"type": "object", "additionalProperties": scalar_schema(&value, wanted)});
+    }
+    let item = scalar_schema(field, wanted);
+    if field.is_list() {
+        json!({"type": "array", "items": item})
+    } else if field.supports_presence() && !matches!(field.kind(), Kind::Message(_)) {
+        let mut item = item;
+        item["nullable"] = json!(true);
+        item
+    } else {
+        item
+    }
+}
+
+fn scalar_schema(field: &FieldDescriptor, wanted: &mut VecDeque<MessageDescriptor>) -> Value {
+    match field.kind() {
+        Kind::Double | Kind::Float => json!({"type": "number"}),
+        Kind::Int32 | Kind::Sint32 | Kind::Sfixed32 => json!({"type": "integer", "format": "int32"}),
+        Kind::Uint32 | Kind::Fixed32 => json!({"type": "integer", "format": "int64", "minimum": 0, "maximum": 4_294_967_295_u64}),
+        Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 => json!({"type": "string", "format": "int64"}),
+        Kind::Uint64 | Kind::Fixed64 => json!({"type": "string", "format": "uint64"}),
+        Kind::Bool => json!({"type": "boolean"}),
+        Kind::String => json!({"type": "string"}),
+        Kind::Bytes => json!({"type": "string", "format": "byte"}),
+        Kind::Enum(e) => json!({"type": "string", "enum": e.values().map(|v| v.name().to_owned()).collect::<Vec<_>>()}),
+        Kind::Message(message) => {
+            let mut schema = reference(&message, wanted);
+            if schema.get("$ref").is_some() {
+                schema = json!({"allOf": [schema], "nullable": true});
+            }
+            schema
+        }
+    }
+}
+
+fn error_schema() -> Value {
+    json!({
+        "type": "object",
+        "description": "Google's JSON error format (as gRPC-JSON transcoders use).",
+        "properties": {"error": {"type": "object", "properties": {
+            "code": {"type": "integer", "description": "The HTTP status."},
+            "status": {"type": "string", "description": "The gRPC status name, e.g. INVALID_ARGUMENT."},
+            "message": {"type": "string"},
+            "details": {"type": "array", "items": {"type": "object", "properties": {
+                "@type": {"type": "string"},
+                "field_violations": {"type": "array", "items": {"type": "object", "properties": {
+                    "field": {"type": "string"}, "description": {"type": "string"}}}},
+            }}},
+        }}},
+    })
+}
+
+fn chat_completion_schema() -> Value {
+    json!({
+        "type": "object",
+        "description": "Spec 002's response: an OpenAI-style chat.completion with routing metadata in `_metadata`.",
+        "properties": {
+            "id": {"type": "string"},
+            "object": {"type": "string", "enum": ["chat.completion"]},
+            "created": {"type": "integer"},
+            "model": {"type": "string"},
+            "choices": {"type": "array", "items": {"type": "object", "properties": {
+                "index": {"type": "integer"},
+                "message": {"type": "object", "properties": {"role": {"type": "string"}, "content": {"type": "string"}}},
+                "finish_reason": {"type": "string"},
+            }}},
+            "usage": {"type": "object", "properties": {
+                "prompt_tokens": {"type": "integer"}, "completion_tokens": {"type": "integer"}, "total_tokens": {"type": "integer"}}},
+            "_metadata": {"type": "object", "additionalProperties": true, "properties": {
+                "route_type": {"type": "string", "enum": ["direct", "mcp_agent", "multiagent", "unspecified"]},
+                "execution_time_ms": {"type": "integer"},
+                "reasoning": {"type": "string", "nullable": true},
+                "tools_used": {"type": "array", "items": {"type": "string"}},
+                "domains": {"type": "array", "items": {"type": "string"}},
+            }},
+            "session_id": {"type": "string"},
+        },
+    })
+}
+
+fn hand_written(paths: &mut Map<String, Value>) {
+    let sse = |description: &str| {
+        errors(json!({"description": description, "content": {"text/event-stream": {"schema": {"type": "string"}}}}))
+    };
+    paths.insert(
+        "/api/context/process/stream".into(),
+        json!({"post": {
+            "operationId": "ProcessQueryStream",
+            "tags": ["SessionService"],
+            "summary": "Process a query with context switching and stream the response (spec 000).",
+            "description": "Events: `context` (the session's role after switching), `route`, `delta`, `tool`, `completed`; `error` on failure.",
+            "requestBody": json_body(json!({"type": "object", "required": ["query"], "additionalProperties": false, "properties": {
+                "session_id": {"type": "string", "description": "The session; a new one when empty."},
+                "query": {"type": "string"},
+                "custom_instructions": {"type": "string"},
+                "force_role_id": {"type": "string"},
+                "model": {"type": "string"},
+                "max_tokens": {"type": "integer", "minimum": 0, "maximum": 4_294_967_295_u64},
+                "temperature": {"type": "number"},
+            }})),
+            "responses": sse("The switch decision, then the answer."),
+        }}),
+    );
+    paths.insert(
+        "/v1/chat/completions".into(),
+        json!({"post": {
+            "operationId": "OpenAIChatCompletions",
+            "tags": ["OpenAI"],
+            "summary": "OpenAI-compatible chat completions (JSON, or SSE chunks ending with `data: [DONE]` when `stream` is true).",
+            "requestBody": json_body(json!({"type": "object", "required": ["model", "messages"], "properties": {
+                "model": {"type": "string", "description": "`switchyard` (the router decides), `switchyard-direct`, `switchyard-mcp-agent`, `switchyard-multiagent`, or `provider/model`."},
+                "messages": {"type": "array", "items": {"type": "object", "required": ["role"], "properties": {
+                    "role": {"type": "string", "enum": ["system", "developer", "user", "assistant", "tool"]},
+                    "content": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "object"}}]},
+                }}},
+                "stream": {"type": "boolean"},
+                "stream_options": {"type": "object", "properties": {"include_usage": {"type": "boolean"}}},
+                "max_tokens": {"type": "integer", "minimum": 0, "maximum": 4_294_967_295_u64},
+                "max_completion_tokens": {"type": "integer", "minimum": 0, "maximum": 4_294_967_295_u64},
+                "temperature": {"type": "number"},
+                "n": {"type": "integer"},
+                "session_id": {"type": "string"},
+            }})),
+            "responses": errors(json!({"description": "A chat.completion (or chunks)", "content": {
+                "application/json": {"schema": {"$ref": "#/components/schemas/ChatCompletion"}},
+                "text/event-stream": {"schema": {"type": "string"}},
+            }})),
+        }}),
+    );
+    paths.insert(
+        "/v1/models".into(),
+        json!({"get": {
+            "operationId": "OpenAIListModels",
+            "tags": ["OpenAI"],
+            "summary": "The model names that pick a route.",
+            "responses": errors(json!({"description": "OK", "content": {"application/json": {"schema": {"type": "object"}}}})),
+        }}),
+    );
+    for (path, summary) in [("/healthz", "The edge process answers."), ("/readyz", "The services behind the edge answer.")] {
+        paths.insert(
+            path.into(),
+            json!({"get": {
+                "operationId": if path == "/healthz" { "Healthz" } else { "Readyz" },
+                "tags": ["Probes"],
+                "summary": summary,
+                "security": [],
+                "responses": {
+                    "200": {"description": "OK", "content": {"application/json": {"schema": {"type": "object"}}}},
+                    "503": {"description": "Not ready", "content": {"application/json": {"schema": {"type": "object"}}}},
+                },
+            }}),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_document_covers_every_route_with_resolvable_schemas() {
+        let table = RouteTable::switchyard().unwrap();
+        let doc = generate(&table);
+        for route in table.routes() {
+            let operation = &doc["paths"][route.template.as_str()][route.method.as_str().to_ascii_lowercase()];
+            assert!(operation.is_object(), "{} {} is missing", route.method, route.template);
+        }
+        // Every $ref points at a schema that exists.
+        let text = doc.to_string();
+        for piece in text.split("\"$ref\":\"#/components/schemas/").skip(1) {
+            let name = piece.split('"').next().unwrap();
+            assert!(doc["components"]["schemas"][name].is_object(), "dangling $ref {name}");
+        }
+        let process = &doc["paths"]["/api/context/process"]["post"];
+        assert_eq!(process["requestBody"]["content"]["application/json"]["schema"]["$ref"], "#/components/schemas/switchyard.sessions.v1.ProcessQueryRequest");
+        let request = &doc["components"]["schemas"]["switchyard.sessions.v1.ProcessQueryRequest"];
+        assert!(request["properties"]["query"]["description"].as_str().unwrap().contains("Not empty"));
+        let stats = &doc["paths"]["/api/v1/chat/stats"]["get"]["parameters"];
+        assert!(stats.as_array().unwrap().iter().any(|p| p["name"] == "since" && p["in"] == "query"));
+    }
+}

@@ -1,0 +1,173 @@
+//! Calls to the services behind the edge: one lazily connecting, trace-propagating HTTP/2
+//! channel per service, a codec for dynamic messages so any RPC of the descriptor set can be
+//! called without generated code, and the caller's identity put into the metadata — the only
+//! place `x-tenant-id` and `x-user-id` are ever set.
+
+use std::time::Duration;
+
+use bytes::Buf;
+use prost::Message;
+use prost_reflect::{DynamicMessage, MessageDescriptor};
+use switchyard_kit::{
+    client::{TracedChannel, connect_lazy},
+    identity::{TENANT_HEADER, USER_HEADER},
+};
+use tonic::{
+    Status,
+    codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder},
+    metadata::MetadataValue,
+};
+
+use crate::{auth::Caller, transcode::rules::Upstream};
+
+/// The URLs of the services, from the edge's flags.
+#[derive(Debug, Clone)]
+pub struct UpstreamUrls {
+    pub router: String,
+    pub sessions: String,
+    pub triggers: String,
+    pub mcp_gateway: String,
+}
+
+/// One channel per service.
+#[derive(Debug, Clone)]
+pub struct Upstreams {
+    router: TracedChannel,
+    sessions: TracedChannel,
+    triggers: TracedChannel,
+    mcp_gateway: TracedChannel,
+    max_message_bytes: usize,
+}
+
+impl Upstreams {
+    pub fn connect(urls: &UpstreamUrls, max_message_bytes: usize) -> anyhow::Result<Self> {
+        Ok(Self {
+            router: connect_lazy(&urls.router)?,
+            sessions: connect_lazy(&urls.sessions)?,
+            triggers: connect_lazy(&urls.triggers)?,
+            mcp_gateway: connect_lazy(&urls.mcp_gateway)?,
+            max_message_bytes,
+        })
+    }
+
+    pub fn channel(&self, upstream: Upstream) -> TracedChannel {
+        match upstream {
+            Upstream::Router => self.router.clone(),
+            Upstream::Sessions => self.sessions.clone(),
+            Upstream::Triggers => self.triggers.clone(),
+            Upstream::McpGateway => self.mcp_gateway.clone(),
+        }
+    }
+
+    pub fn max_message_bytes(&self) -> usize {
+        self.max_message_bytes
+    }
+
+    /// A generated client's view of the router (the OpenAI endpoint and streams use it).
+    pub fn router(&self) -> switchyard_proto::router::v1::router_service_client::RouterServiceClient<TracedChannel> {
+        switchyard_proto::router::v1::router_service_client::RouterServiceClient::new(self.router.clone())
+            .max_decoding_message_size(self.max_message_bytes)
+            .max_encoding_message_size(self.max_message_bytes)
+    }
+
+    /// Calls a unary RPC with a dynamic request.
+    pub async fn unary(
+        &self,
+        upstream: Upstream,
+        path: http::uri::PathAndQuery,
+        output: MessageDescriptor,
+        request: tonic::Request<DynamicMessage>,
+    ) -> Result<DynamicMessage, Status> {
+        let mut grpc = self.grpc(upstream);
+        grpc.ready().await.map_err(|err| Status::unavailable(format!("{} unavailable: {err}", upstream.name())))?;
+        Ok(grpc.unary(request, path, DynamicCodec { output }).await?.into_inner())
+    }
+
+    /// Calls a server-streaming RPC with a dynamic request.
+    pub async fn server_streaming(
+        &self,
+        upstream: Upstream,
+        path: http::uri::PathAndQuery,
+        output: MessageDescriptor,
+        request: tonic::Request<DynamicMessage>,
+    ) -> Result<tonic::Streaming<DynamicMessage>, Status> {
+        let mut grpc = self.grpc(upstream);
+        grpc.ready().await.map_err(|err| Status::unavailable(format!("{} unavailable: {err}", upstream.name())))?;
+        Ok(grpc.server_streaming(request, path, DynamicCodec { output }).await?.into_inner())
+    }
+
+    fn grpc(&self, upstream: Upstream) -> tonic::client::Grpc<TracedChannel> {
+        tonic::client::Grpc::new(self.channel(upstream))
+            .max_decoding_message_size(self.max_message_bytes)
+            .max_encoding_message_size(self.max_message_bytes)
+    }
+}
+
+/// A request carrying the caller's identity (and a deadline, so an upstream gives up when the
+/// edge would).
+pub fn request<T>(message: T, caller: &Caller, timeout: Option<Duration>) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    let metadata = request.metadata_mut();
+    // Tenant and user ids are checked ASCII when the credential is read.
+    if let Ok(value) = MetadataValue::try_from(caller.tenant.as_str()) {
+        metadata.insert(TENANT_HEADER, value);
+    }
+    if let Some(user) = &caller.user
+        && let Ok(value) = MetadataValue::try_from(user.as_str())
+    {
+        metadata.insert(USER_HEADER, value);
+    }
+    if let Some(timeout) = timeout {
+        request.set_timeout(timeout);
+    }
+    request
+}
+
+/// Encodes and decodes dynamic messages of one response type.
+#[derive(Debug, Clone)]
+pub struct DynamicCodec {
+    output: MessageDescriptor,
+}
+
+impl Codec for DynamicCodec {
+    type Encode = DynamicMessage;
+    type Decode = DynamicMessage;
+    type Encoder = DynamicEncoder;
+    type Decoder = DynamicDecoder;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        DynamicEncoder
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        DynamicDecoder(self.output.clone())
+    }
+}
+
+#[derive(Debug)]
+pub struct DynamicEncoder;
+
+impl Encoder for DynamicEncoder {
+    type Item = DynamicMessage;
+    type Error = Status;
+
+    fn encode(&mut self, item: DynamicMessage, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        dst.reserve(item.encoded_len());
+        item.encode(dst).map_err(|err| Status::internal(format!("encoding the request: {err}")))
+    }
+}
+
+#[derive(Debug)]
+pub struct DynamicDecoder(MessageDescriptor);
+
+impl Decoder for DynamicDecoder {
+    type Item = DynamicMessage;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<DynamicMessage>, Status> {
+        let bytes = src.copy_to_bytes(src.remaining());
+        DynamicMessage::decode(self.0.clone(), bytes)
+            .map(Some)
+            .map_err(|err| Status::internal(format!("decoding the response: {err}")))
+    }
+}
