@@ -3,9 +3,12 @@
 //! periodically), and goes back to NOT_SERVING as soon as shutdown starts so load balancers
 //! stop sending traffic. The empty service name `""` is liveness: SERVING while the process
 //! runs and is not shutting down, whatever its dependencies do — a Postgres outage must take
-//! pods out of rotation, not get them restarted.
+//! pods out of rotation, not get them restarted. Optional parts of a service (a model that
+//! may be absent) report under names of their own ([`HealthHandle::set_component`]): a detail
+//! for operators that never takes the service out of rotation.
 
 use std::{
+    collections::BTreeMap,
     future::Future,
     sync::{
         Arc, Mutex,
@@ -25,6 +28,8 @@ pub struct HealthHandle {
 struct HealthInner {
     reporter: HealthReporter,
     services: Mutex<Vec<String>>,
+    /// Optional parts by health name, and whether each is up.
+    components: Mutex<BTreeMap<String, bool>>,
     ready: AtomicBool,
     shutting_down: AtomicBool,
     // Serialises status updates so the last update always reflects the latest flags.
@@ -37,6 +42,7 @@ impl HealthHandle {
             inner: Arc::new(HealthInner {
                 reporter,
                 services: Mutex::new(Vec::new()),
+                components: Mutex::new(BTreeMap::new()),
                 ready: AtomicBool::new(false),
                 shutting_down: AtomicBool::new(false),
                 apply_lock: tokio::sync::Mutex::new(()),
@@ -65,6 +71,17 @@ impl HealthHandle {
         self.inner.ready.load(Ordering::SeqCst)
     }
 
+    /// Reports an optional part of the service under `name` (SERVING while `up` and the
+    /// process is not shutting down). It does not affect the service's own readiness.
+    pub async fn set_component(&self, name: &str, up: bool) {
+        let changed =
+            self.inner.components.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(name.to_owned(), up)
+                != Some(up);
+        if changed {
+            self.apply().await;
+        }
+    }
+
     pub(crate) async fn begin_shutdown(&self) {
         self.inner.shutting_down.store(true, Ordering::SeqCst);
         self.apply().await;
@@ -79,6 +96,10 @@ impl HealthHandle {
         self.inner.reporter.set_service_status("", as_status(alive)).await;
         for service in services {
             self.inner.reporter.set_service_status(service, as_status(ready)).await;
+        }
+        let components = self.inner.components.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        for (component, up) in components {
+            self.inner.reporter.set_service_status(component, as_status(alive && up)).await;
         }
     }
 
@@ -156,5 +177,21 @@ mod tests {
         // A probe passing after shutdown began cannot bring it back.
         handle.set_ready(true).await;
         assert_eq!(status(&service, "svc").await, Wire::NotServing);
+    }
+
+    #[tokio::test]
+    async fn a_component_reports_on_its_own_and_leaves_readiness_alone() {
+        let reporter = HealthReporter::new();
+        let service = HealthService::from_health_reporter(reporter.clone());
+        let handle = HealthHandle::new(reporter);
+        handle.register("svc");
+        handle.set_ready(true).await;
+        handle.set_component("svc.model", false).await;
+        assert_eq!(status(&service, "svc.model").await, Wire::NotServing);
+        assert_eq!(status(&service, "svc").await, Wire::Serving, "a missing optional part keeps the service ready");
+        handle.set_component("svc.model", true).await;
+        assert_eq!(status(&service, "svc.model").await, Wire::Serving);
+        handle.begin_shutdown().await;
+        assert_eq!(status(&service, "svc.model").await, Wire::NotServing);
     }
 }

@@ -19,7 +19,10 @@ use candle_transformers::models::bert::{BertModel, Config, DTYPE};
 use tokenizers::{Tokenizer, TruncationParams};
 
 pub mod batch;
+mod cache;
 mod short;
+
+pub use cache::EmbeddingCache;
 
 /// Tokens an input is cut to (MiniLM was trained on 256-token inputs).
 const MAX_TOKENS: usize = 256;

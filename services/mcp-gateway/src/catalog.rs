@@ -5,19 +5,14 @@
 //! is reloaded, so requests rank against a consistent snapshot without locks. Embeddings are
 //! cached by tool text: a change on one server embeds only the tools that changed.
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex},
-};
+use std::{collections::HashMap, sync::Arc};
 
 use rmcp::model::Tool;
-use switchyard_models::Embedder;
+/// Tool embeddings by document text, kept across catalog rebuilds.
+pub use switchyard_models::EmbeddingCache;
 use switchyard_retrieval::{ToolRanker, ToolText, Weights, prior::PriorParams, tool_document};
 
 use crate::{domain::UsagePair, naming, upstream::Upstreams};
-
-/// Tools embedded per forward pass when a tool list changes.
-const EMBED_BATCH: usize = 32;
 
 /// One tool as the gateway shows it.
 #[derive(Debug, Clone)]
@@ -80,45 +75,6 @@ pub fn tool_text(tool: &Tool, upstream_name: &str) -> ToolText {
         .map(|props| props.keys().cloned().collect())
         .unwrap_or_default();
     ToolText { name: upstream_name.to_owned(), description, parameters }
-}
-
-/// Tool embeddings by document text, kept across catalog rebuilds.
-#[derive(Default)]
-pub struct EmbeddingCache {
-    vectors: Mutex<HashMap<String, Arc<Vec<f32>>>>,
-}
-
-impl EmbeddingCache {
-    fn get(&self, document: &str) -> Option<Arc<Vec<f32>>> {
-        self.vectors.lock().unwrap_or_else(|p| p.into_inner()).get(document).cloned()
-    }
-
-    /// Whether every document has its embedding.
-    pub fn covers(&self, documents: &[String]) -> bool {
-        let cached = self.vectors.lock().unwrap_or_else(|p| p.into_inner());
-        documents.iter().all(|d| cached.contains_key(d))
-    }
-
-    /// Embeds the documents not yet cached (blocking: run off the async threads).
-    pub fn fill(&self, embedder: &Embedder, documents: &[String]) -> Result<usize, switchyard_models::ModelError> {
-        let missing: Vec<&str> = {
-            let cached = self.vectors.lock().unwrap_or_else(|p| p.into_inner());
-            let mut seen = std::collections::HashSet::new();
-            documents
-                .iter()
-                .filter(|d| !cached.contains_key(*d) && seen.insert(d.as_str()))
-                .map(String::as_str)
-                .collect()
-        };
-        for chunk in missing.chunks(EMBED_BATCH) {
-            let vectors = embedder.embed(chunk)?;
-            let mut cached = self.vectors.lock().unwrap_or_else(|p| p.into_inner());
-            for (document, vector) in chunk.iter().zip(vectors) {
-                cached.insert((*document).to_owned(), Arc::new(vector));
-            }
-        }
-        Ok(missing.len())
-    }
 }
 
 impl Catalog {

@@ -151,6 +151,9 @@ pub enum SwitchReason {
     Manual,
     /// Trigger detection was unreachable; the current role stays.
     DetectionUnavailable,
+    /// The triggers service's semantic signal chose the role (no trigger matched, or a near
+    /// tie of trigger scores).
+    Semantic,
 }
 
 impl SwitchReason {
@@ -163,6 +166,7 @@ impl SwitchReason {
             Self::CurrentIsBest => "current_is_best",
             Self::Manual => "manual",
             Self::DetectionUnavailable => "detection_unavailable",
+            Self::Semantic => "semantic",
         }
     }
 
@@ -175,6 +179,7 @@ impl SwitchReason {
             "current_is_best" => Self::CurrentIsBest,
             "manual" => Self::Manual,
             "detection_unavailable" => Self::DetectionUnavailable,
+            "semantic" => Self::Semantic,
             _ => return None,
         })
     }
@@ -297,6 +302,7 @@ mod tests {
             SwitchReason::CurrentIsBest,
             SwitchReason::Manual,
             SwitchReason::DetectionUnavailable,
+            SwitchReason::Semantic,
         ] {
             assert_eq!(SwitchReason::parse(reason.as_str()), Some(reason));
         }

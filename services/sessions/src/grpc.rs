@@ -97,6 +97,7 @@ fn reason_to_proto(reason: SwitchReason) -> pb::SwitchReason {
         SwitchReason::CurrentIsBest => pb::SwitchReason::CurrentIsBest,
         SwitchReason::Manual => pb::SwitchReason::Manual,
         SwitchReason::DetectionUnavailable => pb::SwitchReason::DetectionUnavailable,
+        SwitchReason::Semantic => pb::SwitchReason::Semantic,
     }
 }
 

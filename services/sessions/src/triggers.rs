@@ -103,6 +103,10 @@ impl TriggersClient {
                     priority: t.priority,
                 })
                 .collect(),
+            // The role's description is not passed on: the seeded generalist's ("anything that
+            // does not call for a domain expert") would draw domain questions to it, and a
+            // domain role's is already covered by its domains' exemplars.
+            ..RegisterRoleTriggersRequest::default()
         };
         self.client
             .clone()

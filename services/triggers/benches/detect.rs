@@ -5,6 +5,11 @@
 //!   over roles of 500 patterns, the compiled matcher against a naive baseline that keeps one
 //!   `regex::Regex` per pattern and tries them all in a loop, on the same query.
 //! - `build/<n>`: compiling the matcher (what a registry change costs, off the request path).
+//! - `decision/*`: GetBestRole's decision through the registry (no gRPC), one role per domain,
+//!   with the real MiniLM model loaded: a query with a clear trigger decision (the semantic
+//!   signal is not computed), the same query with no model at all (the baseline), and a query
+//!   no trigger matches, decided by the semantic signal from the recent-queries cache and
+//!   with a fresh embedding.
 //!
 //! Run: `cargo bench -p switchyard-triggers --bench detect`.
 
@@ -12,10 +17,16 @@ use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use rand::{Rng, SeedableRng, rngs::StdRng};
+use std::sync::Arc;
+
 use switchyard_triggers::{
+    TriggerRegistry,
     domain::{Limits, RoleId, RoleRegistration, Trigger, TriggerKind},
     matcher::{Matcher, Scoring},
     packs::DomainPacks,
+    registry::{RegistryConfig, RoleInput},
+    semantic::SemanticModel,
+    store::MemoryStore,
 };
 
 const BUILTIN_QUERY: &str = "We are a small tech startup building a Kubernetes-based data platform. \
@@ -28,6 +39,8 @@ fn role(id: &str, domains: &[&str], custom: Vec<Trigger>) -> RoleRegistration {
         role_id: RoleId::parse(id).expect("valid role id"),
         domains: domains.iter().map(|d| (*d).to_owned()).collect(),
         custom_triggers: custom,
+        description: String::new(),
+        example_questions: Vec::new(),
         updated_at: chrono::Utc::now(),
     }
 }
@@ -164,5 +177,49 @@ fn build(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, builtin, scaling, build);
+async fn domain_registry(model: Arc<SemanticModel>) -> Arc<TriggerRegistry> {
+    let packs = Arc::new(DomainPacks::builtin().expect("packs"));
+    let names: Vec<String> = packs.names().map(str::to_owned).collect();
+    let store = Arc::new(MemoryStore::default());
+    let registry = TriggerRegistry::open(store, packs, RegistryConfig::default(), model).await.expect("registry");
+    for name in names {
+        let input = RoleInput { role_id: format!("{name}-expert"), domains: vec![name], ..RoleInput::default() };
+        registry.register(&input).await.expect("register");
+    }
+    registry
+}
+
+fn decision(c: &mut Criterion) {
+    const CLEAR: &str = "Should I refinance my mortgage at a 6% interest rate, or pay down the loan faster?";
+    const PARAPHRASED: &str = "My toe turned purple after I stubbed it on the door frame; is it broken?";
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
+    let model = SemanticModel::load(&switchyard_testkit::model_dir(), 4096)
+        .unwrap_or_else(|err| panic!("the MiniLM model is required (scripts/fetch-models.sh): {err}"));
+    let (with_model, without) =
+        runtime.block_on(async { (domain_registry(model).await, domain_registry(SemanticModel::off()).await) });
+    let decide = |registry: &TriggerRegistry, query: &str| {
+        runtime.block_on(registry.best_role(query, "", None, |best, ranking, _| (best.role_id, ranking.semantic_state)))
+    };
+    let (role, state) = decide(&with_model, CLEAR).expect("decides");
+    assert_eq!((role.as_ref().map(RoleId::as_str), format!("{state:?}")), (Some("finance-expert"), "NotNeeded".into()));
+    let (role, state) = decide(&with_model, PARAPHRASED).expect("decides");
+    assert_eq!((role.as_ref().map(RoleId::as_str), format!("{state:?}")), (Some("healthcare-expert"), "Scored".into()));
+
+    let mut group = c.benchmark_group("decision");
+    group.bench_function("triggers_clear/no_model", |b| b.iter(|| decide(&without, black_box(CLEAR))));
+    group.bench_function("triggers_clear/with_model", |b| b.iter(|| decide(&with_model, black_box(CLEAR))));
+    group.bench_function("semantic/cached_query", |b| b.iter(|| decide(&with_model, black_box(PARAPHRASED))));
+    // A query never seen before each time: the embedding on the blocking pool is the cost.
+    let mut fresh = 0u64;
+    group.sample_size(30);
+    group.bench_function("semantic/embedded_query", |b| {
+        b.iter(|| {
+            fresh += 1;
+            decide(&with_model, &format!("{PARAPHRASED} ({fresh})"))
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, builtin, scaling, build, decision);
 criterion_main!(benches);

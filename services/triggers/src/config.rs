@@ -1,11 +1,11 @@
 //! The triggers service's configuration: flags with environment fallbacks.
 
-use std::{net::SocketAddr, time::Duration};
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::Args;
 use switchyard_kit::{ServerArgs, config::parse_duration};
 
-use crate::{domain::Limits, matcher::Scoring, registry::RegistryConfig};
+use crate::{blend::SemanticScoring, domain::Limits, matcher::Scoring, registry::RegistryConfig};
 
 switchyard_kit::store_args! {
     /// The registry's store flags: Postgres holds the registry; `--in-memory` keeps it in memory
@@ -54,6 +54,40 @@ pub struct TriggersConfig {
     #[arg(long, env = "TRIGGERS_MAX_REGISTRY_TRIGGERS", default_value_t = 200_000)]
     pub max_registry_triggers: usize,
 
+    /// Most example questions a role may register for the semantic signal.
+    #[arg(long, env = "TRIGGERS_MAX_ROLE_EXAMPLES", default_value_t = 50)]
+    pub max_role_examples: usize,
+
+    /// Longest role description or example question, in bytes.
+    #[arg(long, env = "TRIGGERS_MAX_EXAMPLE_BYTES", default_value_t = 1024)]
+    pub max_example_bytes: usize,
+
+    /// The MiniLM folder for the semantic signal (scripts/fetch-models.sh). Loaded in the
+    /// background after start; without it, decisions use the triggers alone.
+    #[arg(long, env = "SWITCHYARD_MODEL_DIR", default_value = "models/all-MiniLM-L6-v2")]
+    pub model_dir: PathBuf,
+
+    /// Run without the semantic signal even when the model folder is present.
+    #[arg(long, env = "TRIGGERS_NO_SEMANTIC")]
+    pub no_semantic: bool,
+
+    /// Most trigger points the semantic signal adds to a role; a trigger lead larger than this
+    /// is a clear decision that the semantic signal neither computes nor overturns.
+    #[arg(long, env = "TRIGGERS_SEMANTIC_WEIGHT", default_value_t = 4.0)]
+    pub semantic_weight: f64,
+
+    /// Similarity to a role's exemplars at or below which the role gets no semantic points.
+    #[arg(long, env = "TRIGGERS_SEMANTIC_FLOOR", default_value_t = 0.25)]
+    pub semantic_floor: f32,
+
+    /// Similarity at or above which a role gets the full semantic weight.
+    #[arg(long, env = "TRIGGERS_SEMANTIC_CEILING", default_value_t = 0.5)]
+    pub semantic_ceiling: f32,
+
+    /// Recent queries whose embeddings are kept in memory (0: none).
+    #[arg(long, env = "TRIGGERS_RECENT_QUERIES", default_value_t = 4096)]
+    pub recent_queries: usize,
+
     /// How often to check the registry version for changes by other replicas (a backstop for
     /// LISTEN/NOTIFY), and to retry a failed rebuild.
     #[arg(long, env = "TRIGGERS_SYNC_INTERVAL", default_value = "1s", value_parser = parse_duration)]
@@ -76,6 +110,14 @@ impl TriggersConfig {
             max_pattern_bytes: 512,
             max_regex_bytes: 256 * 1024,
             max_registry_triggers: 200_000,
+            max_role_examples: 50,
+            max_example_bytes: 1024,
+            model_dir: PathBuf::from("models/all-MiniLM-L6-v2"),
+            no_semantic: false,
+            semantic_weight: 4.0,
+            semantic_floor: 0.25,
+            semantic_ceiling: 0.5,
+            recent_queries: 4096,
             sync_interval: Duration::from_secs(1),
             server: ServerArgs::default(),
         }
@@ -85,6 +127,18 @@ impl TriggersConfig {
         if !(0.0..=1.0).contains(&self.hysteresis_ratio) {
             return Err(format!("--hysteresis-ratio must be between 0 and 1, got {}", self.hysteresis_ratio));
         }
+        if !(self.semantic_weight.is_finite() && self.semantic_weight >= 0.0) {
+            return Err(format!("--semantic-weight must be a number of points ≥ 0, got {}", self.semantic_weight));
+        }
+        let scale_is_sound = (-1.0..1.0).contains(&self.semantic_floor)
+            && self.semantic_floor < self.semantic_ceiling
+            && self.semantic_ceiling <= 1.0;
+        if !scale_is_sound {
+            return Err(format!(
+                "--semantic-floor and --semantic-ceiling must satisfy -1 ≤ floor < ceiling ≤ 1, got {} and {}",
+                self.semantic_floor, self.semantic_ceiling
+            ));
+        }
         Ok(RegistryConfig {
             limits: Limits {
                 max_query_bytes: self.max_query_bytes,
@@ -92,9 +146,16 @@ impl TriggersConfig {
                 max_pattern_bytes: self.max_pattern_bytes,
                 max_regex_bytes: self.max_regex_bytes,
                 max_registry_triggers: self.max_registry_triggers,
+                max_role_examples: self.max_role_examples,
+                max_example_bytes: self.max_example_bytes,
             },
             scoring: Scoring { diversity_bonus_per_kind: self.diversity_bonus },
             hysteresis_ratio: self.hysteresis_ratio,
+            semantic: SemanticScoring {
+                weight: self.semantic_weight,
+                floor: self.semantic_floor,
+                ceiling: self.semantic_ceiling,
+            },
         })
     }
 }

@@ -24,6 +24,11 @@ pub struct Limits {
     pub max_regex_bytes: usize,
     /// Most distinct triggers across all roles (bounds the matcher's memory).
     pub max_registry_triggers: usize,
+    /// Most example questions one role may register for the semantic signal (each is embedded
+    /// once, about 10 ms of CPU).
+    pub max_role_examples: usize,
+    /// Longest role description or example question, in bytes.
+    pub max_example_bytes: usize,
 }
 
 impl Default for Limits {
@@ -34,6 +39,8 @@ impl Default for Limits {
             max_pattern_bytes: 512,
             max_regex_bytes: 256 * 1024,
             max_registry_triggers: 200_000,
+            max_role_examples: 50,
+            max_example_bytes: 1024,
         }
     }
 }
@@ -146,13 +153,56 @@ impl Trigger {
     }
 }
 
-/// What a role registers: the domain packs it draws from and its own triggers.
+/// What a role registers: the domain packs it draws from, its own triggers, and what the
+/// semantic signal knows it by beyond its domains' exemplars (both may be empty).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RoleRegistration {
     pub role_id: RoleId,
     pub domains: Vec<String>,
     pub custom_triggers: Vec<Trigger>,
+    pub description: String,
+    pub example_questions: Vec<String>,
     pub updated_at: chrono::DateTime<chrono::Utc>,
+}
+
+/// A role description: trimmed, at most `max_example_bytes` (empty is allowed: no description).
+pub fn role_description(text: &str, limits: &Limits) -> Result<String, TriggersError> {
+    let text = text.trim();
+    if text.len() > limits.max_example_bytes {
+        return Err(TriggersError::invalid(
+            "description",
+            format!("is {} bytes, over the limit of {} bytes", text.len(), limits.max_example_bytes),
+        ));
+    }
+    Ok(text.to_owned())
+}
+
+/// Example questions: each trimmed, non-empty and bounded; at most `max_role_examples`;
+/// duplicates dropped. Errors name `field[index]`.
+pub fn example_questions(questions: &[String], limits: &Limits, field: &str) -> Result<Vec<String>, TriggersError> {
+    if questions.len() > limits.max_role_examples {
+        return Err(TriggersError::invalid(
+            field,
+            format!("{} questions given, over the limit of {} per role", questions.len(), limits.max_role_examples),
+        ));
+    }
+    let mut kept: Vec<String> = Vec::with_capacity(questions.len());
+    for (index, question) in questions.iter().enumerate() {
+        let question = question.trim();
+        if question.is_empty() {
+            return Err(TriggersError::invalid(format!("{field}[{index}]"), "must not be empty".into()));
+        }
+        if question.len() > limits.max_example_bytes {
+            return Err(TriggersError::invalid(
+                format!("{field}[{index}]"),
+                format!("is {} bytes, over the limit of {} bytes", question.len(), limits.max_example_bytes),
+            ));
+        }
+        if !kept.iter().any(|k| k == question) {
+            kept.push(question.to_owned());
+        }
+    }
+    Ok(kept)
 }
 
 /// A user query, checked for emptiness and size.
@@ -236,6 +286,21 @@ mod tests {
         let long = "a".repeat(limits.max_pattern_bytes + 1);
         let err = Trigger::new(&long, TriggerKind::Keyword, 1, &limits, "t").unwrap_err();
         assert!(err.to_string().contains("over the limit of 512 bytes"), "{err}");
+    }
+
+    #[test]
+    fn descriptions_and_example_questions_are_trimmed_bounded_and_named() {
+        let limits = Limits { max_role_examples: 2, max_example_bytes: 12, ..Limits::default() };
+        assert_eq!(role_description("  rockets  ", &limits).expect("valid"), "rockets");
+        let err = role_description("far too long a text", &limits).unwrap_err();
+        assert_eq!(err.to_string(), "description: is 19 bytes, over the limit of 12 bytes");
+        let kept = example_questions(&[" why? ".into(), "why?".into()], &limits, "example_questions");
+        assert_eq!(kept.expect("valid"), ["why?"]);
+        let err = example_questions(&["ok".into(), " ".into()], &limits, "example_questions").unwrap_err();
+        assert_eq!(err.to_string(), "example_questions[1]: must not be empty");
+        let three: Vec<String> = ["a", "b", "c"].map(String::from).to_vec();
+        let err = example_questions(&three, &limits, "example_questions").unwrap_err();
+        assert!(err.to_string().starts_with("example_questions: 3 questions given"), "{err}");
     }
 
     #[test]

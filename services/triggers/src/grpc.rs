@@ -7,11 +7,12 @@ use switchyard_proto::triggers::v1::{self as pb, trigger_service_server::Trigger
 use tonic::{Request, Response, Status};
 
 use crate::{
+    blend::{DecidedBy, Ranking, SemanticState},
     domain::{RoleRegistration, Trigger, TriggerKind},
     error::TriggersError,
     hysteresis::{BestRole, BestRoleReason},
-    matcher::{MatchedTrigger, RoleScore},
-    registry::{TriggerInput, TriggerRegistry},
+    matcher::MatchedTrigger,
+    registry::{RoleInput, TriggerInput, TriggerRegistry},
 };
 
 pub struct TriggersGrpc {
@@ -60,6 +61,8 @@ fn role_to_proto(registration: &RoleRegistration, trigger_count: u32) -> pb::Rol
         custom_triggers: registration.custom_triggers.iter().map(trigger_to_proto).collect(),
         trigger_count,
         updated_at: Some(timestamp(registration.updated_at)),
+        description: registration.description.clone(),
+        example_questions: registration.example_questions.clone(),
     }
 }
 
@@ -72,18 +75,45 @@ fn matched_to_proto(trigger: &MatchedTrigger<'_>) -> pb::MatchedTrigger {
     }
 }
 
-/// Converts scores for the wire; also used by callers embedding the same message.
-pub fn scores_to_proto(scores: &[RoleScore<'_>]) -> Vec<pb::RoleMatch> {
-    scores
+/// Converts a ranking for the wire.
+pub fn ranking_to_proto(ranking: &Ranking<'_>) -> Vec<pb::RoleMatch> {
+    ranking
+        .roles
         .iter()
-        .map(|score| pb::RoleMatch {
-            role_id: score.role_id.to_string(),
-            score: score.score,
-            base_score: score.base_score,
-            diversity_bonus: score.diversity_bonus,
-            matched_triggers: score.matched.iter().map(matched_to_proto).collect(),
+        .map(|ranked| {
+            let triggers = ranked.triggers.as_ref();
+            pb::RoleMatch {
+                role_id: ranked.role_id.to_string(),
+                score: ranked.trigger_score(),
+                base_score: triggers.map_or(0, |t| t.base_score),
+                diversity_bonus: triggers.map_or(0, |t| t.diversity_bonus),
+                matched_triggers: triggers
+                    .map(|t| t.matched.iter().map(matched_to_proto).collect())
+                    .unwrap_or_default(),
+                semantic_similarity: ranked.semantic.as_ref().map(|s| s.similarity),
+                semantic_score: ranked.semantic_score,
+                combined_score: ranked.combined,
+                nearest_exemplar: ranked.semantic.as_ref().map(|s| s.nearest.to_owned()).unwrap_or_default(),
+            }
         })
         .collect()
+}
+
+fn decided_by_to_proto(decided_by: DecidedBy) -> pb::DecidingSignal {
+    match decided_by {
+        DecidedBy::Triggers => pb::DecidingSignal::Triggers,
+        DecidedBy::Semantic => pb::DecidingSignal::Semantic,
+        DecidedBy::Nothing => pb::DecidingSignal::None,
+    }
+}
+
+fn semantic_state_to_proto(state: SemanticState) -> pb::SemanticState {
+    match state {
+        SemanticState::Scored => pb::SemanticState::Scored,
+        SemanticState::NotNeeded => pb::SemanticState::NotNeeded,
+        SemanticState::Loading => pb::SemanticState::Loading,
+        SemanticState::Unavailable => pb::SemanticState::Unavailable,
+    }
 }
 
 #[tonic::async_trait]
@@ -93,13 +123,22 @@ impl TriggerService for TriggersGrpc {
         request: Request<pb::RegisterRoleTriggersRequest>,
     ) -> Result<Response<pb::RegisterRoleTriggersResponse>, Status> {
         let request = request.into_inner();
-        let custom: Vec<TriggerInput> = request
-            .custom_triggers
-            .iter()
-            .map(|t| TriggerInput { pattern: t.pattern.clone(), kind: kind_from_proto(t.kind), priority: t.priority })
-            .collect();
-        let (registration, version) =
-            self.registry.register(&request.role_id, &request.domains, &custom).await.map_err(status)?;
+        let input = RoleInput {
+            custom_triggers: request
+                .custom_triggers
+                .iter()
+                .map(|t| TriggerInput {
+                    pattern: t.pattern.clone(),
+                    kind: kind_from_proto(t.kind),
+                    priority: t.priority,
+                })
+                .collect(),
+            role_id: request.role_id,
+            domains: request.domains,
+            description: request.description,
+            example_questions: request.example_questions,
+        };
+        let (registration, version) = self.registry.register(&input).await.map_err(status)?;
         let page = self.registry.list(registration.role_id.as_str(), 0, "").map_err(status)?;
         let trigger_count = page.roles.first().map_or(0, |(_, count)| *count);
         Ok(Response::new(pb::RegisterRoleTriggersResponse {
@@ -143,6 +182,7 @@ impl TriggerService for TriggersGrpc {
                 description: pack.description.clone(),
                 trigger_count: u32::try_from(pack.triggers.len()).unwrap_or(u32::MAX),
                 triggers: if include { pack.triggers.iter().map(trigger_to_proto).collect() } else { Vec::new() },
+                example_questions: if include { pack.exemplar_questions.clone() } else { Vec::new() },
             })
             .collect();
         Ok(Response::new(pb::ListDomainsResponse { domains }))
@@ -154,10 +194,13 @@ impl TriggerService for TriggersGrpc {
     ) -> Result<Response<pb::DetectTriggersResponse>, Status> {
         let response = self
             .registry
-            .detect(&request.get_ref().query, |scores, version| pb::DetectTriggersResponse {
-                matches: scores_to_proto(scores),
+            .detect(&request.get_ref().query, |ranking, version| pb::DetectTriggersResponse {
+                matches: ranking_to_proto(ranking),
                 registry_version: version,
+                decided_by: decided_by_to_proto(ranking.decided_by).into(),
+                semantic_state: semantic_state_to_proto(ranking.semantic_state).into(),
             })
+            .await
             .map_err(status)?;
         Ok(Response::new(response))
     }
@@ -170,17 +213,19 @@ impl TriggerService for TriggersGrpc {
         let response = self
             .registry
             .best_role(&request.query, &request.current_role_id, request.hysteresis_ratio, best_role_to_proto)
+            .await
             .map_err(status)?;
         Ok(Response::new(response))
     }
 }
 
-fn best_role_to_proto(best: BestRole, scores: &[RoleScore<'_>], version: u64) -> pb::GetBestRoleResponse {
+fn best_role_to_proto(best: BestRole, ranking: &Ranking<'_>, version: u64) -> pb::GetBestRoleResponse {
     let reason = match best.reason {
         BestRoleReason::TopScore => pb::BestRoleReason::TopScore,
         BestRoleReason::CurrentIsTop => pb::BestRoleReason::CurrentIsTop,
         BestRoleReason::KeptByHysteresis => pb::BestRoleReason::KeptByHysteresis,
         BestRoleReason::NoMatch => pb::BestRoleReason::NoMatch,
+        BestRoleReason::SemanticMatch => pb::BestRoleReason::SemanticMatch,
     };
     let (top_role_id, top_score) = best.top.map(|(role, score)| (role.to_string(), score)).unwrap_or_default();
     pb::GetBestRoleResponse {
@@ -192,7 +237,11 @@ fn best_role_to_proto(best: BestRole, scores: &[RoleScore<'_>], version: u64) ->
         top_role_id,
         current_score: best.current_score,
         hysteresis_ratio: best.hysteresis_ratio,
-        matches: scores_to_proto(scores),
+        matches: ranking_to_proto(ranking),
         registry_version: version,
+        top_combined_score: best.top_combined,
+        current_combined_score: best.current_combined,
+        decided_by: decided_by_to_proto(best.decided_by).into(),
+        semantic_state: semantic_state_to_proto(ranking.semantic_state).into(),
     }
 }

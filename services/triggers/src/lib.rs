@@ -1,9 +1,12 @@
 //! The triggers service (spec "Context Switching", TriggerService): detects which expert role
 //! a query belongs to from domain trigger packs and custom patterns, scores roles (priorities
-//! summed plus a diversity bonus) and picks the best one with hysteresis.
+//! summed plus a diversity bonus) and picks the best one with hysteresis. A semantic signal
+//! (`semantic`: MiniLM similarity to each role's exemplar questions) decides when no trigger
+//! matches and breaks near ties (`blend`).
 //!
 //! `TriggerRegistry` is the service; `grpc` adapts it to `switchyard.triggers.v1`.
 
+pub mod blend;
 pub mod config;
 pub mod domain;
 pub mod error;
@@ -12,6 +15,7 @@ pub mod hysteresis;
 pub mod matcher;
 pub mod packs;
 pub mod registry;
+pub mod semantic;
 pub mod store;
 
 use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
@@ -25,8 +29,13 @@ pub use registry::TriggerRegistry;
 
 use crate::{
     packs::DomainPacks,
+    semantic::{ModelState, SemanticModel},
     store::{MemoryStore, PostgresStore, TriggerStore},
 };
+
+/// The health name under which the semantic signal reports (SERVING once its model is
+/// loaded); the service's own readiness does not depend on it.
+pub const SEMANTIC_HEALTH: &str = "switchyard.triggers.v1.TriggerService.semantic";
 
 /// A triggers server bound to its port, ready to serve.
 pub struct TriggersServer {
@@ -58,8 +67,18 @@ impl TriggersServer {
     pub async fn bind_with_store(config: &TriggersConfig, store: Arc<dyn TriggerStore>) -> anyhow::Result<Self> {
         let registry_config = config.registry_config().map_err(anyhow::Error::msg)?;
         let packs = Arc::new(DomainPacks::builtin()?);
-        let registry = TriggerRegistry::open(store, packs, registry_config).await?;
+        let (model_ready, when_ready) = tokio::sync::oneshot::channel();
+        let model = if config.no_semantic {
+            SemanticModel::off()
+        } else {
+            SemanticModel::load_in_background(config.model_dir.clone(), config.recent_queries, move || {
+                let _ = model_ready.send(());
+            })
+        };
+        tracing::info!(model_dir = %config.model_dir.display(), "{}", model.state().describe());
+        let registry = TriggerRegistry::open(store, packs, registry_config, model).await?;
         registry.spawn_follower(config.sync_interval);
+        registry.index_when_ready(when_ready, config.sync_interval);
 
         let mut server = GrpcServer::bind(config.listen, config.server.clone()).await?;
         let max = config.server.max_message_bytes;
@@ -68,10 +87,14 @@ impl TriggersServer {
                 .max_decoding_message_size(max)
                 .max_encoding_message_size(max),
         );
-        let probe_registry = registry.clone();
+        let (probe_registry, health) = (registry.clone(), server.health());
         server.health().spawn_probe(Duration::from_secs(2), move || {
-            let registry = probe_registry.clone();
-            async move { registry.ping().await.map_err(|err| err.to_string()) }
+            let (registry, health) = (probe_registry.clone(), health.clone());
+            async move {
+                // The semantic signal is a detail: the service serves (by triggers) without it.
+                health.set_component(SEMANTIC_HEALTH, registry.model().state() == ModelState::Ready).await;
+                registry.ping().await.map_err(|err| err.to_string())
+            }
         });
         Ok(Self { server, registry })
     }

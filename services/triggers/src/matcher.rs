@@ -487,6 +487,8 @@ mod tests {
             role_id: RoleId::parse(id).expect("valid id"),
             domains: domains.iter().map(|d| (*d).to_owned()).collect(),
             custom_triggers: custom,
+            description: String::new(),
+            example_questions: Vec::new(),
             updated_at: chrono::Utc::now(),
         }
     }

@@ -1,5 +1,6 @@
 //! The built-in domain trigger packs (finance, technology, healthcare, marketing, legal,
-//! education, creative), kept as data files under `packs/` and compiled into the binary.
+//! education, creative), kept as data files under `packs/` and compiled into the binary, each
+//! with its exemplar questions for the semantic signal (`exemplars/`, one file per domain).
 
 use std::collections::BTreeMap;
 
@@ -7,14 +8,15 @@ use serde::Deserialize;
 
 use crate::domain::{Limits, Trigger, TriggerKind};
 
-const BUILTIN: [(&str, &str); 7] = [
-    ("finance", include_str!("../packs/finance.toml")),
-    ("technology", include_str!("../packs/technology.toml")),
-    ("healthcare", include_str!("../packs/healthcare.toml")),
-    ("marketing", include_str!("../packs/marketing.toml")),
-    ("legal", include_str!("../packs/legal.toml")),
-    ("education", include_str!("../packs/education.toml")),
-    ("creative", include_str!("../packs/creative.toml")),
+/// Name, trigger pack, exemplar questions.
+const BUILTIN: [(&str, &str, &str); 7] = [
+    ("finance", include_str!("../packs/finance.toml"), include_str!("../exemplars/finance.toml")),
+    ("technology", include_str!("../packs/technology.toml"), include_str!("../exemplars/technology.toml")),
+    ("healthcare", include_str!("../packs/healthcare.toml"), include_str!("../exemplars/healthcare.toml")),
+    ("marketing", include_str!("../packs/marketing.toml"), include_str!("../exemplars/marketing.toml")),
+    ("legal", include_str!("../packs/legal.toml"), include_str!("../exemplars/legal.toml")),
+    ("education", include_str!("../packs/education.toml"), include_str!("../exemplars/education.toml")),
+    ("creative", include_str!("../packs/creative.toml"), include_str!("../exemplars/creative.toml")),
 ];
 
 /// One domain's triggers.
@@ -23,6 +25,8 @@ pub struct DomainPack {
     pub name: String,
     pub description: String,
     pub triggers: Vec<Trigger>,
+    /// Questions of the domain in users' own words, for the semantic signal.
+    pub exemplar_questions: Vec<String>,
 }
 
 /// Every built-in pack, by name.
@@ -53,6 +57,13 @@ struct PackFile {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+struct ExemplarFile {
+    name: String,
+    questions: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct PatternGroup {
     priority: u32,
     patterns: Vec<String>,
@@ -63,8 +74,9 @@ impl DomainPacks {
     pub fn builtin() -> Result<Self, PackError> {
         let limits = Limits::default();
         let mut packs = BTreeMap::new();
-        for (name, text) in BUILTIN {
-            let pack = parse_pack(name, text, &limits)?;
+        for (name, pack_text, exemplars_text) in BUILTIN {
+            let mut pack = parse_pack(name, pack_text, &limits)?;
+            pack.exemplar_questions = parse_exemplars(name, exemplars_text, &limits)?;
             packs.insert(pack.name.clone(), pack);
         }
         Ok(Self { packs })
@@ -108,7 +120,17 @@ fn parse_pack(expected_name: &str, text: &str, limits: &Limits) -> Result<Domain
             }
         }
     }
-    Ok(DomainPack { name: file.name, description: file.description, triggers })
+    Ok(DomainPack { name: file.name, description: file.description, triggers, exemplar_questions: Vec::new() })
+}
+
+/// A domain's exemplar questions, held to the limits a role's own example questions get.
+fn parse_exemplars(expected_name: &str, text: &str, limits: &Limits) -> Result<Vec<String>, PackError> {
+    let error = |reason: String| PackError { pack: expected_name.to_owned(), reason };
+    let file: ExemplarFile = toml::from_str(text).map_err(|err| error(format!("exemplars: {err}")))?;
+    if file.name != expected_name {
+        return Err(error(format!("exemplars declare name `{}`", file.name)));
+    }
+    crate::domain::example_questions(&file.questions, limits, "questions").map_err(|err| error(err.to_string()))
 }
 
 #[cfg(test)]
@@ -126,6 +148,29 @@ mod tests {
                 assert!(pack.triggers.iter().any(|t| t.kind == kind), "{} has no {kind} trigger", pack.name);
             }
         }
+    }
+
+    #[test]
+    fn every_pack_has_its_own_exemplar_questions() {
+        let packs = DomainPacks::builtin().expect("built-in packs are valid");
+        let mut seen = std::collections::HashSet::new();
+        for pack in packs.iter() {
+            assert!(
+                pack.exemplar_questions.len() >= 20,
+                "{} has {} exemplars",
+                pack.name,
+                pack.exemplar_questions.len()
+            );
+            for question in &pack.exemplar_questions {
+                assert!(seen.insert(question.to_lowercase()), "`{question}` is an exemplar of two domains");
+            }
+        }
+        let wrong = "name = \"finance\"\nquestions = [\"a\"]\n";
+        let err = parse_exemplars("legal", wrong, &Limits::default()).unwrap_err();
+        assert!(err.to_string().contains("exemplars declare name `finance`"), "{err}");
+        let empty = "name = \"legal\"\nquestions = [\" \"]\n";
+        let err = parse_exemplars("legal", empty, &Limits::default()).unwrap_err();
+        assert!(err.to_string().contains("questions[0]: must not be empty"), "{err}");
     }
 
     #[test]

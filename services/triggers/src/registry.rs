@@ -2,6 +2,9 @@
 //! matcher current. Writes go to the store first; the matcher is rebuilt on a blocking thread
 //! and swapped in atomically, so detection never waits for a rebuild and always sees one whole
 //! registry version. Changes made by other replicas arrive through the store's version channel.
+//!
+//! The same rebuild indexes the roles' exemplars for the semantic signal once its model is
+//! loaded; detection embeds a query only when the trigger scores leave the decision open.
 
 use std::{
     collections::{BTreeMap, HashSet},
@@ -13,11 +16,13 @@ use arc_swap::ArcSwap;
 use chrono::Utc;
 
 use crate::{
-    domain::{Limits, Query, RoleId, RoleRegistration, Trigger, TriggerKind},
+    blend::{Ranking, SemanticScoring, SemanticState},
+    domain::{self, Limits, Query, RoleId, RoleRegistration, Trigger, TriggerKind},
     error::TriggersError,
     hysteresis::{self, BestRole},
-    matcher::{Matcher, RoleScore, Scoring},
+    matcher::{Matcher, Scoring},
     packs::DomainPacks,
+    semantic::{ModelState, SemanticIndex, SemanticModel},
     store::{Snapshot, TriggerStore},
 };
 
@@ -28,12 +33,28 @@ pub struct RegistryConfig {
     pub scoring: Scoring,
     /// Default hysteresis ratio for `best_role` (0.8 in the spec).
     pub hysteresis_ratio: f64,
+    pub semantic: SemanticScoring,
 }
 
 impl Default for RegistryConfig {
     fn default() -> Self {
-        Self { limits: Limits::default(), scoring: Scoring::default(), hysteresis_ratio: 0.8 }
+        Self {
+            limits: Limits::default(),
+            scoring: Scoring::default(),
+            hysteresis_ratio: 0.8,
+            semantic: SemanticScoring::default(),
+        }
     }
+}
+
+/// What a role registers, before validation.
+#[derive(Debug, Clone, Default)]
+pub struct RoleInput {
+    pub role_id: String,
+    pub domains: Vec<String>,
+    pub custom_triggers: Vec<TriggerInput>,
+    pub description: String,
+    pub example_questions: Vec<String>,
 }
 
 /// A trigger as a caller submits it, before validation.
@@ -50,12 +71,15 @@ pub struct Compiled {
     pub version: u64,
     pub roles: BTreeMap<RoleId, RoleRegistration>,
     pub matcher: Matcher,
+    /// The roles' exemplars; `None` until the semantic model is loaded.
+    pub semantic: Option<SemanticIndex>,
 }
 
 pub struct TriggerRegistry {
     store: Arc<dyn TriggerStore>,
     packs: Arc<DomainPacks>,
     config: RegistryConfig,
+    model: Arc<SemanticModel>,
     current: ArcSwap<Compiled>,
     rebuild_lock: tokio::sync::Mutex<()>,
 }
@@ -68,22 +92,48 @@ pub struct RolePage {
 }
 
 impl TriggerRegistry {
-    /// Loads the store and compiles the first matcher.
+    /// Loads the store and compiles the first matcher (and exemplar index, if `model` is
+    /// loaded already).
     pub async fn open(
         store: Arc<dyn TriggerStore>,
         packs: Arc<DomainPacks>,
         config: RegistryConfig,
+        model: Arc<SemanticModel>,
     ) -> Result<Arc<Self>, TriggersError> {
         let snapshot = store.load().await.map_err(TriggersError::StoreUnavailable)?;
-        let compiled = compile(snapshot, packs.clone(), config.scoring).await?;
+        let compiled = compile(snapshot, packs.clone(), config.scoring, model.clone()).await?;
         tracing::info!(version = compiled.version, roles = compiled.roles.len(), "trigger registry loaded");
         Ok(Arc::new(Self {
             store,
             packs,
             config,
+            model,
             current: ArcSwap::from_pointee(compiled),
             rebuild_lock: tokio::sync::Mutex::new(()),
         }))
+    }
+
+    pub fn model(&self) -> &SemanticModel {
+        &self.model
+    }
+
+    /// Indexes the exemplars once `ready` fires (the model finished loading after start),
+    /// retrying every `retry` while the store is unreachable.
+    pub fn index_when_ready(self: &Arc<Self>, ready: tokio::sync::oneshot::Receiver<()>, retry: Duration) {
+        let registry = Arc::downgrade(self);
+        tokio::spawn(async move {
+            if ready.await.is_err() {
+                return;
+            }
+            while let Some(registry) = registry.upgrade() {
+                match registry.refresh().await {
+                    Ok(_) => return,
+                    Err(err) => tracing::warn!(%err, "indexing exemplars failed, retrying"),
+                }
+                drop(registry);
+                tokio::time::sleep(retry).await;
+            }
+        });
     }
 
     pub fn config(&self) -> &RegistryConfig {
@@ -107,17 +157,24 @@ impl TriggerRegistry {
     pub async fn refresh(&self) -> Result<u64, TriggersError> {
         let _one_rebuild_at_a_time = self.rebuild_lock.lock().await;
         let snapshot = self.store.load().await.map_err(TriggersError::StoreUnavailable)?;
-        let known = self.current.load().version;
-        if snapshot.version == known {
+        let (known, indexed) = {
+            let current = self.current.load();
+            (current.version, current.semantic.is_some())
+        };
+        // Also rebuild when the model has loaded since the last build, to index the exemplars.
+        let model_is_new = !indexed && self.model.embedder().is_some();
+        if snapshot.version == known && !model_is_new {
             return Ok(known);
         }
-        let compiled = compile(snapshot, self.packs.clone(), self.config.scoring).await?;
+        let compiled = compile(snapshot, self.packs.clone(), self.config.scoring, self.model.clone()).await?;
         let version = compiled.version;
         tracing::info!(
             from = known,
             to = version,
             roles = compiled.roles.len(),
             triggers = compiled.matcher.trigger_count(),
+            semantic_roles = compiled.semantic.as_ref().map_or(0, SemanticIndex::role_count),
+            exemplars = compiled.semantic.as_ref().map_or(0, SemanticIndex::text_count),
             "matcher rebuilt"
         );
         self.current.store(Arc::new(compiled));
@@ -155,13 +212,8 @@ impl TriggerRegistry {
 
     /// Validates and stores a role's triggers (replacing earlier ones); returns the stored
     /// registration and the registry version that contains it, already compiled here.
-    pub async fn register(
-        &self,
-        role_id: &str,
-        domains: &[String],
-        custom_triggers: &[TriggerInput],
-    ) -> Result<(RoleRegistration, u64), TriggersError> {
-        let registration = self.validate(role_id, domains, custom_triggers)?;
+    pub async fn register(&self, input: &RoleInput) -> Result<(RoleRegistration, u64), TriggersError> {
+        let registration = self.validate(input)?;
         let current = self.current.load();
         let previous = current.roles.get(&registration.role_id).map_or(0, |r| r.custom_triggers.len());
         let would_hold = current.matcher.trigger_count() + registration.custom_triggers.len().saturating_sub(previous);
@@ -175,14 +227,10 @@ impl TriggerRegistry {
         Ok((registration, version))
     }
 
-    fn validate(
-        &self,
-        role_id: &str,
-        domains: &[String],
-        custom: &[TriggerInput],
-    ) -> Result<RoleRegistration, TriggersError> {
+    fn validate(&self, input: &RoleInput) -> Result<RoleRegistration, TriggersError> {
+        let (domains, custom) = (&input.domains, &input.custom_triggers);
         let limits = &self.config.limits;
-        let role_id = RoleId::parse(role_id).map_err(|reason| TriggersError::invalid("role_id", reason))?;
+        let role_id = RoleId::parse(&input.role_id).map_err(|reason| TriggersError::invalid("role_id", reason))?;
         let mut unique_domains = Vec::new();
         for (index, domain) in domains.iter().enumerate() {
             let name = domain.trim().to_lowercase();
@@ -219,7 +267,14 @@ impl TriggerRegistry {
                 existing.priority = existing.priority.max(trigger.priority);
             }
         }
-        Ok(RoleRegistration { role_id, domains: unique_domains, custom_triggers: triggers, updated_at: Utc::now() })
+        Ok(RoleRegistration {
+            role_id,
+            domains: unique_domains,
+            custom_triggers: triggers,
+            description: domain::role_description(&input.description, limits)?,
+            example_questions: domain::example_questions(&input.example_questions, limits, "example_questions")?,
+            updated_at: Utc::now(),
+        })
     }
 
     /// Removes a role; NOT_FOUND when it is not registered.
@@ -290,28 +345,29 @@ impl TriggerRegistry {
         u32::try_from(distinct.len()).unwrap_or(u32::MAX)
     }
 
-    /// Scores a query against every role and hands the scores (best first) and the registry
-    /// version to `use_scores`. Hot path: no I/O, no locks; the scores borrow from the current
-    /// matcher, which stays alive for the call.
-    pub fn detect<R>(
+    /// Ranks every role for a query and hands the ranking and the registry version to
+    /// `use_ranking`. The trigger pass has no I/O and no locks, and borrows from the current
+    /// matcher; the semantic signal is consulted (one embedding, or a cache hit) only when
+    /// the trigger scores leave the decision open.
+    pub async fn detect<R>(
         &self,
         query: &str,
-        use_scores: impl FnOnce(&[RoleScore<'_>], u64) -> R,
+        use_ranking: impl FnOnce(&Ranking<'_>, u64) -> R,
     ) -> Result<R, TriggersError> {
         let query = Query::new(query, &self.config.limits)?;
-        let current = self.current.load();
-        let scores = current.matcher.detect(query.as_str());
-        Ok(use_scores(&scores, current.version))
+        let current = self.current.load_full();
+        let ranking = self.rank(&current, query).await;
+        Ok(use_ranking(&ranking, current.version))
     }
 
     /// The best role for a query with hysteresis towards `current_role_id`, handed with the
-    /// scores and registry version to `use_decision`.
-    pub fn best_role<R>(
+    /// ranking and registry version to `use_decision`.
+    pub async fn best_role<R>(
         &self,
         query: &str,
         current_role_id: &str,
         hysteresis_ratio: Option<f64>,
-        use_decision: impl FnOnce(BestRole, &[RoleScore<'_>], u64) -> R,
+        use_decision: impl FnOnce(BestRole, &Ranking<'_>, u64) -> R,
     ) -> Result<R, TriggersError> {
         let query = Query::new(query, &self.config.limits)?;
         let ratio = match hysteresis_ratio {
@@ -324,7 +380,7 @@ impl TriggerRegistry {
             Some(ratio) => ratio,
             None => self.config.hysteresis_ratio,
         };
-        let current = self.current.load();
+        let current = self.current.load_full();
         let current_role = if current_role_id.is_empty() {
             None
         } else {
@@ -335,18 +391,66 @@ impl TriggerRegistry {
             }
             Some(role)
         };
-        let scores = current.matcher.detect(query.as_str());
-        let best = hysteresis::best_role(&scores, current_role.as_ref(), ratio);
-        Ok(use_decision(best, &scores, current.version))
+        let ranking = self.rank(&current, query).await;
+        let best = hysteresis::best_role(&ranking, current_role.as_ref(), ratio);
+        Ok(use_decision(best, &ranking, current.version))
+    }
+
+    /// The trigger scores, blended with the semantic signal when they are not clear.
+    async fn rank<'c>(&self, compiled: &'c Compiled, query: Query<'_>) -> Ranking<'c> {
+        let scores = compiled.matcher.detect(query.as_str());
+        let semantic = &self.config.semantic;
+        if semantic.is_clear(&scores, compiled.roles.len()) {
+            return Ranking::triggers_only(scores, SemanticState::NotNeeded);
+        }
+        let Some(index) = compiled.semantic.as_ref().filter(|index| !index.is_empty()) else {
+            let state = match self.model.state() {
+                ModelState::Loading => SemanticState::Loading,
+                ModelState::Ready if compiled.semantic.is_some() => SemanticState::NotNeeded,
+                // Loaded, but this version was compiled before it was: indexing follows.
+                ModelState::Ready => SemanticState::Loading,
+                ModelState::Off | ModelState::Unavailable(_) => SemanticState::Unavailable,
+            };
+            return Ranking::triggers_only(scores, state);
+        };
+        match self.model.embed_query(query.as_str()).await {
+            Ok(Some(vector)) => Ranking::blended(scores, index.similarities(&vector), semantic),
+            Ok(None) => Ranking::triggers_only(scores, SemanticState::Unavailable),
+            Err(err) => {
+                tracing::warn!(error = %err, "embedding the query failed; deciding by triggers alone");
+                Ranking::triggers_only(scores, SemanticState::Unavailable)
+            }
+        }
     }
 }
 
-async fn compile(snapshot: Snapshot, packs: Arc<DomainPacks>, scoring: Scoring) -> Result<Compiled, TriggersError> {
+async fn compile(
+    snapshot: Snapshot,
+    packs: Arc<DomainPacks>,
+    scoring: Scoring,
+    model: Arc<SemanticModel>,
+) -> Result<Compiled, TriggersError> {
     tokio::task::spawn_blocking(move || {
         let matcher = Matcher::build(&snapshot.roles, &packs, scoring).map_err(TriggersError::Matcher)?;
+        let semantic = index_exemplars(&snapshot.roles, &packs, &model);
         let roles = snapshot.roles.into_iter().map(|r| (r.role_id.clone(), r)).collect();
-        Ok(Compiled { version: snapshot.version, roles, matcher })
+        Ok(Compiled { version: snapshot.version, roles, matcher, semantic })
     })
     .await
     .map_err(|err| TriggersError::Matcher(format!("matcher build task failed: {err}")))?
+}
+
+/// The roles' exemplar index, embedding only texts not embedded before (a new role's own
+/// questions; the domains' once per process). `None` without a model, or when embedding fails
+/// (logged: detection goes on by triggers alone).
+fn index_exemplars(roles: &[RoleRegistration], packs: &DomainPacks, model: &SemanticModel) -> Option<SemanticIndex> {
+    let embedder = model.embedder()?;
+    let texts = SemanticIndex::texts(roles, packs);
+    let cache = model.exemplars();
+    if let Err(err) = cache.fill(&embedder, &texts) {
+        tracing::warn!(error = %err, "embedding exemplars failed; the semantic signal is off for this version");
+        return None;
+    }
+    cache.retain(&texts.iter().map(String::as_str).collect());
+    Some(SemanticIndex::build(roles, packs, cache))
 }

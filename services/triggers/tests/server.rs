@@ -61,7 +61,7 @@ async fn calls_past_the_server_deadline_fail_with_deadline_exceeded() {
         .register_role_triggers(RegisterRoleTriggersRequest {
             role_id: "slow".into(),
             domains: vec!["finance".into()],
-            custom_triggers: vec![],
+            ..RegisterRoleTriggersRequest::default()
         })
         .await
         .unwrap_err();

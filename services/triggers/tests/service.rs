@@ -18,6 +18,7 @@ fn register(role: &str, domains: &[&str], custom: Vec<Trigger>) -> RegisterRoleT
         role_id: role.into(),
         domains: domains.iter().map(|d| (*d).to_owned()).collect(),
         custom_triggers: custom,
+        ..RegisterRoleTriggersRequest::default()
     }
 }
 

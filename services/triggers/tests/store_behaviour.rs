@@ -18,6 +18,8 @@ fn registration(id: &str, domains: &[&str], custom: &[(&str, TriggerKind, u32)])
             .iter()
             .map(|(p, k, prio)| Trigger::new(p, *k, *prio, &Limits::default(), "t").expect("valid"))
             .collect(),
+        description: format!("{id}, for the semantic signal"),
+        example_questions: vec![format!("what does {id} do?"), "and why?".to_owned()],
         // Postgres keeps microseconds; keep the comparison exact.
         updated_at: chrono::DateTime::from_timestamp_micros(chrono::Utc::now().timestamp_micros()).expect("time"),
     }

@@ -76,6 +76,7 @@ impl Scenario for DetectTriggers {
                     role_id: role_id.to_owned(),
                     domains: vec![domain.to_owned()],
                     custom_triggers: Vec::new(),
+                    ..RegisterRoleTriggersRequest::default()
                 };
                 client
                     .register_role_triggers(request)

@@ -67,6 +67,7 @@ impl Decision {
             tracing::warn!(role_id = ?chosen, "triggers chose a role this service does not know; keeping the current role");
         }
         let (reason, new_role) = match (target, detection.reason) {
+            (Some(role), BestRoleReason::SemanticMatch) => (SwitchReason::Semantic, Some(role)),
             (Some(role), _) => (SwitchReason::Triggered, Some(role)),
             (None, BestRoleReason::KeptByHysteresis) => (SwitchReason::KeptByHysteresis, None),
             (None, BestRoleReason::CurrentIsTop) => (SwitchReason::CurrentIsBest, None),
@@ -137,6 +138,13 @@ mod tests {
         assert_eq!((decision.from_score, decision.to_score), (3, 9));
         assert_eq!(decision.detail, "finance 9 vs tech 3");
         assert_eq!(decision.scores.len(), 1);
+    }
+
+    #[test]
+    fn a_role_the_semantic_signal_chose_is_switched_to_as_semantic() {
+        let answer = Ok(detection(Some("finance-expert"), BestRoleReason::SemanticMatch));
+        let decision = Decision::detected(answer, &role("tech-expert"), known).unwrap();
+        assert_eq!((new_role(&decision), decision.reason), (Some("finance-expert"), SwitchReason::Semantic));
     }
 
     #[test]

@@ -115,10 +115,12 @@ impl TriggerStore for PostgresStore {
         // One consistent view of the version and the rows.
         sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY").execute(&mut *tx).await?;
         let version: i64 = sqlx::query_scalar("SELECT version FROM registry_version").fetch_one(&mut *tx).await?;
-        let rows =
-            sqlx::query("SELECT role_id, domains, custom_triggers, updated_at FROM role_triggers ORDER BY role_id")
-                .fetch_all(&mut *tx)
-                .await?;
+        let rows = sqlx::query(
+            "SELECT role_id, domains, custom_triggers, description, example_questions, updated_at
+                 FROM role_triggers ORDER BY role_id",
+        )
+        .fetch_all(&mut *tx)
+        .await?;
         tx.commit().await?;
         let mut roles = Vec::with_capacity(rows.len());
         for row in rows {
@@ -126,10 +128,13 @@ impl TriggerStore for PostgresStore {
             let role_id = RoleId::parse(&role)
                 .map_err(|reason| StoreError::Corrupt(format!("registration of `{role}`: {reason}")))?;
             let Json(custom_triggers): Json<Vec<Trigger>> = row.try_get("custom_triggers")?;
+            let Json(example_questions): Json<Vec<String>> = row.try_get("example_questions")?;
             roles.push(RoleRegistration {
                 role_id,
                 domains: row.try_get("domains")?,
                 custom_triggers,
+                description: row.try_get("description")?,
+                example_questions,
                 updated_at: row.try_get("updated_at")?,
             });
         }
@@ -139,13 +144,18 @@ impl TriggerStore for PostgresStore {
     async fn upsert(&self, registration: &RoleRegistration) -> Result<u64, StoreError> {
         let mut tx = self.pool.begin().await?;
         sqlx::query(
-            "INSERT INTO role_triggers (role_id, domains, custom_triggers, updated_at) VALUES ($1, $2, $3, $4)
+            "INSERT INTO role_triggers (role_id, domains, custom_triggers, description, example_questions, updated_at)
+             VALUES ($1, $2, $3, $4, $5, $6)
              ON CONFLICT (role_id) DO UPDATE
-             SET domains = EXCLUDED.domains, custom_triggers = EXCLUDED.custom_triggers, updated_at = EXCLUDED.updated_at",
+             SET domains = EXCLUDED.domains, custom_triggers = EXCLUDED.custom_triggers,
+                 description = EXCLUDED.description, example_questions = EXCLUDED.example_questions,
+                 updated_at = EXCLUDED.updated_at",
         )
         .bind(registration.role_id.as_str())
         .bind(&registration.domains)
         .bind(Json(&registration.custom_triggers))
+        .bind(&registration.description)
+        .bind(Json(&registration.example_questions))
         .bind(registration.updated_at)
         .execute(&mut *tx)
         .await?;

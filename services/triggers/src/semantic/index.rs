@@ -1,0 +1,172 @@
+//! One registry version's exemplars as vectors: every distinct text once, each role pointing
+//! at its own. Scoring a query is one dot product per distinct text (a few hundred: a few
+//! microseconds), then a per-role aggregate.
+
+use std::collections::HashMap;
+
+use switchyard_models::{EmbeddingCache, cosine};
+
+use crate::{
+    domain::{RoleId, RoleRegistration},
+    packs::DomainPacks,
+};
+
+/// How many of a role's closest exemplars are averaged into its similarity: one lucky
+/// neighbour should not decide, and a role's further exemplars should not dilute a clear match.
+const NEAREST: usize = 2;
+
+/// How close a query is to one role.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Similarity<'i> {
+    pub role_id: &'i RoleId,
+    /// Mean cosine similarity of the query to the role's closest exemplars.
+    pub similarity: f32,
+    /// The role's exemplar (question or description) closest to the query.
+    pub nearest: &'i str,
+}
+
+struct IndexedRole {
+    role_id: RoleId,
+    /// Indexes into `texts`.
+    rows: Vec<u32>,
+}
+
+pub struct SemanticIndex {
+    texts: Vec<String>,
+    /// Row-major, one unit vector per text.
+    vectors: Vec<f32>,
+    dimensions: usize,
+    roles: Vec<IndexedRole>,
+}
+
+impl SemanticIndex {
+    /// Every text the roles' exemplars are made of (what must be embedded before `build`).
+    pub fn texts(roles: &[RoleRegistration], packs: &DomainPacks) -> Vec<String> {
+        let mut texts = Vec::new();
+        for role in roles {
+            texts.extend(role_texts(role, packs).map(str::to_owned));
+        }
+        texts.sort_unstable();
+        texts.dedup();
+        texts
+    }
+
+    /// The index of `roles`, from vectors in `cache` (texts it lacks are left out). Roles
+    /// with no exemplar at all (no domains, description or example questions) are not indexed:
+    /// the semantic signal cannot speak for them.
+    pub fn build(roles: &[RoleRegistration], packs: &DomainPacks, cache: &EmbeddingCache) -> Self {
+        let mut texts: Vec<String> = Vec::new();
+        let mut vectors: Vec<f32> = Vec::new();
+        let mut dimensions = 0;
+        let mut rows_by_text: HashMap<&str, u32> = HashMap::new();
+        let mut indexed = Vec::new();
+        for role in roles {
+            let mut rows = Vec::new();
+            for text in role_texts(role, packs) {
+                let row = match rows_by_text.get(text) {
+                    Some(&row) => row,
+                    None => {
+                        let Some(vector) = cache.get(text) else { continue };
+                        if dimensions == 0 {
+                            dimensions = vector.len();
+                        }
+                        if vector.len() != dimensions {
+                            continue;
+                        }
+                        vectors.extend_from_slice(&vector);
+                        texts.push(text.to_owned());
+                        let row = (texts.len() - 1) as u32;
+                        rows_by_text.insert(text, row);
+                        row
+                    }
+                };
+                if !rows.contains(&row) {
+                    rows.push(row);
+                }
+            }
+            if !rows.is_empty() {
+                indexed.push(IndexedRole { role_id: role.role_id.clone(), rows });
+            }
+        }
+        Self { texts, vectors, dimensions, roles: indexed }
+    }
+
+    /// Whether no role has exemplars.
+    pub fn is_empty(&self) -> bool {
+        self.roles.is_empty()
+    }
+
+    pub fn role_count(&self) -> usize {
+        self.roles.len()
+    }
+
+    pub fn text_count(&self) -> usize {
+        self.texts.len()
+    }
+
+    /// Every indexed role's similarity to `query` (a unit vector), in registration order.
+    pub fn similarities(&self, query: &[f32]) -> Vec<Similarity<'_>> {
+        if query.len() != self.dimensions {
+            return Vec::new();
+        }
+        let per_text: Vec<f32> = self.vectors.chunks_exact(self.dimensions).map(|row| cosine(row, query)).collect();
+        self.roles
+            .iter()
+            .map(|role| {
+                let mut closest: Vec<u32> = role.rows.clone();
+                closest.sort_unstable_by(|a, b| per_text[*b as usize].total_cmp(&per_text[*a as usize]));
+                closest.truncate(NEAREST);
+                let similarity = closest.iter().map(|&row| per_text[row as usize]).sum::<f32>() / closest.len() as f32;
+                Similarity { role_id: &role.role_id, similarity, nearest: &self.texts[closest[0] as usize] }
+            })
+            .collect()
+    }
+}
+
+/// A role's exemplar texts: its domains' descriptions and questions, then its own.
+fn role_texts<'a>(role: &'a RoleRegistration, packs: &'a DomainPacks) -> impl Iterator<Item = &'a str> {
+    let domains = role.domains.iter().filter_map(|domain| packs.get(domain)).flat_map(|pack| {
+        std::iter::once(pack.description.as_str()).chain(pack.exemplar_questions.iter().map(String::as_str))
+    });
+    let own = std::iter::once(role.description.as_str())
+        .filter(|description| !description.is_empty())
+        .chain(role.example_questions.iter().map(String::as_str));
+    domains.chain(own)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn role(id: &str, description: &str, examples: &[&str]) -> RoleRegistration {
+        RoleRegistration {
+            role_id: RoleId::parse(id).expect("valid"),
+            domains: Vec::new(),
+            custom_triggers: Vec::new(),
+            description: description.to_owned(),
+            example_questions: examples.iter().map(|e| (*e).to_owned()).collect(),
+            updated_at: chrono::Utc::now(),
+        }
+    }
+
+    #[test]
+    fn each_role_scores_by_its_closest_exemplars_and_names_the_nearest() {
+        let roles = [role("a", "", &["east", "north"]), role("b", "west", &[]), role("empty", "", &[])];
+        let texts = SemanticIndex::texts(&roles, &DomainPacks::default());
+        assert_eq!(texts, ["east", "north", "west"]);
+        // Hand-made unit vectors: the index's arithmetic, no model.
+        let cache = EmbeddingCache::default();
+        for (text, vector) in [("east", [1.0, 0.0]), ("north", [0.0, 1.0]), ("west", [-1.0, 0.0])] {
+            cache.insert(text, vector.to_vec());
+        }
+        let index = SemanticIndex::build(&roles, &DomainPacks::default(), &cache);
+        assert_eq!(index.role_count(), 2, "a role with no exemplar is not indexed");
+        let query = [0.6, 0.8];
+        let scores = index.similarities(&query);
+        assert_eq!(scores[0].role_id.as_str(), "a");
+        assert!((scores[0].similarity - 0.7).abs() < 1e-6, "mean of 0.8 and 0.6: {}", scores[0].similarity);
+        assert_eq!(scores[0].nearest, "north");
+        assert!((scores[1].similarity + 0.6).abs() < 1e-6);
+        assert!(index.similarities(&[1.0]).is_empty(), "a vector of another model is not scored");
+    }
+}
