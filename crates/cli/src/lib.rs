@@ -1,9 +1,13 @@
 //! The whole suite in one process (`switchyard dev`): every service on its own port, with
 //! in-memory stores in place of Postgres and Redis.
 
+pub mod chat;
+pub mod keys;
+
 use std::net::{IpAddr, SocketAddr};
 
 use anyhow::Context;
+use switchyard_edge::{EdgeConfig, EdgeServer, upstream::UpstreamUrls};
 use switchyard_llm::{ModelRef, ProviderArgs};
 use switchyard_mcp_gateway::{GatewayConfig, GatewayServer};
 use switchyard_router::{RouterConfig, RouterServer};
@@ -21,6 +25,8 @@ pub struct DevPorts {
     /// Port of the MCP gateway's `/mcp` endpoint.
     pub mcp: u16,
     pub router: u16,
+    /// HTTP port of the edge (REST, OpenAI-compatible chat, console).
+    pub edge: u16,
 }
 
 /// The router's LLM providers and models in `switchyard dev` (from the same flags and
@@ -69,13 +75,17 @@ pub struct DevStack {
     sessions: SessionsServer,
     gateway: GatewayServer,
     router: RouterServer,
+    edge: EdgeServer,
 }
 
 impl DevStack {
     pub async fn start(ports: DevPorts, mcp: DevMcp, chat: DevChat) -> anyhow::Result<Self> {
-        let triggers = TriggersServer::bind(&TriggersConfig::in_memory(SocketAddr::new(ports.host, ports.triggers)))
-            .await
-            .context("starting triggers")?;
+        let mut triggers_config = TriggersConfig::in_memory(SocketAddr::new(ports.host, ports.triggers));
+        if let Some(dir) = &chat.embedding_model_dir {
+            // The same MiniLM as the gateway and the router, for the semantic signal.
+            triggers_config.model_dir = dir.clone();
+        }
+        let triggers = TriggersServer::bind(&triggers_config).await.context("starting triggers")?;
         let triggers_url = format!("http://{}", triggers.local_addr());
         let sessions_config = SessionsConfig::in_memory(SocketAddr::new(ports.host, ports.sessions), &triggers_url);
         let sessions = SessionsServer::bind(&sessions_config).await.context("starting sessions")?;
@@ -101,7 +111,17 @@ impl DevStack {
         router_config.providers = chat.providers;
         router_config.fallback_models = chat.fallback_models;
         let router = RouterServer::bind(&router_config).await.context("starting the router")?;
-        Ok(Self { triggers, sessions, gateway, router })
+        let urls = UpstreamUrls {
+            router: format!("http://{}", router.local_addr()),
+            sessions: format!("http://{}", sessions.local_addr()),
+            triggers: triggers_url.clone(),
+            mcp_gateway: format!("http://{}", gateway.local_addr()),
+        };
+        // Open: one process on one machine, no credentials to hand out.
+        let edge = EdgeServer::bind(&EdgeConfig::open(SocketAddr::new(ports.host, ports.edge), &urls))
+            .await
+            .context("starting the edge")?;
+        Ok(Self { triggers, sessions, gateway, router, edge })
     }
 
     pub fn mcp_gateway_addr(&self) -> SocketAddr {
@@ -125,6 +145,11 @@ impl DevStack {
         self.router.router()
     }
 
+    /// The edge's HTTP address.
+    pub fn edge_addr(&self) -> SocketAddr {
+        self.edge.local_addr()
+    }
+
     pub fn triggers_addr(&self) -> SocketAddr {
         self.triggers.local_addr()
     }
@@ -139,13 +164,15 @@ impl DevStack {
         let stopped = |mut rx: tokio::sync::broadcast::Receiver<()>| async move {
             let _ = rx.recv().await;
         };
-        let (a, b, c, d) = (stop.subscribe(), stop.subscribe(), stop.subscribe(), stop.subscribe());
+        let (a, b, c, d, e) =
+            (stop.subscribe(), stop.subscribe(), stop.subscribe(), stop.subscribe(), stop.subscribe());
         let servers = tokio::spawn(async move {
             tokio::try_join!(
                 self.triggers.serve(stopped(a)),
                 self.sessions.serve(stopped(b)),
                 self.gateway.serve(stopped(c)),
-                self.router.serve(stopped(d))
+                self.router.serve(stopped(d)),
+                self.edge.serve(stopped(e))
             )
         });
         shutdown.await;

@@ -19,6 +19,12 @@ enum Command {
     /// Run every service in this process on its default port, with in-memory stores in place
     /// of Postgres and Redis (nothing survives exit).
     Dev(DevArgs),
+    /// Send one message to a running suite through the edge and stream the answer; the route,
+    /// role and tools follow on stderr.
+    Chat(switchyard_cli::chat::ChatArgs),
+    /// Create, list and revoke the edge's API keys (in its Postgres).
+    #[command(subcommand)]
+    Keys(switchyard_cli::keys::KeysCommand),
 }
 
 #[derive(clap::Args)]
@@ -46,6 +52,10 @@ struct DevArgs {
     /// gRPC port of the router (the unified chat endpoint).
     #[arg(long, default_value_t = 50053)]
     router_port: u16,
+
+    /// HTTP port of the edge: REST API, OpenAI-compatible chat, console.
+    #[arg(long, default_value_t = 8080)]
+    edge_port: u16,
 
     /// LLM vendors for the router (the same flags and variables as switchyard-router).
     #[command(flatten)]
@@ -78,6 +88,8 @@ async fn main() -> anyhow::Result<()> {
     switchyard_kit::tls::install_crypto_provider();
     match cli.command {
         Command::Dev(args) => dev(args).await,
+        Command::Chat(args) => switchyard_cli::chat::run(args).await,
+        Command::Keys(command) => switchyard_cli::keys::run(command).await,
     }
 }
 
@@ -89,6 +101,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
         mcp_gateway: args.mcp_gateway_port,
         mcp: args.mcp_port,
         router: args.router_port,
+        edge: args.edge_port,
     };
     let chat = DevChat {
         providers: args.providers,
@@ -106,6 +119,11 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
     println!("  mcp-gateway  grpc://{}  switchyard.mcp.v1.McpGatewayService", stack.mcp_gateway_addr());
     println!("  mcp-gateway  http://{}/mcp  (MCP streamable HTTP)", stack.mcp_addr());
     println!("  router    grpc://{}  switchyard.router.v1.RouterService", stack.router_addr());
+    let edge = stack.edge_addr();
+    println!("  console   http://{edge}/");
+    println!("  REST      http://{edge}/api/…  (OpenAPI: http://{edge}/openapi.json)");
+    println!("  OpenAI    http://{edge}/v1/chat/completions");
+    println!("  The edge is open (no credential needed) and listens on {}.", edge.ip());
     if model.provider == "local" {
         println!("  chat      {model} on this machine's CPU (no API key set), routed by the fast router");
     } else {

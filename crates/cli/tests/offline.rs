@@ -24,7 +24,7 @@ impl Offline {
         let loopback = "127.0.0.1".parse().expect("ip");
         let everything = peer_tool("mcp-server-everything");
         let mcp = DevMcp { servers: vec![format!("everything={everything} stdio")], config_file: None };
-        let ports = DevPorts { host: loopback, triggers: 0, sessions: 0, mcp_gateway: 0, mcp: 0, router: 0 };
+        let ports = DevPorts { host: loopback, triggers: 0, sessions: 0, mcp_gateway: 0, mcp: 0, router: 0, edge: 0 };
         // No provider flags at all: what a fresh machine without a key has.
         let chat = DevChat { embedding_model_dir: Some(model_dir()), ..DevChat::default() };
         assert_eq!(chat.model().to_string(), "local/smollm2-135m-instruct");

@@ -75,7 +75,7 @@ async fn readme_grpcurl_examples_work_verbatim_against_switchyard_dev() {
     // The demo server scripts/dev starts, as `everything`.
     let everything = peer_tool("mcp-server-everything");
     let mcp = DevMcp { servers: vec![format!("everything={everything} stdio")], config_file: None };
-    let ports = DevPorts { host: loopback, triggers: 0, sessions: 0, mcp_gateway: 0, mcp: 0, router: 0 };
+    let ports = DevPorts { host: loopback, triggers: 0, sessions: 0, mcp_gateway: 0, mcp: 0, router: 0, edge: 0 };
     // The README's chat examples, answered by a scripted vendor on the OpenAI wire format.
     let llm = ScriptedLlm::start(demo_model).await;
     let providers = ProviderArgs { openai_base_url: Some(llm.openai_base_url()), ..ProviderArgs::default() };

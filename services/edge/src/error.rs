@@ -58,7 +58,11 @@ impl ApiError {
 
     pub fn method_not_allowed(allowed: &[http::Method]) -> Self {
         let names: Vec<&str> = allowed.iter().map(http::Method::as_str).collect();
-        Self::new(StatusCode::METHOD_NOT_ALLOWED, Code::Unimplemented, format!("method not allowed; use {}", names.join(", ")))
+        Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            Code::Unimplemented,
+            format!("method not allowed; use {}", names.join(", ")),
+        )
     }
 
     pub fn payload_too_large(limit: usize) -> Self {
@@ -100,8 +104,10 @@ impl ApiError {
         let http = http_status(status.code());
         let (field, message) = match status.code() {
             Code::InvalidArgument | Code::OutOfRange => {
-                let field =
-                    status.get_details_bad_request().and_then(|bad| bad.field_violations.into_iter().next()).map(|v| v.field);
+                let field = status
+                    .get_details_bad_request()
+                    .and_then(|bad| bad.field_violations.into_iter().next())
+                    .map(|v| v.field);
                 (field, status.message().to_owned())
             }
             // Never pass a server's internal detail to callers; the upstream logged it.

@@ -126,7 +126,11 @@ fn cors(origins: &[String]) -> Option<CorsLayer> {
         CorsLayer::new()
             .allow_origin(allow)
             .allow_methods([Method::GET, Method::POST, Method::PUT, Method::PATCH, Method::DELETE])
-            .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE, "x-api-key".parse().expect("static header name")])
+            .allow_headers([
+                header::AUTHORIZATION,
+                header::CONTENT_TYPE,
+                "x-api-key".parse().expect("static header name"),
+            ])
             .expose_headers([header::RETRY_AFTER])
             .max_age(Duration::from_secs(600)),
     )
@@ -188,9 +192,8 @@ impl EdgeServer {
             readiness,
         });
         let app = app(edge.clone(), &config.cors_origins);
-        let listener = tokio::net::TcpListener::bind(config.listen)
-            .await
-            .with_context(|| format!("binding {}", config.listen))?;
+        let listener =
+            tokio::net::TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
         Ok(Self { listener, app, shutdown_grace: config.shutdown_grace, edge })
     }
 

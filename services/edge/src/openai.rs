@@ -209,7 +209,12 @@ fn to_chat_request(request: CompletionRequest) -> Result<router::ChatRequest, Ap
                 "user" => router::ChatRole::User,
                 "assistant" => router::ChatRole::Assistant,
                 "tool" => router::ChatRole::Tool,
-                other => return Err(ApiError::bad_request(format!("messages[{index}].role"), format!("unknown role `{other}`"))),
+                other => {
+                    return Err(ApiError::bad_request(
+                        format!("messages[{index}].role"),
+                        format!("unknown role `{other}`"),
+                    ));
+                }
             };
             Ok(router::ChatMessage { role: role as i32, content: text(&m.content, index)? })
         })
@@ -283,10 +288,15 @@ impl Chunks {
             Ok(_) => return Vec::new(),
             Err(status) => {
                 let error = ApiError::from_status(&status);
-                return vec![Event::default().data(json!({"error": {
-                    "message": error.message(), "type": "api_error", "param": null,
-                    "code": crate::error::code_name(error.code()).to_ascii_lowercase(),
-                }}).to_string())];
+                return vec![
+                    Event::default().data(
+                        json!({"error": {
+                            "message": error.message(), "type": "api_error", "param": null,
+                            "code": crate::error::code_name(error.code()).to_ascii_lowercase(),
+                        }})
+                        .to_string(),
+                    ),
+                ];
             }
         };
         let mut out = Vec::new();
@@ -358,7 +368,8 @@ mod tests {
 
     #[test]
     fn model_names_pick_routes_or_models() {
-        let one = |model: &str| request(json!({"model": model, "messages": [{"role": "user", "content": "x"}]})).unwrap();
+        let one =
+            |model: &str| request(json!({"model": model, "messages": [{"role": "user", "content": "x"}]})).unwrap();
         assert_eq!(one("switchyard-multiagent").force_route(), RouteType::Multiagent);
         assert_eq!(one("switchyard-mcp-agent").force_route(), RouteType::McpAgent);
         assert_eq!(one("openai/gpt-4o").model.as_deref(), Some("openai/gpt-4o"));
@@ -369,17 +380,24 @@ mod tests {
     fn unsupported_requests_name_the_field() {
         let err = request(json!({"model": "switchyard", "messages": []})).unwrap_err();
         assert_eq!(err.field(), Some("messages"));
-        let err = request(json!({"model": "switchyard", "messages": [{"role": "assistant", "content": "x"}]})).unwrap_err();
+        let err =
+            request(json!({"model": "switchyard", "messages": [{"role": "assistant", "content": "x"}]})).unwrap_err();
         assert_eq!(err.field(), Some("messages"));
-        let err = request(json!({"model": "switchyard", "n": 2, "messages": [{"role": "user", "content": "x"}]})).unwrap_err();
+        let err = request(json!({"model": "switchyard", "n": 2, "messages": [{"role": "user", "content": "x"}]}))
+            .unwrap_err();
         assert_eq!(err.field(), Some("n"));
-        let err = request(json!({"model": "s", "tools": [{"type": "function"}], "messages": [{"role": "user", "content": "x"}]}))
-            .unwrap_err();
+        let err = request(
+            json!({"model": "s", "tools": [{"type": "function"}], "messages": [{"role": "user", "content": "x"}]}),
+        )
+        .unwrap_err();
         assert_eq!(err.field(), Some("tools"));
-        let err = request(json!({"model": "s", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]})).unwrap_err();
-        assert_eq!(err.field(), Some("messages[0].content"));
-        let err = request(json!({"model": "s", "messages": [{"role": "robot", "content": "a"}, {"role": "user", "content": "b"}]}))
+        let err = request(json!({"model": "s", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}))
             .unwrap_err();
+        assert_eq!(err.field(), Some("messages[0].content"));
+        let err = request(
+            json!({"model": "s", "messages": [{"role": "robot", "content": "a"}, {"role": "user", "content": "b"}]}),
+        )
+        .unwrap_err();
         assert_eq!(err.field(), Some("messages[0].role"));
     }
 }

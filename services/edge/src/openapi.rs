@@ -58,15 +58,15 @@ pub fn generate(routes: &RouteTable) -> Value {
         let mut bound = Vec::new();
         for variable in route.template.variables() {
             let name = variable.join(".");
-            let schema = field_at(&input, variable).map_or(json!({"type": "string"}), |f| scalar_schema(&f, &mut wanted));
+            let schema =
+                field_at(&input, variable).map_or(json!({"type": "string"}), |f| scalar_schema(&f, &mut wanted));
             parameters.push(json!({"name": name, "in": "path", "required": true, "schema": schema}));
             bound.push(variable.first().cloned().unwrap_or_default());
         }
         if matches!(route.body, BodyRule::None) {
             for field in input.fields().filter(|f| !bound.contains(&f.name().to_owned())) {
                 if is_query_field(&field) {
-                    let mut parameter =
-                        json!({"name": field.name(), "in": "query", "required": false, "schema": field_schema(&field, &mut wanted)});
+                    let mut parameter = json!({"name": field.name(), "in": "query", "required": false, "schema": field_schema(&field, &mut wanted)});
                     if let Some(text) = comments.get(field.parent_file().name(), field.path()) {
                         parameter["description"] = json!(text);
                     }
@@ -142,8 +142,7 @@ pub fn generate(routes: &RouteTable) -> Value {
 fn is_query_field(field: &FieldDescriptor) -> bool {
     match field.kind() {
         Kind::Message(message) => {
-            !field.is_list()
-                && matches!(message.full_name(), "google.protobuf.Timestamp" | "google.protobuf.Duration")
+            !field.is_list() && matches!(message.full_name(), "google.protobuf.Timestamp" | "google.protobuf.Duration")
         }
         _ => !field.is_map(),
     }
@@ -153,7 +152,12 @@ fn json_body(schema: Value) -> Value {
     json!({"required": true, "content": {"application/json": {"schema": schema}}})
 }
 
-fn responses(shape: ResponseShape, streaming: bool, output: &MessageDescriptor, wanted: &mut VecDeque<MessageDescriptor>) -> Value {
+fn responses(
+    shape: ResponseShape,
+    streaming: bool,
+    output: &MessageDescriptor,
+    wanted: &mut VecDeque<MessageDescriptor>,
+) -> Value {
     let ok = if streaming {
         json!({
             "description": "Server-Sent Events: each event is named after the member of the message's \
@@ -262,7 +266,9 @@ fn scalar_schema(field: &FieldDescriptor, wanted: &mut VecDeque<MessageDescripto
     match field.kind() {
         Kind::Double | Kind::Float => json!({"type": "number"}),
         Kind::Int32 | Kind::Sint32 | Kind::Sfixed32 => json!({"type": "integer", "format": "int32"}),
-        Kind::Uint32 | Kind::Fixed32 => json!({"type": "integer", "format": "int64", "minimum": 0, "maximum": 4_294_967_295_u64}),
+        Kind::Uint32 | Kind::Fixed32 => {
+            json!({"type": "integer", "format": "int64", "minimum": 0, "maximum": 4_294_967_295_u64})
+        }
         Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 => json!({"type": "string", "format": "int64"}),
         Kind::Uint64 | Kind::Fixed64 => json!({"type": "string", "format": "uint64"}),
         Kind::Bool => json!({"type": "boolean"}),
@@ -382,7 +388,9 @@ fn hand_written(paths: &mut Map<String, Value>) {
             "responses": errors(json!({"description": "OK", "content": {"application/json": {"schema": {"type": "object"}}}})),
         }}),
     );
-    for (path, summary) in [("/healthz", "The edge process answers."), ("/readyz", "The services behind the edge answer.")] {
+    for (path, summary) in
+        [("/healthz", "The edge process answers."), ("/readyz", "The services behind the edge answer.")]
+    {
         paths.insert(
             path.into(),
             json!({"get": {
@@ -418,7 +426,10 @@ mod tests {
             assert!(doc["components"]["schemas"][name].is_object(), "dangling $ref {name}");
         }
         let process = &doc["paths"]["/api/context/process"]["post"];
-        assert_eq!(process["requestBody"]["content"]["application/json"]["schema"]["$ref"], "#/components/schemas/switchyard.sessions.v1.ProcessQueryRequest");
+        assert_eq!(
+            process["requestBody"]["content"]["application/json"]["schema"]["$ref"],
+            "#/components/schemas/switchyard.sessions.v1.ProcessQueryRequest"
+        );
         let request = &doc["components"]["schemas"]["switchyard.sessions.v1.ProcessQueryRequest"];
         assert!(request["properties"]["query"]["description"].as_str().unwrap().contains("Not empty"));
         let stats = &doc["paths"]["/api/v1/chat/stats"]["get"]["parameters"];

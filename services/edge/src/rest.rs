@@ -30,14 +30,26 @@ use crate::{
 };
 
 /// Any request the other routes did not take: an annotated RPC, or 404/405.
-pub async fn transcode(State(edge): State<Arc<Edge>>, method: Method, uri: Uri, headers: HeaderMap, body: Body) -> Response {
+pub async fn transcode(
+    State(edge): State<Arc<Edge>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     match transcode_inner(&edge, &method, &uri, &headers, body).await {
         Ok(response) => response,
         Err(error) => error.into_response(),
     }
 }
 
-async fn transcode_inner(edge: &Edge, method: &Method, uri: &Uri, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
+async fn transcode_inner(
+    edge: &Edge,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
     let (route, bindings) = match edge.routes.find(method, uri.path()) {
         Lookup::Found(route, bindings) => (route, bindings),
         Lookup::MethodNotAllowed(allowed) => {
@@ -81,8 +93,9 @@ fn shape(route: &HttpRoute, response: &DynamicMessage) -> Result<Value, ApiError
     match route.shape {
         ResponseShape::Proto => Ok(to_json(response)),
         ResponseShape::ChatCompletion => {
-            let chat: router::ChatResponse =
-                response.transcode_to().map_err(|err| ApiError::internal(format!("the chat response does not decode: {err}")))?;
+            let chat: router::ChatResponse = response
+                .transcode_to()
+                .map_err(|err| ApiError::internal(format!("the chat response does not decode: {err}")))?;
             Ok(completion_json(&chat, None))
         }
     }

@@ -110,7 +110,8 @@ impl JwtVerifier {
             .get(claim)
             .and_then(Value::as_str)
             .ok_or_else(|| ApiError::forbidden(format!("the token has no `{claim}` claim naming a tenant")))?;
-        let tenant = TenantId::parse(tenant).map_err(|err| ApiError::forbidden(format!("token claim `{claim}`: {}", err.reason)))?;
+        let tenant = TenantId::parse(tenant)
+            .map_err(|err| ApiError::forbidden(format!("token claim `{claim}`: {}", err.reason)))?;
         let user = claims
             .get("sub")
             .and_then(Value::as_str)
@@ -153,11 +154,13 @@ fn unaccepted(alg: &str) -> ApiError {
 
 fn load_jwks(path: &Path) -> anyhow::Result<Jwks> {
     let text = std::fs::read_to_string(path).map_err(|err| anyhow::anyhow!("reading {}: {err}", path.display()))?;
-    let set: JwkSet = serde_json::from_str(&text).map_err(|err| anyhow::anyhow!("{} is not a JWKS: {err}", path.display()))?;
+    let set: JwkSet =
+        serde_json::from_str(&text).map_err(|err| anyhow::anyhow!("{} is not a JWKS: {err}", path.display()))?;
     let mut keys = HashMap::new();
     let mut all = Vec::new();
     for jwk in &set.keys {
-        let key = DecodingKey::from_jwk(jwk).map_err(|err| anyhow::anyhow!("{}: a key does not load: {err}", path.display()))?;
+        let key = DecodingKey::from_jwk(jwk)
+            .map_err(|err| anyhow::anyhow!("{}: a key does not load: {err}", path.display()))?;
         if let Some(kid) = &jwk.common.key_id {
             keys.insert(kid.clone(), key.clone());
         }
@@ -196,7 +199,10 @@ mod tests {
     #[test]
     fn hs256_tokens_name_tenant_user_and_admin() {
         let caller = verifier(None)
-            .verify(&token(json!({"tenant": "acme", "sub": "ann", "exp": exp(), "scope": "read switchyard:admin"}), "a-long-shared-secret-for-tests"))
+            .verify(&token(
+                json!({"tenant": "acme", "sub": "ann", "exp": exp(), "scope": "read switchyard:admin"}),
+                "a-long-shared-secret-for-tests",
+            ))
             .unwrap();
         assert_eq!((caller.tenant.as_str(), caller.user.unwrap().as_str(), caller.admin), ("acme", "ann", true));
     }

@@ -42,10 +42,13 @@ pub struct NewKey {
     pub key: ApiKey,
 }
 
+/// Answers by key digest: the caller (or none, for an unknown key) and when it was looked up.
+type Answers = HashMap<[u8; 32], (Option<Caller>, Instant)>;
+
 pub struct KeyStore {
     pool: PgPool,
     cache_ttl: Duration,
-    cache: Mutex<HashMap<[u8; 32], (Option<Caller>, Instant)>>,
+    cache: Mutex<Answers>,
 }
 
 impl std::fmt::Debug for KeyStore {
@@ -148,14 +151,16 @@ impl KeyStore {
         if let Some(answer) = self.cached(&hash) {
             return answer.ok_or_else(invalid);
         }
-        let row = sqlx::query("SELECT id, tenant_id, user_id, admin FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL")
-            .bind(hash.as_slice())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(|err| {
-                tracing::warn!(error = %err, "API key lookup failed");
-                ApiError::unavailable("credentials cannot be checked right now")
-            })?;
+        let row = sqlx::query(
+            "SELECT id, tenant_id, user_id, admin FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL",
+        )
+        .bind(hash.as_slice())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|err| {
+            tracing::warn!(error = %err, "API key lookup failed");
+            ApiError::unavailable("credentials cannot be checked right now")
+        })?;
         let caller = match row {
             None => None,
             Some(row) => Some(caller(&row).map_err(|err| {

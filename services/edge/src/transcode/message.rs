@@ -4,9 +4,7 @@
 //! the response message back to JSON with proto field names — the names the specs' examples
 //! use — every field present, and enums by name.
 
-use prost_reflect::{
-    DeserializeOptions, DynamicMessage, FieldDescriptor, Kind, MessageDescriptor, SerializeOptions,
-};
+use prost_reflect::{DeserializeOptions, DynamicMessage, FieldDescriptor, Kind, MessageDescriptor, SerializeOptions};
 use serde_json::{Map, Value};
 
 use super::{
@@ -34,12 +32,14 @@ pub fn request(
             object
         }
         BodyRule::None => {
-            if !is_blank(body) {
+            // `{}` is what many clients send for "nothing"; anything more is a mistake.
+            if !is_blank(body) && !body_object(body, "")?.is_empty() {
                 return Err(ApiError::bad_request("body", "this endpoint takes no request body"));
             }
             Map::new()
         }
     };
+    let inferred_mask = infer_update_mask(route, &json);
     for binding in bindings {
         let field = field_at(&input, &binding.field_path)
             .ok_or_else(|| ApiError::bad_request(binding.field_path.join("."), "is not a request field"))?;
@@ -52,6 +52,12 @@ pub fn request(
             return Err(ApiError::bad_request("query", "this endpoint takes its fields in the JSON body"));
         }
         apply_query(&mut json, &input, query, bindings)?;
+    }
+    if let Some(mask) = inferred_mask
+        && !json.contains_key("update_mask")
+        && !json.contains_key("updateMask")
+    {
+        json.insert("update_mask".to_owned(), Value::String(mask));
     }
     from_json(&input, Value::Object(json))
 }
@@ -68,6 +74,28 @@ pub fn to_json(message: &DynamicMessage) -> Value {
     // Serialising a well-formed dynamic message into a `serde_json::Value` cannot fail: every
     // proto value has a JSON form (non-finite doubles become strings).
     message.serialize_with_options(serde_json::value::Serializer, &SERIALIZE).unwrap_or(Value::Null)
+}
+
+/// A PATCH whose body is one message field and whose request has an `update_mask` updates
+/// just the fields the body names, unless the query gives a mask (grpc-gateway's rule, so a
+/// partial update never blanks the fields it left out).
+fn infer_update_mask(route: &HttpRoute, json: &Map<String, Value>) -> Option<String> {
+    let BodyRule::Field(field) = &route.body else { return None };
+    if route.method != http::Method::PATCH {
+        return None;
+    }
+    let mask = route.rpc.method.input().get_field_by_name("update_mask")?;
+    if !matches!(mask.kind(), Kind::Message(m) if m.full_name() == "google.protobuf.FieldMask") {
+        return None;
+    }
+    let Kind::Message(body_type) = field.kind() else { return None };
+    let Some(Value::Object(body)) = json.get(field.name()) else { return None };
+    let names: Vec<String> = body
+        .keys()
+        .filter_map(|key| body_type.get_field_by_name(key).or_else(|| body_type.get_field_by_json_name(key)))
+        .map(|f| f.json_name().to_owned())
+        .collect();
+    Some(names.join(","))
 }
 
 fn is_blank(body: &[u8]) -> bool {
@@ -285,7 +313,8 @@ mod tests {
         let response = router::ChatCompleted { finish_reason: "stop".into(), ..Default::default() };
         let table = RouteTable::switchyard().unwrap();
         let descriptor = table.pool().get_message_by_name("switchyard.router.v1.ChatCompleted").unwrap();
-        let json = to_json(&DynamicMessage::decode(descriptor, prost::Message::encode_to_vec(&response).as_slice()).unwrap());
+        let json =
+            to_json(&DynamicMessage::decode(descriptor, prost::Message::encode_to_vec(&response).as_slice()).unwrap());
         assert_eq!(json["finish_reason"], "stop");
         assert_eq!(json["model"], "");
         assert!(json.get("finishReason").is_none());

@@ -178,9 +178,15 @@ mod tests {
     #[test]
     fn nested_fields_and_verbs() {
         let template = PathTemplate::parse("/api/context/roles/{role.id}").unwrap();
-        assert_eq!(template.matches("/api/context/roles/tech-expert"), Some(vec![bind(&["role", "id"], "tech-expert")]));
+        assert_eq!(
+            template.matches("/api/context/roles/tech-expert"),
+            Some(vec![bind(&["role", "id"], "tech-expert")])
+        );
         let call = PathTemplate::parse("/api/mcp/tools/{name}:call").unwrap();
-        assert_eq!(call.matches("/api/mcp/tools/everything__echo:call"), Some(vec![bind(&["name"], "everything__echo")]));
+        assert_eq!(
+            call.matches("/api/mcp/tools/everything__echo:call"),
+            Some(vec![bind(&["name"], "everything__echo")])
+        );
         assert_eq!(call.matches("/api/mcp/tools/everything__echo"), None);
         assert_eq!(call.matches("/api/mcp/tools/everything__echo:list"), None);
         // Without a verb in the template, a colon is part of the value.

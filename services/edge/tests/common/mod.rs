@@ -1,0 +1,246 @@
+//! The edge's test setup: the real triggers, sessions, router (analytics in a fresh Postgres
+//! schema) and, when a test needs it, the MCP gateway with server-everything, all on loopback;
+//! a scripted LLM vendor (a real HTTP server speaking OpenAI's wire format) behind the router;
+//! and the edge in front, open or with API keys in a fresh Postgres schema and JWTs.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::{net::SocketAddr, sync::Arc, time::Duration};
+
+use reqwest::{Client, Response};
+use serde_json::Value;
+use switchyard_edge::{
+    EdgeConfig, EdgeServer,
+    auth::{Authenticator, JwtConfig, JwtVerifier, KeyStore},
+    upstream::UpstreamUrls,
+};
+use switchyard_kit::{Secret, TenantId, UserId};
+use switchyard_llm::{ModelRef, ProviderArgs};
+use switchyard_mcp_gateway::{GatewayConfig, GatewayServer};
+use switchyard_router::{RouterConfig, RouterServer, Stores, analytics::PostgresAnalytics, fast::FastPath};
+use switchyard_sessions::{SessionsConfig, SessionsServer};
+use switchyard_testkit::{Schema, Served, database_url, eventually, llm::ScriptedLlm, peer_tool};
+use switchyard_triggers::{TriggersConfig, TriggersServer};
+
+pub const JWT_SECRET: &str = "edge-test-shared-secret-7c1e";
+
+pub fn loopback() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 0))
+}
+
+/// How the edge authenticates.
+#[derive(Default)]
+pub enum Auth {
+    #[default]
+    Open,
+    /// API keys in a fresh Postgres schema, HS256 tokens with [`JWT_SECRET`] and, when given,
+    /// RS256 tokens from a JWKS file.
+    Closed { jwks_file: Option<std::path::PathBuf> },
+}
+
+pub struct Options {
+    pub gateway: bool,
+    pub auth: Auth,
+    pub configure: Box<dyn FnOnce(&mut EdgeConfig) + Send>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self { gateway: false, auth: Auth::Open, configure: Box::new(|_| {}) }
+    }
+}
+
+pub struct Stack {
+    pub llm: ScriptedLlm,
+    pub edge: Served,
+    pub router: Served,
+    pub sessions: Served,
+    pub triggers: Served,
+    pub gateway: Option<Served>,
+    pub keys: Option<Arc<KeyStore>>,
+    pub http: Client,
+    schemas: Vec<Schema>,
+}
+
+impl Stack {
+    pub async fn start(llm: ScriptedLlm, options: Options) -> Self {
+        let triggers = TriggersServer::bind(&TriggersConfig::in_memory(loopback())).await.expect("triggers binds");
+        let triggers = Served::spawn(triggers.local_addr(), |stop| triggers.serve(stop));
+        let sessions = SessionsServer::bind(&SessionsConfig::in_memory(loopback(), &triggers.url()))
+            .await
+            .expect("sessions binds");
+        let sessions = Served::spawn(sessions.local_addr(), |stop| sessions.serve(stop));
+        wait_serving(&sessions.url(), "switchyard.sessions.v1.SessionService").await;
+
+        let gateway = if options.gateway {
+            let servers = vec![format!("everything={} stdio", peer_tool("mcp-server-everything"))];
+            let mut config = GatewayConfig::in_memory(loopback(), loopback(), servers);
+            config.model_dir = switchyard_testkit::model_dir();
+            let server = GatewayServer::bind(&config).await.expect("gateway binds");
+            let gateway = server.gateway();
+            let served = Served::spawn(server.local_addr(), |stop| server.serve(stop));
+            eventually(Duration::from_secs(60), "server-everything's tools in the gateway", || async {
+                let names: Vec<String> = gateway.catalog().tools().iter().map(|t| t.name.clone()).collect();
+                if names.iter().any(|n| n.ends_with("get-sum")) { Ok(()) } else { Err(format!("tools: {names:?}")) }
+            })
+            .await;
+            Some(served)
+        } else {
+            None
+        };
+        let gateway_url = gateway.as_ref().map_or_else(|| format!("http://{}", closed_port()), Served::url);
+
+        let analytics = Schema::new("edge_router_test");
+        let mut config = RouterConfig::in_memory(loopback(), &sessions.url(), &gateway_url);
+        config.providers = ProviderArgs {
+            openai_base_url: Some(llm.openai_base_url()),
+            openai_api_key: Some(Secret::new("sk-edge-test")),
+            max_retries: 0,
+            ..ProviderArgs::default()
+        };
+        config.default_model = "openai/gpt-4o-mini".parse::<ModelRef>().expect("model");
+        config.no_fast_router = true;
+        config.record_flush_interval = Duration::from_millis(50);
+        let store = Arc::new(
+            PostgresAnalytics::connect(&database_url(), analytics.name())
+                .await
+                .unwrap_or_else(|err| panic!("postgres at {} (set DATABASE_URL): {err}", database_url())),
+        );
+        let providers = config.providers.build().expect("providers");
+        let router = RouterServer::bind_with_parts(
+            &config,
+            Stores { analytics: store, cache: None },
+            providers,
+            FastPath::disabled(),
+        )
+        .await
+        .expect("router binds");
+        let router = Served::spawn(router.local_addr(), |stop| router.serve(stop));
+
+        let urls = UpstreamUrls {
+            router: router.url(),
+            sessions: sessions.url(),
+            triggers: triggers.url(),
+            mcp_gateway: gateway_url,
+        };
+        let mut edge_config = EdgeConfig::open(loopback(), &urls);
+        let mut schemas = vec![analytics];
+        let (auth, keys) = match options.auth {
+            Auth::Open => (Authenticator::new(true, None, None), None),
+            Auth::Closed { jwks_file } => {
+                let schema = Schema::new("edge_keys_test");
+                // No remembering: a revoked key fails on the next request.
+                let keys = Arc::new(
+                    KeyStore::connect(&database_url(), schema.name(), Duration::ZERO).await.expect("key table"),
+                );
+                schemas.push(schema);
+                let jwt = JwtVerifier::new(JwtConfig {
+                    hs256_secret: Some(Secret::new(JWT_SECRET)),
+                    jwks_file,
+                    issuer: None,
+                    audience: None,
+                    tenant_claim: "tenant".into(),
+                })
+                .expect("jwt verifier");
+                edge_config.open = false;
+                (Authenticator::new(false, Some(keys.clone()), Some(Arc::new(jwt))), Some(keys))
+            }
+        };
+        (options.configure)(&mut edge_config);
+        let edge = EdgeServer::bind_with_auth(&edge_config, auth).await.expect("edge binds");
+        let edge = Served::spawn(edge.local_addr(), |stop| edge.serve(stop));
+        let http = Client::builder().timeout(Duration::from_secs(60)).build().expect("client");
+        Self { llm, edge, router, sessions, triggers, gateway, keys, http, schemas }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.edge.url())
+    }
+
+    /// A new API key's text.
+    pub async fn key(&self, tenant: &str, user: &str, admin: bool) -> String {
+        let keys = self.keys.as_ref().expect("a closed edge");
+        let tenant = TenantId::parse(tenant).unwrap();
+        let user = UserId::parse(user).unwrap();
+        keys.create(&tenant, Some(&user), "test", admin).await.expect("key created").secret
+    }
+
+    pub async fn get(&self, path: &str, key: Option<&str>) -> Response {
+        let mut request = self.http.get(self.url(path));
+        if let Some(key) = key {
+            request = request.bearer_auth(key);
+        }
+        request.send().await.expect("edge reachable")
+    }
+
+    pub async fn send(&self, method: reqwest::Method, path: &str, key: Option<&str>, body: &Value) -> Response {
+        let mut request = self.http.request(method, self.url(path)).json(body);
+        if let Some(key) = key {
+            request = request.bearer_auth(key);
+        }
+        request.send().await.expect("edge reachable")
+    }
+
+    pub async fn post(&self, path: &str, key: Option<&str>, body: &Value) -> Response {
+        self.send(reqwest::Method::POST, path, key, body).await
+    }
+}
+
+/// Status and JSON body of a response.
+pub async fn json(response: Response) -> (u16, Value) {
+    let status = response.status().as_u16();
+    let text = response.text().await.expect("body");
+    let value = serde_json::from_str(&text).unwrap_or_else(|err| panic!("not JSON ({err}): {text}"));
+    (status, value)
+}
+
+/// The events of an SSE body: (name, JSON data).
+pub async fn events(response: Response) -> Vec<(String, Value)> {
+    assert_eq!(response.status().as_u16(), 200, "stream status");
+    let content_type = response.headers()["content-type"].to_str().unwrap().to_owned();
+    assert!(content_type.starts_with("text/event-stream"), "content type {content_type}");
+    let text = response.text().await.expect("stream body");
+    parse_events(&text)
+}
+
+pub fn parse_events(text: &str) -> Vec<(String, Value)> {
+    let mut out = Vec::new();
+    for block in text.split("\n\n") {
+        let mut name = "message".to_owned();
+        let mut data = String::new();
+        for line in block.lines() {
+            if let Some(v) = line.strip_prefix("event:") {
+                name = v.trim().to_owned();
+            } else if let Some(v) = line.strip_prefix("data:") {
+                data.push_str(v.trim_start());
+            }
+        }
+        if data.is_empty() {
+            continue;
+        }
+        let value =
+            if data == "[DONE]" { Value::String(data) } else { serde_json::from_str(&data).expect("event JSON") };
+        out.push((name, value));
+    }
+    out
+}
+
+pub async fn wait_serving(url: &str, service: &str) {
+    use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
+    let channel = tonic::transport::Channel::from_shared(url.to_owned()).expect("url").connect_lazy();
+    eventually(Duration::from_secs(30), &format!("{service} serving"), || {
+        let mut health = HealthClient::new(channel.clone());
+        async move {
+            let status =
+                health.check(HealthCheckRequest { service: service.to_owned() }).await.map(|r| r.into_inner().status());
+            if matches!(status, Ok(ServingStatus::Serving)) { Ok(()) } else { Err(format!("{status:?}")) }
+        }
+    })
+    .await;
+}
+
+pub fn closed_port() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("port");
+    let addr = listener.local_addr().expect("addr");
+    drop(listener);
+    addr
+}
