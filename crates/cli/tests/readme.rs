@@ -11,6 +11,50 @@ use switchyard_testkit::llm::{Recorded, Reply, ScriptedLlm};
 use switchyard_testkit::{eventually, grpcurl, peer_tool};
 use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
 
+/// The curl command lines of the README's `sh` blocks, each with the HTTP error it documents
+/// (`# HTTP 400 …` after it).
+fn readme_curl_examples() -> Vec<(String, Option<u16>)> {
+    let readme = include_str!("../../../README.md");
+    let mut examples: Vec<(String, Option<u16>)> = Vec::new();
+    let mut in_sh = false;
+    for line in readme.lines() {
+        match line.trim() {
+            "```sh" => in_sh = true,
+            "```" => in_sh = false,
+            text if in_sh && text.starts_with("curl ") => examples.push((text.to_owned(), None)),
+            text if in_sh && text.starts_with("# HTTP ") => {
+                let code = text.trim_start_matches("# HTTP ").split_whitespace().next().and_then(|c| c.parse().ok());
+                if let Some(last) = examples.last_mut() {
+                    last.1 = code;
+                }
+            }
+            _ => {}
+        }
+    }
+    examples
+}
+
+/// Checks one curl example's output: JSON without an error (or the documented one), or an SSE
+/// stream that completed.
+fn check_curl_output(command: &str, output: &str, expected: Option<u16>) {
+    let body = output.trim();
+    if body.starts_with('{') {
+        let json: serde_json::Value =
+            serde_json::from_str(body).unwrap_or_else(|err| panic!("`{command}` printed invalid JSON ({err}): {body}"));
+        match expected {
+            None => assert!(json.get("error").is_none(), "`{command}` failed: {body}"),
+            Some(code) => assert_eq!(json["error"]["code"], code, "`{command}` should answer {code}: {body}"),
+        }
+    } else {
+        assert!(expected.is_none(), "`{command}` should answer an error: {body}");
+        assert!(
+            body.contains("event: completed") || body.ends_with("data: [DONE]"),
+            "`{command}` should stream to completion: {body}"
+        );
+        assert!(!body.contains("event: error"), "`{command}` streamed an error: {body}");
+    }
+}
+
 /// The grpcurl command lines of the README's `sh` blocks, each with the error it documents.
 fn readme_examples() -> Vec<(String, Option<String>)> {
     let readme = include_str!("../../../README.md");
@@ -83,6 +127,7 @@ async fn readme_grpcurl_examples_work_verbatim_against_switchyard_dev() {
     let stack = DevStack::start(ports, mcp, chat).await.expect("dev stack");
     let (triggers, sessions, mcp_gateway, router) =
         (stack.triggers_addr(), stack.sessions_addr().0, stack.mcp_gateway_addr(), stack.router_addr());
+    let edge = stack.edge_addr();
     let gateway = stack.gateway();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let serving = tokio::spawn(stack.serve(async move {
@@ -146,6 +191,39 @@ async fn readme_grpcurl_examples_work_verbatim_against_switchyard_dev() {
                 }
             }
         }
+        // The HTTP examples, against the edge.
+        let examples = readme_curl_examples();
+        for path in [
+            "/api/context/sessions",
+            "/api/context/process",
+            "/api/context/process/stream",
+            "/api/v1/chat",
+            "/v1/chat/completions",
+            "/v1/models",
+        ] {
+            assert!(
+                examples.iter().any(|(command, _)| command.contains(&format!("8080{path}"))),
+                "README has no curl example of {path}"
+            );
+        }
+        for (command, expected) in examples {
+            let command = command.replace("127.0.0.1:8080", &edge.to_string());
+            let output = Command::new("sh").arg("-c").arg(&command).output().expect("run sh");
+            assert!(output.status.success(), "`{command}` failed: {}", String::from_utf8_lossy(&output.stderr));
+            check_curl_output(&command, &String::from_utf8_lossy(&output.stdout), expected);
+        }
+        // `./scripts/chat` is `switchyard chat`.
+        let chat = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+            .args(["chat", "add 17 and 25", "--url", &format!("http://{edge}")])
+            .output()
+            .expect("run switchyard chat");
+        let (stdout, stderr) = (String::from_utf8_lossy(&chat.stdout), String::from_utf8_lossy(&chat.stderr));
+        assert!(chat.status.success(), "switchyard chat failed: {stderr}");
+        assert!(stdout.contains("42"), "the answer streams to stdout: {stdout}");
+        assert!(
+            stderr.contains("route   mcp_agent") && stderr.contains("get-sum"),
+            "route and tools on stderr: {stderr}"
+        );
     })
     .await;
     let _ = stop.send(());
