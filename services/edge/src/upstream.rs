@@ -80,7 +80,7 @@ impl Upstreams {
     ) -> Result<DynamicMessage, Status> {
         let mut grpc = self.grpc(upstream);
         grpc.ready().await.map_err(|err| Status::unavailable(format!("{} unavailable: {err}", upstream.name())))?;
-        Ok(grpc.unary(request, path, DynamicCodec { output }).await?.into_inner())
+        Ok(grpc.unary(request, path, DynamicCodec { output }).await.map_err(|s| named(upstream, s))?.into_inner())
     }
 
     /// Calls a server-streaming RPC with a dynamic request.
@@ -93,13 +93,27 @@ impl Upstreams {
     ) -> Result<tonic::Streaming<DynamicMessage>, Status> {
         let mut grpc = self.grpc(upstream);
         grpc.ready().await.map_err(|err| Status::unavailable(format!("{} unavailable: {err}", upstream.name())))?;
-        Ok(grpc.server_streaming(request, path, DynamicCodec { output }).await?.into_inner())
+        Ok(grpc
+            .server_streaming(request, path, DynamicCodec { output })
+            .await
+            .map_err(|s| named(upstream, s))?
+            .into_inner())
     }
 
     fn grpc(&self, upstream: Upstream) -> tonic::client::Grpc<TracedChannel> {
         tonic::client::Grpc::new(self.channel(upstream))
             .max_decoding_message_size(self.max_message_bytes)
             .max_encoding_message_size(self.max_message_bytes)
+    }
+}
+
+/// A transport failure names the service it could not reach ("tcp connect error" alone tells
+/// a caller nothing).
+fn named(upstream: Upstream, status: Status) -> Status {
+    if status.code() == tonic::Code::Unavailable && !status.message().starts_with(upstream.name()) {
+        Status::unavailable(format!("{} unavailable: {}", upstream.name(), status.message()))
+    } else {
+        status
     }
 }
 

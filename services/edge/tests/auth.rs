@@ -38,7 +38,8 @@ fn rs256(claims: Value, kid: &str) -> String {
 }
 
 async fn new_session(stack: &Stack, key: &str) -> String {
-    let (status, body) = json(stack.post("/api/context/sessions", Some(key), &json!({"initial_role_id": "tech-expert"})).await).await;
+    let (status, body) =
+        json(stack.post("/api/context/sessions", Some(key), &json!({"initial_role_id": "tech-expert"})).await).await;
     assert_eq!(status, 200, "{body}");
     body["session"]["session_id"].as_str().unwrap().to_owned()
 }
@@ -53,7 +54,8 @@ async fn api_keys_are_required_checked_and_revocable() {
     assert_eq!((status, body["error"]["status"].as_str()), (401, Some("UNAUTHENTICATED")));
     let (status, _) = json(stack.get("/api/context/roles", Some("sy_0000_not-a-key")).await).await;
     assert_eq!(status, 401);
-    let response = stack.http.get(stack.url("/api/context/roles")).header("authorization", "Basic YTpi").send().await.unwrap();
+    let response =
+        stack.http.get(stack.url("/api/context/roles")).header("authorization", "Basic YTpi").send().await.unwrap();
     assert_eq!(json(response).await.0, 401);
 
     let key = stack.key("acme", "ann", false).await;
@@ -96,7 +98,9 @@ async fn one_tenant_cannot_read_anothers_session() {
     assert_eq!(status, 404, "tenant B sees nothing of tenant A's session");
     let (status, _) = json(stack.get(&format!("/api/context/sessions/{session}/history"), Some(&bob)).await).await;
     assert_eq!(status, 404);
-    let (status, _) = json(stack.post("/api/context/process", Some(&bob), &json!({"session_id": session, "query": "hello"})).await).await;
+    let (status, _) =
+        json(stack.post("/api/context/process", Some(&bob), &json!({"session_id": session, "query": "hello"})).await)
+            .await;
     assert_eq!(status, 404);
 
     // Identity headers from the caller are ignored: the credential decides.
@@ -155,14 +159,17 @@ async fn changing_roles_needs_an_administrator() {
     let stack = closed(|_| {}).await;
     let user = stack.key("acme", "ann", false).await;
     let admin = stack.key("acme", "root", true).await;
-    let role = json!({"id": "wine-expert", "name": "Sommelier", "description": "Wine", "system_prompt": "You pair wine."});
+    let role =
+        json!({"id": "wine-expert", "name": "Sommelier", "description": "Wine", "system_prompt": "You pair wine."});
     let (status, body) = json(stack.post("/api/context/roles", Some(&user), &role).await).await;
     assert_eq!((status, body["error"]["status"].as_str()), (403, Some("PERMISSION_DENIED")));
     let (status, body) = json(stack.post("/api/context/roles", Some(&admin), &role).await).await;
     assert_eq!(status, 200, "{body}");
     // A token grants it with the admin scope.
     let token = hs256(json!({"tenant": "acme", "sub": "ops", "exp": exp(), "scope": "openid switchyard:admin"}));
-    let (status, _) = json(stack.send(reqwest::Method::DELETE, "/api/context/roles/wine-expert", Some(&token), &json!({})).await).await;
+    let (status, _) =
+        json(stack.send(reqwest::Method::DELETE, "/api/context/roles/wine-expert", Some(&token), &json!({})).await)
+            .await;
     assert_eq!(status, 200);
     // Reading roles is for everyone.
     assert_eq!(json(stack.get("/api/context/roles", Some(&user)).await).await.0, 200);

@@ -13,8 +13,8 @@ use common::{Options, Stack};
 use switchyard_testkit::llm::{Reply, ScriptedLlm};
 
 fn output_dir() -> PathBuf {
-    let target = option_env!("CARGO_TARGET_DIR")
-        .map_or_else(|| switchyard_testkit::root().join("target"), PathBuf::from);
+    let target =
+        option_env!("CARGO_TARGET_DIR").map_or_else(|| switchyard_testkit::root().join("target"), PathBuf::from);
     target.join("test-output").join("edge-console")
 }
 

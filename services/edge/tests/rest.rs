@@ -265,6 +265,10 @@ async fn roles_triggers_and_stats_are_served_from_their_annotations() {
 
     let (status, _) = json(stack.send(Method::DELETE, "/api/context/roles/wine-expert", None, &json!({})).await).await;
     assert_eq!(status, 200);
+    // The role new sessions start with stays: deleting it is a conflict, not a broken suite.
+    let (status, body) =
+        json(stack.send(Method::DELETE, "/api/context/roles/general-assistant", None, &json!({})).await).await;
+    assert_eq!((status, body["error"]["status"].as_str()), (409, Some("FAILED_PRECONDITION")), "{body}");
     let (status, _) = json(stack.get("/api/context/roles/wine-expert", None).await).await;
     assert_eq!(status, 404);
 

@@ -19,6 +19,10 @@ pub enum SessionsError {
     RoleNotFound(String),
     #[error("role `{0}` already exists")]
     RoleExists(String),
+    /// The generalist new sessions start with: deleting it would break every session created
+    /// without an initial role.
+    #[error("role `{0}` is the default role of new sessions and cannot be deleted")]
+    RoleProtected(String),
     /// A dependency (Redis, Postgres, the triggers service) could not serve the request.
     #[error("{0}")]
     Unavailable(String),
@@ -48,7 +52,7 @@ impl ServiceError for SessionsError {
             Self::InvalidArgument { .. } => ErrorCode::InvalidArgument,
             Self::SessionNotFound(_) | Self::RoleNotFound(_) => ErrorCode::NotFound,
             Self::SessionExists(_) | Self::RoleExists(_) => ErrorCode::AlreadyExists,
-            Self::SessionClosed(_) => ErrorCode::FailedPrecondition,
+            Self::SessionClosed(_) | Self::RoleProtected(_) => ErrorCode::FailedPrecondition,
             Self::Unavailable(_) => ErrorCode::Unavailable,
             Self::Internal(_) => ErrorCode::Internal,
         }

@@ -199,6 +199,9 @@ impl RoleCatalog {
     pub async fn delete(&self, id: &str) -> Result<(), SessionsError> {
         let _one_writer = self.write_lock.lock().await;
         let id = parse_role_id(id, "role_id")?;
+        if id.as_str() == crate::defaults::GENERAL_ASSISTANT {
+            return Err(SessionsError::RoleProtected(id.to_string()));
+        }
         let deleted =
             self.store.delete(&id).await.map_err(|err| SessionsError::unavailable("deleting the role", err))?;
         if !deleted {
