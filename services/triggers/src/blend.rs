@@ -1,7 +1,9 @@
 //! One ranking from the two signals: spec 000's trigger scores and the semantic signal.
 //!
 //! The semantic signal is worth at most `weight` trigger points: a similarity at or below
-//! `floor` adds nothing, one at `ceiling` or above adds `weight`, linearly between. So:
+//! `floor` adds nothing, one at `ceiling` or above adds `weight`, linearly between; and a role
+//! gets nothing unless its similarity beats the everyday questions of no domain
+//! (`exemplars/general.toml`) by `margin`, so small talk goes to no domain role. So:
 //! - when the top role's trigger score leads every other role's by more than `weight`, the
 //!   decision is clear and the semantic signal is not even computed (no embedding: the trigger
 //!   path keeps its speed, and a clear trigger decision is never overturned);
@@ -11,7 +13,11 @@
 
 use std::collections::HashMap;
 
-use crate::{domain::RoleId, matcher::RoleScore, semantic::Similarity};
+use crate::{
+    domain::RoleId,
+    matcher::RoleScore,
+    semantic::{Similarities, Similarity},
+};
 
 /// The semantic signal's scale, in trigger points.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -23,21 +29,42 @@ pub struct SemanticScoring {
     pub floor: f32,
     /// Similarity at or above which a role gets all `weight` points.
     pub ceiling: f32,
+    /// How far a role's similarity must exceed the general questions' for the role to get
+    /// any semantic points.
+    pub margin: f32,
+    /// How many of a role's (and the general questions') closest exemplars are averaged into
+    /// its similarity.
+    pub nearest: usize,
 }
 
 impl Default for SemanticScoring {
     fn default() -> Self {
-        // Chosen by leave-one-out over the exemplars (each exemplar question routed by the others):
-        // a floor of 0.25 keeps most small talk from being sent to a domain; see BENCHMARKS.md.
-        Self { weight: 4.0, floor: 0.25, ceiling: 0.5 }
+        // Chosen by leave-one-out cross-validation over the exemplars alone (each domain and
+        // general question routed by all the others; tests/semantic_eval.rs prints the grid):
+        // see BENCHMARKS.md.
+        Self { weight: 4.0, floor: DEFAULT_FLOOR, ceiling: 0.5, margin: DEFAULT_MARGIN, nearest: DEFAULT_NEAREST }
     }
 }
+
+/// The defaults (also `TriggersConfig`'s).
+pub const DEFAULT_FLOOR: f32 = 0.15;
+pub const DEFAULT_MARGIN: f32 = 0.04;
+pub const DEFAULT_NEAREST: usize = 16;
 
 impl SemanticScoring {
     /// The trigger points a similarity is worth.
     pub fn points(&self, similarity: f32) -> f64 {
         let span = (self.ceiling - self.floor).max(f32::EPSILON);
         self.weight * f64::from(((similarity - self.floor) / span).clamp(0.0, 1.0))
+    }
+
+    /// The trigger points a role's similarity is worth against the general questions'
+    /// (`None`: no competing class).
+    pub fn points_against(&self, similarity: f32, general: Option<f32>) -> f64 {
+        match general {
+            Some(general) if similarity < general + self.margin => 0.0,
+            _ => self.points(similarity),
+        }
     }
 
     /// Whether `scores` (best first) decide without the semantic signal: something matched
@@ -103,6 +130,8 @@ pub struct Ranking<'m> {
     pub roles: Vec<Ranked<'m>>,
     pub decided_by: DecidedBy,
     pub semantic_state: SemanticState,
+    /// The query's similarity to the general questions, when the semantic signal scored it.
+    pub general_similarity: Option<f32>,
 }
 
 impl<'m> Ranking<'m> {
@@ -119,19 +148,24 @@ impl<'m> Ranking<'m> {
                 semantic_score: 0.0,
             })
             .collect();
-        Self { roles, decided_by, semantic_state }
+        Self { roles, decided_by, semantic_state, general_similarity: None }
     }
 
     /// Trigger scores (best first) and similarities blended: each role's combined score is
     /// its trigger score plus its semantic points. Roles with neither are left out.
-    pub fn blended(scores: Vec<RoleScore<'m>>, similarities: Vec<Similarity<'m>>, scoring: &SemanticScoring) -> Self {
+    pub fn blended(
+        scores: Vec<RoleScore<'m>>,
+        similarities: impl Into<Similarities<'m>>,
+        scoring: &SemanticScoring,
+    ) -> Self {
+        let Similarities { roles: similarities, general } = similarities.into();
         let trigger_top = scores.first().map(|s| s.role_id);
         let mut similar: HashMap<&RoleId, Similarity<'m>> =
             similarities.into_iter().map(|similarity| (similarity.role_id, similarity)).collect();
         let mut roles: Vec<Ranked<'m>> = Vec::with_capacity(scores.len() + similar.len());
         for score in scores {
             let semantic = similar.remove(score.role_id);
-            let semantic_score = semantic.as_ref().map_or(0.0, |s| scoring.points(s.similarity));
+            let semantic_score = semantic.as_ref().map_or(0.0, |s| scoring.points_against(s.similarity, general));
             roles.push(Ranked {
                 role_id: score.role_id,
                 combined: f64::from(score.score) + semantic_score,
@@ -141,7 +175,7 @@ impl<'m> Ranking<'m> {
             });
         }
         for (_, similarity) in similar {
-            let semantic_score = scoring.points(similarity.similarity);
+            let semantic_score = scoring.points_against(similarity.similarity, general);
             if semantic_score > 0.0 {
                 roles.push(Ranked {
                     role_id: similarity.role_id,
@@ -164,7 +198,7 @@ impl<'m> Ranking<'m> {
             (Some(first), Some(top)) if first.role_id == top => DecidedBy::Triggers,
             (Some(_), _) => DecidedBy::Semantic,
         };
-        Self { roles, decided_by, semantic_state: SemanticState::Scored }
+        Self { roles, decided_by, semantic_state: SemanticState::Scored, general_similarity: general }
     }
 
     pub fn top(&self) -> Option<&Ranked<'m>> {
@@ -192,7 +226,8 @@ pub(crate) mod tests {
         Similarity { role_id: id(role), similarity, nearest: "an exemplar" }
     }
 
-    const SCORING: SemanticScoring = SemanticScoring { weight: 4.0, floor: 0.3, ceiling: 0.6 };
+    const SCORING: SemanticScoring =
+        SemanticScoring { weight: 4.0, floor: 0.3, ceiling: 0.6, margin: 0.05, nearest: 2 };
 
     #[test]
     fn similarity_is_worth_up_to_the_weight_between_floor_and_ceiling() {
@@ -201,6 +236,24 @@ pub(crate) mod tests {
         assert!((SCORING.points(0.45) - 2.0).abs() < 1e-6);
         assert_eq!(SCORING.points(0.6), 4.0);
         assert_eq!(SCORING.points(0.95), 4.0);
+    }
+
+    #[test]
+    fn a_role_no_closer_than_the_general_questions_by_the_margin_gets_nothing() {
+        assert_eq!(SCORING.points_against(0.45, None), SCORING.points(0.45), "no competing class");
+        assert_eq!(SCORING.points_against(0.45, Some(0.3)), SCORING.points(0.45));
+        assert_eq!(SCORING.points_against(0.45, Some(0.41)), 0.0, "0.04 closer is within the margin");
+        let ranking = Ranking::blended(
+            vec![score("a", 2)],
+            Similarities { roles: vec![similar("a", 0.5), similar("b", 0.6)], general: Some(0.58) },
+            &SCORING,
+        );
+        let order: Vec<_> = ranking.roles.iter().map(|r| (r.role_id.as_str(), r.semantic_score)).collect();
+        assert_eq!(order, [("a", 0.0)], "b is not clear of the general questions; a keeps its trigger score");
+        assert_eq!((ranking.decided_by, ranking.general_similarity), (DecidedBy::Triggers, Some(0.58)));
+        let small_talk =
+            Ranking::blended(Vec::new(), Similarities { roles: vec![similar("a", 0.5)], general: Some(0.7) }, &SCORING);
+        assert_eq!((small_talk.roles.len(), small_talk.decided_by), (0, DecidedBy::Nothing));
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 use clap::Args;
 use switchyard_kit::{ServerArgs, config::parse_duration};
 
-use crate::{blend::SemanticScoring, domain::Limits, matcher::Scoring, registry::RegistryConfig};
+use crate::{blend, blend::SemanticScoring, domain::Limits, matcher::Scoring, registry::RegistryConfig};
 
 switchyard_kit::store_args! {
     /// The registry's store flags: Postgres holds the registry; `--in-memory` keeps it in memory
@@ -77,12 +77,21 @@ pub struct TriggersConfig {
     pub semantic_weight: f64,
 
     /// Similarity to a role's exemplars at or below which the role gets no semantic points.
-    #[arg(long, env = "TRIGGERS_SEMANTIC_FLOOR", default_value_t = 0.25)]
+    #[arg(long, env = "TRIGGERS_SEMANTIC_FLOOR", default_value_t = blend::DEFAULT_FLOOR)]
     pub semantic_floor: f32,
 
     /// Similarity at or above which a role gets the full semantic weight.
     #[arg(long, env = "TRIGGERS_SEMANTIC_CEILING", default_value_t = 0.5)]
     pub semantic_ceiling: f32,
+
+    /// How far a role's similarity must exceed that of the everyday questions of no domain
+    /// (exemplars/general.toml) for the role to get semantic points.
+    #[arg(long, env = "TRIGGERS_SEMANTIC_MARGIN", default_value_t = blend::DEFAULT_MARGIN)]
+    pub semantic_margin: f32,
+
+    /// How many of a role's closest exemplars are averaged into its similarity.
+    #[arg(long, env = "TRIGGERS_SEMANTIC_NEAREST", default_value_t = blend::DEFAULT_NEAREST)]
+    pub semantic_nearest: usize,
 
     /// Recent queries whose embeddings are kept in memory (0: none).
     #[arg(long, env = "TRIGGERS_RECENT_QUERIES", default_value_t = 4096)]
@@ -115,8 +124,10 @@ impl TriggersConfig {
             model_dir: PathBuf::from("models/all-MiniLM-L6-v2"),
             no_semantic: false,
             semantic_weight: 4.0,
-            semantic_floor: 0.25,
+            semantic_floor: blend::DEFAULT_FLOOR,
             semantic_ceiling: 0.5,
+            semantic_margin: blend::DEFAULT_MARGIN,
+            semantic_nearest: blend::DEFAULT_NEAREST,
             recent_queries: 4096,
             sync_interval: Duration::from_secs(1),
             server: ServerArgs::default(),
@@ -139,6 +150,12 @@ impl TriggersConfig {
                 self.semantic_floor, self.semantic_ceiling
             ));
         }
+        if !(-2.0..=2.0).contains(&self.semantic_margin) {
+            return Err(format!("--semantic-margin must be between -2 and 2, got {}", self.semantic_margin));
+        }
+        if self.semantic_nearest == 0 {
+            return Err("--semantic-nearest must be at least 1".into());
+        }
         Ok(RegistryConfig {
             limits: Limits {
                 max_query_bytes: self.max_query_bytes,
@@ -155,6 +172,8 @@ impl TriggersConfig {
                 weight: self.semantic_weight,
                 floor: self.semantic_floor,
                 ceiling: self.semantic_ceiling,
+                margin: self.semantic_margin,
+                nearest: self.semantic_nearest,
             },
         })
     }

@@ -48,9 +48,13 @@ pub fn best_role(ranking: &Ranking<'_>, current: Option<&RoleId>, ratio: f64) ->
     let current_score = current_entry.map_or(0, Ranked::trigger_score);
     let current_combined = current_entry.map_or(0.0, |r| r.combined);
     let Some(top) = ranking.top() else {
+        let closeness = match ranking.general_similarity {
+            Some(general) => format!("no role is closer in meaning than everyday questions (similarity {general:.2})"),
+            None => "no role is close in meaning".to_owned(),
+        };
         let explanation = match current {
-            Some(role) => format!("no trigger matched and no role is close in meaning; keeping {role}"),
-            None => "no trigger matched, no role is close in meaning and there is no current role".to_owned(),
+            Some(role) => format!("no trigger matched and {closeness}; keeping {role}"),
+            None => format!("no trigger matched, {closeness} and there is no current role"),
         };
         return BestRole {
             role_id: current.cloned(),
@@ -214,7 +218,7 @@ mod tests {
 
     #[test]
     fn a_semantic_choice_is_its_own_reason_and_hysteresis_applies_to_combined_scores() {
-        let scoring = SemanticScoring { weight: 4.0, floor: 0.3, ceiling: 0.6 };
+        let scoring = SemanticScoring { weight: 4.0, floor: 0.3, ceiling: 0.6, margin: 0.05, nearest: 2 };
         // No trigger: health is closest (0.6 → 4 points), tech close behind (0.55 → 3.33).
         let ranking = Ranking::blended(Vec::new(), vec![similar("health", 0.6), similar("tech", 0.55)], &scoring);
         let fresh = best_role(&ranking, None, 0.8);

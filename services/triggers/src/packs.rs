@@ -19,6 +19,14 @@ const BUILTIN: [(&str, &str, &str); 7] = [
     ("creative", include_str!("../packs/creative.toml"), include_str!("../exemplars/creative.toml")),
 ];
 
+/// Everyday questions of no domain: the semantic signal's competing class (see
+/// `crate::semantic`).
+const GENERAL: &str = include_str!("../exemplars/general.toml");
+
+/// Most questions an exemplar file may hold (a registering role may give far fewer: see
+/// `Limits::max_role_examples`); each question is held to the same byte limit.
+const MAX_FILE_EXEMPLARS: usize = 500;
+
 /// One domain's triggers.
 #[derive(Debug, Clone)]
 pub struct DomainPack {
@@ -29,10 +37,11 @@ pub struct DomainPack {
     pub exemplar_questions: Vec<String>,
 }
 
-/// Every built-in pack, by name.
+/// Every built-in pack, by name, and the everyday questions that belong to none.
 #[derive(Debug, Clone, Default)]
 pub struct DomainPacks {
     packs: BTreeMap<String, DomainPack>,
+    general_questions: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -79,7 +88,14 @@ impl DomainPacks {
             pack.exemplar_questions = parse_exemplars(name, exemplars_text, &limits)?;
             packs.insert(pack.name.clone(), pack);
         }
-        Ok(Self { packs })
+        let general_questions = parse_exemplars("general", GENERAL, &limits)?;
+        Ok(Self { packs, general_questions })
+    }
+
+    /// Everyday questions of no domain (small talk, trivia, chores…): a query closer to these
+    /// than to a role's exemplars gets no semantic points for that role.
+    pub fn general_questions(&self) -> &[String] {
+        &self.general_questions
     }
 
     pub fn get(&self, name: &str) -> Option<&DomainPack> {
@@ -123,9 +139,11 @@ fn parse_pack(expected_name: &str, text: &str, limits: &Limits) -> Result<Domain
     Ok(DomainPack { name: file.name, description: file.description, triggers, exemplar_questions: Vec::new() })
 }
 
-/// A domain's exemplar questions, held to the limits a role's own example questions get.
+/// A domain's exemplar questions, each held to the byte limit a role's own example questions
+/// get (a file may hold more of them than a role may register).
 fn parse_exemplars(expected_name: &str, text: &str, limits: &Limits) -> Result<Vec<String>, PackError> {
     let error = |reason: String| PackError { pack: expected_name.to_owned(), reason };
+    let limits = &Limits { max_role_examples: MAX_FILE_EXEMPLARS, ..limits.clone() };
     let file: ExemplarFile = toml::from_str(text).map_err(|err| error(format!("exemplars: {err}")))?;
     if file.name != expected_name {
         return Err(error(format!("exemplars declare name `{}`", file.name)));
@@ -164,6 +182,10 @@ mod tests {
             for question in &pack.exemplar_questions {
                 assert!(seen.insert(question.to_lowercase()), "`{question}` is an exemplar of two domains");
             }
+        }
+        assert!(packs.general_questions().len() >= 100, "{} general questions", packs.general_questions().len());
+        for question in packs.general_questions() {
+            assert!(seen.insert(question.to_lowercase()), "`{question}` is both general and a domain's");
         }
         let wrong = "name = \"finance\"\nquestions = [\"a\"]\n";
         let err = parse_exemplars("legal", wrong, &Limits::default()).unwrap_err();

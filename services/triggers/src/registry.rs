@@ -414,7 +414,7 @@ impl TriggerRegistry {
             return Ranking::triggers_only(scores, state);
         };
         match self.model.embed_query(query.as_str()).await {
-            Ok(Some(vector)) => Ranking::blended(scores, index.similarities(&vector), semantic),
+            Ok(Some(vector)) => Ranking::blended(scores, index.similarities(&vector, semantic.nearest), semantic),
             Ok(None) => Ranking::triggers_only(scores, SemanticState::Unavailable),
             Err(err) => {
                 tracing::warn!(error = %err, "embedding the query failed; deciding by triggers alone");

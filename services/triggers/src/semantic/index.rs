@@ -1,6 +1,7 @@
 //! One registry version's exemplars as vectors: every distinct text once, each role pointing
-//! at its own. Scoring a query is one dot product per distinct text (a few hundred: a few
-//! microseconds), then a per-role aggregate.
+//! at its own, and the everyday questions of no domain (`exemplars/general.toml`) as a
+//! competing class. Scoring a query is one dot product per distinct text (several hundred: a
+//! few microseconds), then a per-role aggregate.
 
 use std::collections::HashMap;
 
@@ -11,10 +12,6 @@ use crate::{
     packs::DomainPacks,
 };
 
-/// How many of a role's closest exemplars are averaged into its similarity: one lucky
-/// neighbour should not decide, and a role's further exemplars should not dilute a clear match.
-const NEAREST: usize = 2;
-
 /// How close a query is to one role.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Similarity<'i> {
@@ -23,6 +20,22 @@ pub struct Similarity<'i> {
     pub similarity: f32,
     /// The role's exemplar (question or description) closest to the query.
     pub nearest: &'i str,
+}
+
+/// How close a query is to every role, and to the everyday questions of no domain.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Similarities<'i> {
+    /// Every indexed role, in registration order.
+    pub roles: Vec<Similarity<'i>>,
+    /// Mean cosine similarity of the query to its closest general questions; `None` when
+    /// there are none (no competing class).
+    pub general: Option<f32>,
+}
+
+impl<'i> From<Vec<Similarity<'i>>> for Similarities<'i> {
+    fn from(roles: Vec<Similarity<'i>>) -> Self {
+        Self { roles, general: None }
+    }
 }
 
 struct IndexedRole {
@@ -37,6 +50,8 @@ pub struct SemanticIndex {
     vectors: Vec<f32>,
     dimensions: usize,
     roles: Vec<IndexedRole>,
+    /// Indexes into `texts`: the general questions.
+    general: Vec<u32>,
 }
 
 impl SemanticIndex {
@@ -46,6 +61,9 @@ impl SemanticIndex {
         for role in roles {
             texts.extend(role_texts(role, packs).map(str::to_owned));
         }
+        if !roles.is_empty() {
+            texts.extend(packs.general_questions().iter().cloned());
+        }
         texts.sort_unstable();
         texts.dedup();
         texts
@@ -54,15 +72,15 @@ impl SemanticIndex {
     /// The index of `roles`, from vectors in `cache` (texts it lacks are left out). Roles
     /// with no exemplar at all (no domains, description or example questions) are not indexed:
     /// the semantic signal cannot speak for them.
-    pub fn build(roles: &[RoleRegistration], packs: &DomainPacks, cache: &EmbeddingCache) -> Self {
+    pub fn build<'a>(roles: &'a [RoleRegistration], packs: &'a DomainPacks, cache: &EmbeddingCache) -> Self {
         let mut texts: Vec<String> = Vec::new();
         let mut vectors: Vec<f32> = Vec::new();
         let mut dimensions = 0;
         let mut rows_by_text: HashMap<&str, u32> = HashMap::new();
         let mut indexed = Vec::new();
-        for role in roles {
+        let mut rows_of = |role_texts: &mut dyn Iterator<Item = &'a str>| {
             let mut rows = Vec::new();
-            for text in role_texts(role, packs) {
+            for text in role_texts {
                 let row = match rows_by_text.get(text) {
                     Some(&row) => row,
                     None => {
@@ -84,11 +102,20 @@ impl SemanticIndex {
                     rows.push(row);
                 }
             }
+            rows
+        };
+        for role in roles {
+            let rows = rows_of(&mut role_texts(role, packs));
             if !rows.is_empty() {
                 indexed.push(IndexedRole { role_id: role.role_id.clone(), rows });
             }
         }
-        Self { texts, vectors, dimensions, roles: indexed }
+        let general = if indexed.is_empty() {
+            Vec::new()
+        } else {
+            rows_of(&mut packs.general_questions().iter().map(String::as_str))
+        };
+        Self { texts, vectors, dimensions, roles: indexed, general }
     }
 
     /// Whether no role has exemplars.
@@ -104,22 +131,42 @@ impl SemanticIndex {
         self.texts.len()
     }
 
-    /// Every indexed role's similarity to `query` (a unit vector), in registration order.
-    pub fn similarities(&self, query: &[f32]) -> Vec<Similarity<'_>> {
-        if query.len() != self.dimensions {
-            return Vec::new();
+    /// Every indexed role's similarity to `query` (a unit vector), in registration order, and
+    /// the general questions': each the mean of the `nearest` closest exemplars' cosines.
+    pub fn similarities(&self, query: &[f32], nearest: usize) -> Similarities<'_> {
+        self.score(query, nearest, None)
+    }
+
+    /// As `similarities`, as if `left_out` were not an exemplar: for leave-one-out
+    /// cross-validation over the exemplars themselves (tests/semantic_eval.rs).
+    pub fn similarities_without(&self, query: &[f32], nearest: usize, left_out: &str) -> Similarities<'_> {
+        let row = self.texts.iter().position(|text| text == left_out).map(|row| row as u32);
+        self.score(query, nearest, row)
+    }
+
+    fn score(&self, query: &[f32], nearest: usize, left_out: Option<u32>) -> Similarities<'_> {
+        if query.len() != self.dimensions || self.dimensions == 0 {
+            return Similarities::default();
         }
         let per_text: Vec<f32> = self.vectors.chunks_exact(self.dimensions).map(|row| cosine(row, query)).collect();
-        self.roles
+        let closest = |rows: &[u32]| -> Option<(f32, u32)> {
+            let mut closest: Vec<u32> = rows.iter().copied().filter(|&row| Some(row) != left_out).collect();
+            closest.sort_unstable_by(|a, b| per_text[*b as usize].total_cmp(&per_text[*a as usize]));
+            closest.truncate(nearest.max(1));
+            let first = *closest.first()?;
+            let mean = closest.iter().map(|&row| per_text[row as usize]).sum::<f32>() / closest.len() as f32;
+            Some((mean, first))
+        };
+        let roles = self
+            .roles
             .iter()
-            .map(|role| {
-                let mut closest: Vec<u32> = role.rows.clone();
-                closest.sort_unstable_by(|a, b| per_text[*b as usize].total_cmp(&per_text[*a as usize]));
-                closest.truncate(NEAREST);
-                let similarity = closest.iter().map(|&row| per_text[row as usize]).sum::<f32>() / closest.len() as f32;
-                Similarity { role_id: &role.role_id, similarity, nearest: &self.texts[closest[0] as usize] }
+            .filter_map(|role| {
+                let (similarity, first) = closest(&role.rows)?;
+                Some(Similarity { role_id: &role.role_id, similarity, nearest: &self.texts[first as usize] })
             })
-            .collect()
+            .collect();
+        let general = closest(&self.general).map(|(similarity, _)| similarity);
+        Similarities { roles, general }
     }
 }
 
@@ -162,11 +209,15 @@ mod tests {
         let index = SemanticIndex::build(&roles, &DomainPacks::default(), &cache);
         assert_eq!(index.role_count(), 2, "a role with no exemplar is not indexed");
         let query = [0.6, 0.8];
-        let scores = index.similarities(&query);
+        let scores = index.similarities(&query, 2).roles;
         assert_eq!(scores[0].role_id.as_str(), "a");
         assert!((scores[0].similarity - 0.7).abs() < 1e-6, "mean of 0.8 and 0.6: {}", scores[0].similarity);
         assert_eq!(scores[0].nearest, "north");
         assert!((scores[1].similarity + 0.6).abs() < 1e-6);
-        assert!(index.similarities(&[1.0]).is_empty(), "a vector of another model is not scored");
+        assert_eq!(index.similarities(&query, 2).general, None, "no general questions: no competing class");
+        assert!(index.similarities(&[1.0], 2).roles.is_empty(), "a vector of another model is not scored");
+        let without = index.similarities_without(&query, 2, "north").roles;
+        assert!((without[0].similarity - 0.6).abs() < 1e-6, "only east is left: {}", without[0].similarity);
+        assert_eq!(without[0].nearest, "east");
     }
 }

@@ -11,6 +11,6 @@ mod index;
 mod model;
 mod recent;
 
-pub use index::{SemanticIndex, Similarity};
+pub use index::{SemanticIndex, Similarities, Similarity};
 pub use model::{ModelState, SemanticModel};
 pub use recent::RecentQueries;
