@@ -164,7 +164,49 @@ pub fn mcp_router(gateway: Arc<Gateway>, config: &GatewayConfig, shutdown: Cance
         http,
     );
     // Tenant and user from the headers an API gateway in front sets, checked like gRPC's.
-    axum::Router::new().nest_service("/mcp", service).layer(IdentityLayer::http())
+    axum::Router::new()
+        .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn_with_state(gateway, end_session))
+        .layer(IdentityLayer::http())
+}
+
+/// `DELETE /mcp` ends a session. The transport answers 202 whether or not it held the
+/// session; clients expect 200 or 204 (the Python SDK logs "Session termination failed: 202"),
+/// a session nobody holds is 404, and the gateway's own state of the session — its context and
+/// the list it was last shown — goes with the transport's record, on every replica (they share
+/// the stores). Requests for the session afterwards are 404, as the transport finds no record.
+async fn end_session(
+    axum::extract::State(gateway): axum::extract::State<Arc<Gateway>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    if request.method() != http::Method::DELETE {
+        return next.run(request).await;
+    }
+    let header = request.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let Some(id) = header.and_then(|h| switchyard_kit::SessionId::parse_field(&h, "mcp-session-id").ok()) else {
+        // No or a malformed session id: the transport's own answer (400) says so.
+        return next.run(request).await;
+    };
+    let key = switchyard_kit::Identity::from_extensions(request.extensions()).session(id.clone());
+    match gateway.contexts().load_transport(id.as_str()).await {
+        Ok(Some(_)) => {}
+        Ok(None) => return (http::StatusCode::NOT_FOUND, "Not Found: Session not found").into_response(),
+        Err(err) => {
+            tracing::warn!(error = %err, "ending an MCP session: the session store is unavailable");
+            return (http::StatusCode::SERVICE_UNAVAILABLE, "session store unavailable").into_response();
+        }
+    }
+    let response = next.run(request).await;
+    if !response.status().is_success() {
+        return response;
+    }
+    if let Err(err) = gateway.contexts().end_session(&key).await {
+        tracing::warn!(session = %key.store_key(), error = %err, "MCP session ended but its context could not be removed");
+    }
+    tracing::debug!(session = %key.store_key(), "MCP session ended");
+    http::StatusCode::NO_CONTENT.into_response()
 }
 
 /// A gateway bound to its ports (gRPC and MCP HTTP), ready to serve.

@@ -407,3 +407,39 @@ async fn grpc_api_sets_context_lists_scores_and_calls() {
     assert!(status.message().starts_with("x-tenant-id"), "{status:?}");
     running.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_ends_a_session_everywhere_and_answers_204_then_404() {
+    let fixture = FixtureServer::start(vec![tool("alpha", "First tool.", &[])]).await.unwrap();
+    let prefix = KeyPrefix::new("gw-end");
+    let schema = Schema::new("gw_end");
+    let config = common::config(&[format!("fx={}", fixture.url())]);
+    let running = common::start(&config, common::shared_stores(&prefix, &schema).await, None).await;
+    running.ready(1).await;
+    let raw = RawSession::initialize(&running.mcp_url()).await;
+    raw.request("tools/call", json!({"name": "set_context", "arguments": {"query": "greek letters"}})).await;
+    raw.request("tools/list", json!({})).await;
+    let key = common::session_key("default", &raw.session_id);
+    let contexts = running.gateway.contexts().clone();
+    assert!(contexts.get(&key).await.unwrap().is_some(), "the context is stored while the session lives");
+    assert!(contexts.load_transport(&raw.session_id).await.unwrap().is_some());
+
+    let delete = || {
+        raw.http
+            .delete(&raw.url)
+            .header("mcp-session-id", &raw.session_id)
+            .header("mcp-protocol-version", "2025-11-25")
+            .send()
+    };
+    let response = delete().await.unwrap();
+    assert_eq!(response.status(), reqwest::StatusCode::NO_CONTENT);
+    // Its state is gone from the shared store: the transport record, the context and the
+    // list it was last shown.
+    assert!(contexts.get(&key).await.unwrap().is_none());
+    assert!(contexts.load_transport(&raw.session_id).await.unwrap().is_none());
+    // The session is unknown from now on.
+    let response = raw.post(&json!({"jsonrpc": "2.0", "id": 9, "method": "tools/list", "params": {}})).await;
+    assert_eq!(response.status(), reqwest::StatusCode::NOT_FOUND);
+    assert_eq!(delete().await.unwrap().status(), reqwest::StatusCode::NOT_FOUND);
+    running.stop().await;
+}

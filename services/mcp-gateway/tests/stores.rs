@@ -97,6 +97,18 @@ async fn context_suite(store: Arc<dyn ContextStore>) {
     assert_eq!(store.load_transport("t-1").await.unwrap().as_deref(), Some(r#"{"x":1}"#));
     store.delete_transport("t-1").await.unwrap();
     assert_eq!(store.load_transport("t-1").await.unwrap(), None);
+
+    // Ending a session forgets its context and shown list, and only that session's.
+    let ended = key("acme", "s-ended");
+    let other = key("acme", "s-kept");
+    for k in [&ended, &other] {
+        store.set_context(k, "greek letters", None, None, at(50)).await.unwrap();
+        store.record_shown(k, &["fx__alpha".to_owned()]).await.unwrap();
+    }
+    store.end_session(&ended).await.unwrap();
+    assert_eq!(store.get(&ended).await.unwrap(), None);
+    assert!(store.get(&other).await.unwrap().is_some());
+    store.end_session(&ended).await.unwrap();
 }
 
 #[tokio::test]

@@ -119,6 +119,11 @@ impl ContextStore for MemoryContextStore {
         self.with(|c| c.transport.remove(session_id));
         Ok(())
     }
+
+    async fn end_session(&self, key: &SessionKey) -> Result<(), StoreError> {
+        self.with(|c| c.sessions.remove(key));
+        Ok(())
+    }
 }
 
 /// Records in arrival order.

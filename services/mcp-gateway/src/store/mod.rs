@@ -45,6 +45,9 @@ pub trait ContextStore: Send + Sync + 'static {
     async fn load_transport(&self, session_id: &str) -> Result<Option<String>, StoreError>;
     async fn store_transport(&self, session_id: &str, state: &str) -> Result<(), StoreError>;
     async fn delete_transport(&self, session_id: &str) -> Result<(), StoreError>;
+    /// Forgets an ended session's context and the list it was last shown (its usage records
+    /// stay: they are history).
+    async fn end_session(&self, key: &SessionKey) -> Result<(), StoreError>;
 }
 
 #[async_trait]

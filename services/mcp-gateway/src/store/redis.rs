@@ -261,4 +261,12 @@ impl ContextStore for RedisContextStore {
                 .await?;
         Ok(())
     }
+
+    async fn end_session(&self, key: &SessionKey) -> Result<(), StoreError> {
+        let mut conn = self.conn.clone();
+        // The context hash holds the shown list too: one key is the whole session.
+        let _: i64 =
+            bounded(COMMAND_TIMEOUT, redis::cmd("DEL").arg(self.context_key(key)).query_async(&mut conn)).await?;
+        Ok(())
+    }
 }
