@@ -48,6 +48,14 @@ pub struct GatewayConfig {
     #[arg(long, env = "MCP_GATEWAY_TOP_K", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub top_k: u32,
 
+    /// What `tools/list` shows. `filtered`: `set_context` and the tools relevant to the
+    /// session's context, re-listed as it changes (for clients that re-list on
+    /// `notifications/tools/list_changed`). `search`: a fixed surface of `set_context`,
+    /// `find_tools` (the best tools for a query, with schemas and scores) and `call_tool`
+    /// (any tool by name), for clients that read the list once.
+    #[arg(long, env = "MCP_GATEWAY_TOOL_MODE", value_enum, default_value_t = ToolMode::Filtered)]
+    pub tool_mode: ToolMode,
+
     /// Name tools `<server>__<tool>`. When off, tools keep their own names and only a
     /// collision gets the prefix.
     #[arg(long, env = "MCP_GATEWAY_PREFIX_TOOLS", default_value_t = true, action = clap::ArgAction::Set)]
@@ -117,6 +125,14 @@ pub struct GatewayConfig {
     pub server: ServerArgs,
 }
 
+/// What `tools/list` shows (see `--tool-mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ToolMode {
+    #[default]
+    Filtered,
+    Search,
+}
+
 impl GatewayConfig {
     /// Defaults for tests and `switchyard dev`: in memory, gRPC on `listen`, MCP on
     /// `mcp_listen`, the given servers.
@@ -128,6 +144,7 @@ impl GatewayConfig {
             config_file: None,
             servers,
             top_k: 8,
+            tool_mode: ToolMode::Filtered,
             prefix_tools: true,
             allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
             stores: GatewayStoreArgs::in_memory(),

@@ -109,6 +109,7 @@ fn settings(config: &GatewayConfig) -> Settings {
         history_limit: config.history_limit,
         history_refresh: config.history_refresh,
         record_buffer: config.record_buffer,
+        tool_mode: config.tool_mode,
     }
 }
 

@@ -22,9 +22,10 @@ use serde_json::json;
 use switchyard_kit::{Identity, SessionId};
 
 use crate::{
+    config::ToolMode,
     error::GatewayError,
     gateway::{Gateway, ToolList},
-    naming::{self, SET_CONTEXT},
+    naming::{self, CALL_TOOL, FIND_TOOLS, SET_CONTEXT},
     store::SessionKey,
     upstream::{ProgressSink, Upstream},
 };
@@ -54,6 +55,50 @@ pub fn set_context_tool() -> Tool {
         SET_CONTEXT,
         "Tell the proxy what you're trying to accomplish so it can surface relevant tools",
         Arc::new(schema),
+    )
+}
+
+/// Most tools `find_tools` returns at once.
+const MAX_FOUND: u64 = 50;
+
+fn object(value: serde_json::Value) -> Arc<JsonObject> {
+    match value {
+        serde_json::Value::Object(map) => Arc::new(map),
+        _ => Arc::new(JsonObject::new()),
+    }
+}
+
+/// Search mode's `find_tools`: the gateway's ranking for a query, as a tool.
+pub fn find_tools_tool() -> Tool {
+    Tool::new(
+        FIND_TOOLS,
+        "Find the tools best suited to a task: returns their names, descriptions, input schemas and relevance \
+         scores, best first, and makes the query the session's context. Then call one with `call_tool`.",
+        object(json!({
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "description": "The user's request or question"},
+                "intent": {"type": "string", "description": "What you're trying to accomplish"},
+                "limit": {"type": "integer", "minimum": 1, "maximum": MAX_FOUND, "description": "How many tools (default: the gateway's top-k)"}
+            },
+            "required": ["query"]
+        })),
+    )
+}
+
+/// Search mode's `call_tool`: any tool of the gateway, by the name `find_tools` gave.
+pub fn call_tool_tool() -> Tool {
+    Tool::new(
+        CALL_TOOL,
+        "Call a tool found with `find_tools`, by name, with its arguments.",
+        object(json!({
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "description": "The tool's name, as find_tools returned it"},
+                "arguments": {"type": "object", "description": "The tool's arguments, as its input schema describes"}
+            },
+            "required": ["name"]
+        })),
     )
 }
 
@@ -127,6 +172,76 @@ impl McpHandler {
         let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
         result.structured_content = Some(json!({"tools": names, "total_tools": list.total}));
         Ok(result)
+    }
+
+    /// `find_tools`: sets the context (so the usage learning sees the same pairs as in
+    /// filtered mode) and returns the ranked tools with their schemas and score parts.
+    async fn find_tools(
+        &self,
+        key: Option<SessionKey>,
+        arguments: Option<JsonObject>,
+    ) -> Result<CallToolResult, McpError> {
+        let mut arguments = arguments.unwrap_or_default();
+        let limit = match arguments.remove("limit") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(value) => match value.as_u64() {
+                Some(n @ 1..=MAX_FOUND) => Some(n as usize),
+                _ => {
+                    return Err(McpError::invalid_params(
+                        format!("find_tools: `limit` must be an integer from 1 to {MAX_FOUND}"),
+                        None,
+                    ));
+                }
+            },
+        };
+        let Some(key) = key else {
+            return Err(McpError::invalid_request(
+                "find_tools needs a session: connect with a session-based protocol version (Mcp-Session-Id)",
+                None,
+            ));
+        };
+        // The same checks as set_context's, under this tool's name.
+        self.set_context(Some(key.clone()), Some(arguments))
+            .await
+            .map_err(|err| McpError::new(err.code, err.message.replace("set_context:", "find_tools:"), err.data))?;
+        let list = self.gateway.list_tools(Some(&key), limit).await.map_err(to_mcp)?;
+        let tools: Vec<serde_json::Value> = list
+            .tools
+            .iter()
+            .map(|shown| {
+                let tool = &shown.tool.tool;
+                let mut entry = json!({
+                    "name": shown.tool.name,
+                    "description": tool.description,
+                    "input_schema": tool.input_schema,
+                });
+                if let Some(score) = shown.score {
+                    entry["score"] = json!({
+                        "total": score.score,
+                        "bm25": score.bm25,
+                        "embedding": score.embedding,
+                        "usage_prior": score.usage_prior,
+                    });
+                }
+                entry
+            })
+            .collect();
+        let lines: Vec<String> = list
+            .tools
+            .iter()
+            .map(|t| {
+                let description = t.tool.tool.description.as_deref().unwrap_or_default();
+                format!("- {}: {}", t.tool.name, description.lines().next().unwrap_or_default())
+            })
+            .collect();
+        let text = format!("The {} best of {} tools:\n{}", lines.len(), list.total, lines.join("\n"));
+        let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+        result.structured_content = Some(json!({"tools": tools, "total_tools": list.total}));
+        Ok(result)
+    }
+
+    fn mode(&self) -> ToolMode {
+        self.gateway.settings().tool_mode
     }
 }
 
@@ -216,6 +331,10 @@ impl ServerHandler for McpHandler {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
+        if self.mode() == ToolMode::Search {
+            // A fixed surface: the list never changes, whatever the context.
+            return Ok(ListToolsResult::with_all_items(vec![set_context_tool(), find_tools_tool(), call_tool_tool()]));
+        }
         let key = self.key(&context.extensions)?;
         let list = self.gateway.list_tools(key.as_ref(), None).await.map_err(to_mcp)?;
         Ok(tool_list(true, list))
@@ -227,11 +346,36 @@ impl ServerHandler for McpHandler {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let key = self.key(&context.extensions)?;
+        let search = self.mode() == ToolMode::Search;
         if request.name == SET_CONTEXT {
             let result = self.set_context(key, request.arguments).await?;
-            // The list this client sees has changed with its context.
-            let _ = context.peer.notify_tool_list_changed().await;
+            // The list this client sees has changed with its context (not in search mode,
+            // whose list is fixed).
+            if !search {
+                let _ = context.peer.notify_tool_list_changed().await;
+            }
             return Ok(result.into());
+        }
+        let mut request = request;
+        if search && request.name == FIND_TOOLS {
+            return Ok(self.find_tools(key, request.arguments).await?.into());
+        }
+        if search && request.name == CALL_TOOL {
+            let mut arguments = request.arguments.take().unwrap_or_default();
+            let name = match arguments.remove("name") {
+                Some(serde_json::Value::String(name)) => name,
+                _ => return Err(McpError::invalid_params("call_tool: `name` (a string) is required", None)),
+            };
+            let inner = match arguments.remove("arguments") {
+                None | Some(serde_json::Value::Null) => None,
+                Some(serde_json::Value::Object(map)) => Some(map),
+                Some(_) => return Err(McpError::invalid_params("call_tool: `arguments` must be an object", None)),
+            };
+            if let Some(unknown) = arguments.keys().next() {
+                return Err(McpError::invalid_params(format!("call_tool: unknown argument `{unknown}`"), None));
+            }
+            request.name = name.into();
+            request.arguments = inner;
         }
         let token = context.meta.get_progress_token().or_else(|| request.progress_token());
         let progress =

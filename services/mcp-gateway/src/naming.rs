@@ -8,6 +8,10 @@ pub const SEPARATOR: &str = "__";
 pub const MAX_NAME: usize = 64;
 /// The gateway's own tool (spec "Context Injection").
 pub const SET_CONTEXT: &str = "set_context";
+/// Search mode's tool search (`--tool-mode search`).
+pub const FIND_TOOLS: &str = "find_tools";
+/// Search mode's call of any tool by name.
+pub const CALL_TOOL: &str = "call_tool";
 
 fn valid_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '/' | '-')

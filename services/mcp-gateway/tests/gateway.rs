@@ -443,3 +443,61 @@ async fn delete_ends_a_session_everywhere_and_answers_204_then_404() {
     assert_eq!(delete().await.unwrap().status(), reqwest::StatusCode::NOT_FOUND);
     running.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn search_mode_offers_find_tools_and_calls_by_name_for_clients_that_list_once() {
+    let fixture = FixtureServer::start(metatool_tools()).await.unwrap();
+    let mut config = common::config(&[format!("meta={}", fixture.url())]);
+    config.tool_mode = switchyard_mcp_gateway::config::ToolMode::Search;
+    config.top_k = 5;
+    let running = common::start(&config, Stores::in_memory(), Some(common::embedder())).await;
+    running.ready(200).await;
+    let client = mcp::client(&running.mcp_url()).await;
+
+    // A small fixed surface, whatever the context.
+    let surface = ["set_context", "find_tools", "call_tool"];
+    assert_eq!(names(&client.list_all_tools().await.unwrap()), surface);
+
+    let found =
+        call(&client, "find_tools", json!({"query": "search my notes for the word budget", "limit": 3})).await.unwrap();
+    let structured = found.structured_content.clone().expect("structured tools");
+    let tools = structured["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 3, "{structured}");
+    assert_eq!(structured["total_tools"], 200);
+    assert_eq!(tools[0]["name"], "meta__search_notes", "the ranking puts the notes search first: {structured}");
+    assert_eq!(tools[0]["input_schema"]["required"][0], "phrase", "schemas come with the tools");
+    let score = &tools[0]["score"];
+    assert!(score["total"].as_f64().unwrap() > 0.0 && score["bm25"].is_number() && score["embedding"].is_number());
+    assert!(text_of(&found).contains("meta__search_notes"));
+    // The list did not change with the context.
+    assert_eq!(names(&client.list_all_tools().await.unwrap()), surface);
+
+    // Calls by name, through call_tool or directly.
+    let result = call(&client, "call_tool", json!({"name": "meta__search_notes", "arguments": {"phrase": "budget"}}))
+        .await
+        .unwrap();
+    assert!(text_of(&result).contains("search_notes called with"), "{}", text_of(&result));
+    let result = call(&client, "meta__search_notes", json!({"phrase": "budget"})).await.unwrap();
+    assert!(text_of(&result).contains("search_notes called with"));
+
+    // Mistakes are named.
+    for (arguments, expected) in [(json!({"query": "x", "limit": 0}), "limit"), (json!({"limit": 2}), "query")] {
+        let err = call(&client, "find_tools", arguments).await.unwrap_err().to_string();
+        assert!(err.contains(expected), "{err}");
+    }
+    let err = call(&client, "call_tool", json!({"arguments": {}})).await.unwrap_err().to_string();
+    assert!(err.contains("name"), "{err}");
+
+    // The call found through find_tools is learned from like any other: recorded with the
+    // context find_tools set, and counted as in the list shown.
+    eventually(Duration::from_secs(10), "the calls recorded with their context", || async {
+        let pairs = running.gateway.usage().history(10).await.unwrap();
+        if pairs.iter().filter(|p| p.tool == "meta__search_notes").count() >= 2 {
+            Ok(())
+        } else {
+            Err(format!("{pairs:?}"))
+        }
+    })
+    .await;
+    running.stop().await;
+}

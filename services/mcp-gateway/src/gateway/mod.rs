@@ -37,6 +37,7 @@ pub struct Settings {
     pub history_limit: usize,
     pub history_refresh: Duration,
     pub record_buffer: usize,
+    pub tool_mode: crate::config::ToolMode,
 }
 
 /// A ranked tool, ready to show.
