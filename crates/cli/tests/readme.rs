@@ -8,8 +8,7 @@ use std::{process::Command, time::Duration};
 use switchyard_cli::{DevChat, DevMcp, DevPorts, DevStack};
 use switchyard_llm::ProviderArgs;
 use switchyard_testkit::llm::{Recorded, Reply, ScriptedLlm};
-use switchyard_testkit::{eventually, grpcurl, peer_tool};
-use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
+use switchyard_testkit::{eventually, grpcurl, peer_tool, wait_serving};
 
 /// The curl command lines of the README's `sh` blocks, each with the HTTP error it documents
 /// (`# HTTP 400 …` after it).
@@ -77,24 +76,6 @@ fn readme_examples() -> Vec<(String, Option<String>)> {
     examples
 }
 
-async fn wait_ready(addr: std::net::SocketAddr, service: &str) {
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .expect("url")
-        .connect()
-        .await
-        .expect("connect");
-    let health = HealthClient::new(channel);
-    eventually(Duration::from_secs(10), &format!("{service} ready"), || {
-        let mut health = health.clone();
-        async move {
-            let status =
-                health.check(HealthCheckRequest { service: service.into() }).await.map(|r| r.into_inner().status());
-            if matches!(status, Ok(ServingStatus::Serving)) { Ok(()) } else { Err(format!("{status:?}")) }
-        }
-    })
-    .await;
-}
-
 /// The model behind the README's chat examples: greets, and adds through the MCP agent.
 fn demo_model(request: &Recorded) -> Reply {
     let tools = request.tool_names();
@@ -114,7 +95,7 @@ fn demo_model(request: &Recorded) -> Reply {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn readme_grpcurl_examples_work_verbatim_against_switchyard_dev() {
+async fn readme_examples_work_verbatim_against_switchyard_dev() {
     let loopback = "127.0.0.1".parse().expect("ip");
     // The demo server scripts/dev starts, as `everything`.
     let everything = peer_tool("mcp-server-everything");
@@ -133,8 +114,8 @@ async fn readme_grpcurl_examples_work_verbatim_against_switchyard_dev() {
     let serving = tokio::spawn(stack.serve(async move {
         let _ = stopped.await;
     }));
-    wait_ready(sessions, "switchyard.sessions.v1.SessionService").await;
-    wait_ready(router, "switchyard.router.v1.RouterService").await;
+    wait_serving(&format!("http://{sessions}"), "switchyard.sessions.v1.SessionService").await;
+    wait_serving(&format!("http://{router}"), "switchyard.router.v1.RouterService").await;
     // The demo MCP server is connected and its tools are listed.
     eventually(Duration::from_secs(60), "the gateway lists server-everything's tools", || async {
         !gateway.catalog().is_empty()

@@ -4,6 +4,7 @@
 //! fixture MCP server, and one polling helper. A dev-dependency only; no service compiles it
 //! into its binary.
 
+pub mod grpc;
 pub mod llm;
 pub mod mcp;
 mod paths;
@@ -13,6 +14,7 @@ pub mod proxy;
 pub mod redis;
 mod served;
 
+pub use grpc::{closed_port, wait_serving};
 pub use paths::{grpcurl, model_dir, peer_tool, root};
 pub use poll::{Outcome, eventually};
 pub use postgres::{Schema, database_url};

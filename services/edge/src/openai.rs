@@ -5,7 +5,7 @@
 //! the router knows (`openai/gpt-4o-mini`, `local/smollm2-135m-instruct`). Routing metadata
 //! rides in `_metadata`, which SDKs ignore. Errors come in OpenAI's error shape.
 
-use std::{sync::Arc, time::Instant};
+use std::sync::Arc;
 
 use axum::{
     body::Body,
@@ -257,7 +257,6 @@ struct Chunks {
     created: i64,
     include_usage: bool,
     started: bool,
-    started_at: Instant,
 }
 
 impl Chunks {
@@ -268,7 +267,6 @@ impl Chunks {
             created: chrono::Utc::now().timestamp(),
             include_usage,
             started: false,
-            started_at: Instant::now(),
         }
     }
 
@@ -334,7 +332,6 @@ impl Chunks {
                     usage["usage"] = usage_json(done.usage.as_ref());
                     out.push(usage);
                 }
-                tracing::debug!(elapsed = ?self.started_at.elapsed(), "OpenAI-compatible stream completed");
             }
         }
         out.into_iter().map(|chunk| Event::default().data(chunk.to_string())).collect()

@@ -16,7 +16,7 @@ use http::{HeaderMap, HeaderValue, Method, Uri, header};
 use prost_reflect::{DynamicMessage, ReflectMessage, Value as ProtoValue};
 use serde::Deserialize;
 use serde_json::Value;
-use switchyard_proto::router::v1::{self as router, chat_stream_response::Event as ChatEvent};
+use switchyard_proto::router::v1 as router;
 
 use crate::{
     Edge,
@@ -172,28 +172,36 @@ pub async fn process_stream(State(edge): State<Arc<Edge>>, headers: HeaderMap, b
             custom_instructions: body.custom_instructions,
             ..Default::default()
         };
+        // Through the same dynamic call and event mapping as the transcoded ChatStream, so the
+        // two streams' events cannot differ.
+        let rpc = edge
+            .routes
+            .rpc("switchyard.router.v1.RouterService.ChatStream")
+            .ok_or_else(|| ApiError::internal("the protos have no HTTP rule for ChatStream"))?;
+        let request = DynamicMessage::decode(rpc.method.input(), prost::Message::encode_to_vec(&request).as_slice())
+            .map_err(|err| ApiError::internal(format!("encoding the stream request: {err}")))?;
         let stream = edge
             .upstreams
-            .router()
-            .chat_stream(upstream::request(request, &caller, None))
+            .server_streaming(
+                rpc.upstream,
+                rpc.grpc_path.clone(),
+                rpc.method.output(),
+                upstream::request(request, &caller, None),
+            )
             .await
-            .map_err(|status| ApiError::from_status(&status))?
-            .into_inner();
+            .map_err(|status| ApiError::from_status(&status))?;
         let mut sent_context = false;
         let events = stream.flat_map(move |item| {
             let events: Vec<Event> = match item {
-                Ok(router::ChatStreamResponse { event: Some(event) }) => {
+                Ok(message) => {
                     let mut out = Vec::new();
-                    if let ChatEvent::Route(route) = &event
-                        && !sent_context
-                    {
+                    if !sent_context && let Some(route) = route_decided(&message) {
                         sent_context = true;
-                        out.push(Event::default().event("context").data(context_json(route).to_string()));
+                        out.push(Event::default().event("context").data(context_json(&route).to_string()));
                     }
-                    out.push(typed_event(&event));
+                    out.push(event_of(&message));
                     out
                 }
-                Ok(router::ChatStreamResponse { event: None }) => Vec::new(),
                 Err(status) => vec![error_event(&ApiError::from_status(&status))],
             };
             futures::stream::iter(events)
@@ -204,23 +212,12 @@ pub async fn process_stream(State(edge): State<Arc<Edge>>, headers: HeaderMap, b
     result.unwrap_or_else(IntoResponse::into_response)
 }
 
-/// A typed stream event in the same JSON as the transcoded stream.
-pub fn typed_event(event: &ChatEvent) -> Event {
-    let (name, data) = match event {
-        ChatEvent::Route(route) => ("route", proto_json(route, "switchyard.router.v1.RouteDecided")),
-        ChatEvent::Delta(delta) => ("delta", proto_json(delta, "switchyard.router.v1.ContentDelta")),
-        ChatEvent::Tool(tool) => ("tool", proto_json(tool, "switchyard.router.v1.ToolActivity")),
-        ChatEvent::Completed(done) => ("completed", proto_json(done, "switchyard.router.v1.ChatCompleted")),
-    };
-    Event::default().event(name).data(data.to_string())
-}
-
-/// A generated message in proto3 JSON, through its descriptor.
-pub fn proto_json<M: prost::Message>(message: &M, full_name: &str) -> Value {
-    static POOL: std::sync::OnceLock<Option<prost_reflect::DescriptorPool>> = std::sync::OnceLock::new();
-    let pool = POOL.get_or_init(|| prost_reflect::DescriptorPool::decode(switchyard_proto::FILE_DESCRIPTOR_SET).ok());
-    let Some(descriptor) = pool.as_ref().and_then(|p| p.get_message_by_name(full_name)) else { return Value::Null };
-    DynamicMessage::decode(descriptor, message.encode_to_vec().as_slice()).map_or(Value::Null, |m| to_json(&m))
+/// The route decision a ChatStream message carries, if it is one.
+fn route_decided(message: &DynamicMessage) -> Option<router::RouteDecided> {
+    match message.get_field_by_name("route")?.as_ref() {
+        ProtoValue::Message(route) if message.has_field_by_name("route") => route.transcode_to().ok(),
+        _ => None,
+    }
 }
 
 /// A JSON body into a request struct, with errors that name the field.
@@ -228,9 +225,5 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Api
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::bad_request("body", "a JSON object is required"));
     }
-    serde_json::from_slice(bytes).map_err(|err| {
-        let text = err.to_string();
-        let field = text.split('`').nth(1).filter(|f| f.chars().all(|c| c.is_alphanumeric() || c == '_'));
-        ApiError::bad_request(field.unwrap_or("body"), text.clone())
-    })
+    serde_json::from_slice(bytes).map_err(|err| message::json_error(&err.to_string()))
 }

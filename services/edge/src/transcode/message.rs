@@ -114,9 +114,10 @@ fn body_object(body: &[u8], field: &str) -> Result<Map<String, Value>, ApiError>
     }
 }
 
-/// The JSON mapping's messages name the field in quotes ("unrecognized field name 'foo'",
-/// serde's "unknown field `foo`"): take the first quoted name that looks like a field.
-fn json_error(message: &str) -> ApiError {
+/// A JSON error as a 400 naming the field: the JSON mapping's messages name it in quotes
+/// ("unrecognized field name 'foo'", serde's "unknown field `foo`", "missing field `query`"),
+/// so the first quoted name that looks like a field is taken; `body` otherwise.
+pub fn json_error(message: &str) -> ApiError {
     let field = [message.split('`').nth(1), message.split('\'').nth(1)]
         .into_iter()
         .flatten()

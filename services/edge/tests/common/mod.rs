@@ -19,6 +19,7 @@ use switchyard_mcp_gateway::{GatewayConfig, GatewayServer};
 use switchyard_router::{RouterConfig, RouterServer, Stores, analytics::PostgresAnalytics, fast::FastPath};
 use switchyard_sessions::{SessionsConfig, SessionsServer};
 use switchyard_testkit::{Schema, Served, database_url, eventually, llm::ScriptedLlm, peer_tool};
+pub use switchyard_testkit::{closed_port, wait_serving};
 use switchyard_triggers::{TriggersConfig, TriggersServer};
 
 pub const JWT_SECRET: &str = "edge-test-shared-secret-7c1e";
@@ -222,25 +223,4 @@ pub fn parse_events(text: &str) -> Vec<(String, Value)> {
         out.push((name, value));
     }
     out
-}
-
-pub async fn wait_serving(url: &str, service: &str) {
-    use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
-    let channel = tonic::transport::Channel::from_shared(url.to_owned()).expect("url").connect_lazy();
-    eventually(Duration::from_secs(30), &format!("{service} serving"), || {
-        let mut health = HealthClient::new(channel.clone());
-        async move {
-            let status =
-                health.check(HealthCheckRequest { service: service.to_owned() }).await.map(|r| r.into_inner().status());
-            if matches!(status, Ok(ServingStatus::Serving)) { Ok(()) } else { Err(format!("{status:?}")) }
-        }
-    })
-    .await;
-}
-
-pub fn closed_port() -> SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("port");
-    let addr = listener.local_addr().expect("addr");
-    drop(listener);
-    addr
 }

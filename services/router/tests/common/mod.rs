@@ -16,6 +16,7 @@ use switchyard_router::{
 };
 use switchyard_sessions::{SessionsConfig, SessionsServer};
 use switchyard_testkit::{Schema, Served, database_url, eventually, llm::ScriptedLlm, peer_tool};
+pub use switchyard_testkit::{closed_port, wait_serving};
 use switchyard_triggers::{TriggersConfig, TriggersServer};
 use tonic::{Request, transport::Channel};
 
@@ -186,29 +187,6 @@ impl Suite {
     pub async fn sessions_channel(&self) -> Channel {
         Channel::from_shared(self.sessions.url()).expect("url").connect().await.expect("sessions reachable")
     }
-}
-
-/// Waits until the server at `url` reports `service` as SERVING over gRPC health.
-pub async fn wait_serving(url: &str, service: &str) {
-    use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
-    let channel = Channel::from_shared(url.to_owned()).expect("url").connect_lazy();
-    eventually(Duration::from_secs(30), &format!("{service} serving"), || {
-        let mut health = HealthClient::new(channel.clone());
-        async move {
-            let status =
-                health.check(HealthCheckRequest { service: service.to_owned() }).await.map(|r| r.into_inner().status());
-            if matches!(status, Ok(ServingStatus::Serving)) { Ok(()) } else { Err(format!("{status:?}")) }
-        }
-    })
-    .await;
-}
-
-/// A loopback port nothing listens on.
-pub fn closed_port() -> SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("port");
-    let addr = listener.local_addr().expect("addr");
-    drop(listener);
-    addr
 }
 
 pub fn chat(message: &str) -> ChatRequest {
