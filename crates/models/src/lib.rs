@@ -20,6 +20,7 @@ use tokenizers::{Tokenizer, TruncationParams};
 
 pub mod batch;
 mod cache;
+pub mod recent;
 mod short;
 
 pub use cache::EmbeddingCache;

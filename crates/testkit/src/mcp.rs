@@ -160,3 +160,18 @@ pub async fn client(url: &str) -> Client {
         .await
         .unwrap_or_else(|err| panic!("MCP client to {url}: {err}"))
 }
+
+/// An MCP client of `url` on the stateless revision (2026-07-28): `server/discover` instead of
+/// the handshake, no session, every request carrying its own protocol metadata.
+pub async fn stateless_client(url: &str) -> Client {
+    use rmcp::{ClientLifecycleMode, ClientServiceExt};
+    let transport =
+        StreamableHttpClientTransport::from_config(StreamableHttpClientTransportConfig::with_uri(url.to_owned()));
+    ClientConfig::new(ClientCapabilities::default(), Implementation::new("switchyard-test-stateless", "0"))
+        .serve_with_lifecycle(
+            transport,
+            ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] },
+        )
+        .await
+        .unwrap_or_else(|err| panic!("stateless MCP client to {url}: {err}"))
+}

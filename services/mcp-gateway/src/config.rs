@@ -84,6 +84,11 @@ pub struct GatewayConfig {
     #[arg(long, env = "MCP_GATEWAY_NO_EMBEDDINGS")]
     pub no_embeddings: bool,
 
+    /// Recent contexts whose embeddings are kept, so a context set again (the same request
+    /// retried, an agent re-sending it every turn) skips the model; 0 turns this off.
+    #[arg(long, env = "MCP_GATEWAY_RECENT_CONTEXTS", default_value_t = 1024)]
+    pub recent_contexts: usize,
+
     /// Past (context, tool) pairs the usage prior learns from.
     #[arg(long, env = "MCP_GATEWAY_HISTORY_LIMIT", default_value_t = 20_000)]
     pub history_limit: usize,
@@ -151,6 +156,7 @@ impl GatewayConfig {
             context_ttl: Duration::from_secs(24 * 3600),
             model_dir: PathBuf::from("models/all-MiniLM-L6-v2"),
             no_embeddings: false,
+            recent_contexts: 1024,
             history_limit: 20_000,
             history_refresh: Duration::from_secs(60),
             max_query_bytes: 8 * 1024,

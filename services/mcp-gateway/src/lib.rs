@@ -22,6 +22,7 @@ pub mod grpc;
 pub mod mcp;
 pub mod metrics;
 pub mod naming;
+pub mod scope;
 pub mod store;
 pub mod upstream;
 
@@ -110,6 +111,7 @@ fn settings(config: &GatewayConfig) -> Settings {
         history_refresh: config.history_refresh,
         record_buffer: config.record_buffer,
         tool_mode: config.tool_mode,
+        recent_contexts: config.recent_contexts,
     }
 }
 

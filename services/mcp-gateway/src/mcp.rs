@@ -9,12 +9,12 @@ use rmcp::model::SetLevelRequestParams;
 use rmcp::{
     ErrorData as McpError, ServerHandler,
     model::{
-        CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult, ContentBlock,
-        GetPromptRequestParams, GetPromptResponse, Implementation, JsonObject, ListPromptsResult,
-        ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-        ProgressNotificationParam, ProgressToken, Prompt, ProtocolVersion, ReadResourceRequestParams,
-        ReadResourceResponse, Reference, RequestParamsMeta, ServerCapabilities, ServerConfig, SubscribeRequestParams,
-        Tool, UnsubscribeRequestParams,
+        CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ClientResult, CompleteRequestParams,
+        CompleteResult, ContentBlock, DiscoverResult, GetPromptRequestParams, GetPromptResponse, Implementation,
+        JsonObject, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
+        PaginatedRequestParams, ProgressNotificationParam, ProgressToken, Prompt, ProtocolVersion,
+        ReadResourceRequestParams, ReadResourceResponse, Reference, RequestParamsMeta, ResultType, ServerCapabilities,
+        ServerConfig, ServerRequest, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
     },
     service::{NotificationContext, Peer, RequestContext, RoleServer},
 };
@@ -26,8 +26,9 @@ use crate::{
     error::GatewayError,
     gateway::{Gateway, ToolList},
     naming::{self, CALL_TOOL, FIND_TOOLS, SET_CONTEXT},
+    scope::{self, CONTEXT_META, ContextScope},
     store::SessionKey,
-    upstream::{ProgressSink, Upstream},
+    upstream::{Caller, Upstream},
 };
 
 const INSTRUCTIONS: &str = "This server fronts many tool servers. Call `set_context` with the user's request (and \
@@ -57,6 +58,9 @@ pub fn set_context_tool() -> Tool {
         Arc::new(schema),
     )
 }
+
+/// How long a client may keep `server/discover`'s answer: it changes only with a new release.
+const DISCOVER_TTL_MS: u64 = 60 * 60 * 1000;
 
 /// Most tools `find_tools` returns at once.
 const MAX_FOUND: u64 = 50;
@@ -108,38 +112,56 @@ pub struct McpHandler {
     gateway: Arc<Gateway>,
     /// The session id when the transport has none of its own (stdio).
     fixed_session: Option<String>,
+    /// This client connection, for telling its calls from other clients' ([`Caller::client_id`]).
+    client: u64,
+}
+
+/// Numbers client connections.
+static CLIENTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+fn next_client() -> u64 {
+    CLIENTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 impl McpHandler {
     /// For the HTTP transport: the session is the `Mcp-Session-Id` of each request.
     pub fn http(gateway: Arc<Gateway>) -> Self {
-        Self { gateway, fixed_session: None }
+        Self { gateway, fixed_session: None, client: next_client() }
     }
 
     /// For stdio: one process, one session.
     pub fn stdio(gateway: Arc<Gateway>) -> Self {
-        Self { gateway, fixed_session: Some(format!("stdio-{}", uuid::Uuid::new_v4())) }
+        Self { gateway, fixed_session: Some(format!("stdio-{}", uuid::Uuid::new_v4())), client: next_client() }
     }
 
-    /// The session of a request: the tenant the kit's identity layer read from the HTTP
-    /// headers (stdio has none: the default tenant) and the MCP session id.
-    fn key(&self, extensions: &rmcp::model::Extensions) -> Result<Option<SessionKey>, McpError> {
+    /// The session of a session-based request: the tenant the kit's identity layer read from
+    /// the HTTP headers (stdio has none: the default tenant) and the MCP session id.
+    fn session_key(&self, extensions: &rmcp::model::Extensions) -> Result<Option<SessionKey>, McpError> {
         let parts = extensions.get::<http::request::Parts>();
-        let identity = parts.map(|p| Identity::from_extensions(&p.extensions)).unwrap_or_default();
         let header = parts.and_then(|p| p.headers.get("mcp-session-id")).and_then(|v| v.to_str().ok());
         let Some(session) = header.map(str::to_owned).or_else(|| self.fixed_session.clone()) else {
             return Ok(None);
         };
         let id = SessionId::parse_field(&session, "mcp-session-id")
             .map_err(|err| McpError::invalid_request(err.to_string(), None))?;
-        Ok(Some(identity.session(id)))
+        Ok(Some(identity(extensions).session(id)))
+    }
+
+    /// Where a request's context lives: its MCP session, or for a stateless (2026-07-28)
+    /// request the handle in its `_meta` or the caller (see [`crate::scope`]).
+    fn scope(&self, context: &RequestContext<RoleServer>) -> Result<ContextScope, McpError> {
+        match self.session_key(&context.extensions)? {
+            Some(key) => Ok(ContextScope::Session(key)),
+            None => scope::stateless(&identity(&context.extensions), &context.meta),
+        }
     }
 
     async fn set_context(
         &self,
-        key: Option<SessionKey>,
+        scope: ContextScope,
+        identity: &Identity,
         arguments: Option<JsonObject>,
-    ) -> Result<CallToolResult, McpError> {
+    ) -> Result<(CallToolResult, ContextScope), McpError> {
         let arguments = arguments.unwrap_or_default();
         let query = match arguments.get("query") {
             Some(serde_json::Value::String(query)) => query.clone(),
@@ -154,31 +176,52 @@ impl McpHandler {
         if let Some(unknown) = arguments.keys().find(|k| *k != "query" && *k != "intent") {
             return Err(McpError::invalid_params(format!("set_context: unknown argument `{unknown}`"), None));
         }
-        let Some(key) = key else {
-            // Stateless protocol versions carry no session to keep a context in.
-            return Err(McpError::invalid_request(
-                "set_context needs a session: connect with a session-based protocol version (Mcp-Session-Id)",
-                None,
-            ));
+        let scope = match scope {
+            // A stateless request with nowhere to keep a context: a new handle is that place.
+            ContextScope::None => {
+                let minted = scope::mint(identity);
+                if let Some(key) = minted.key()
+                    && let Err(err) = self.gateway.session_started(key).await
+                {
+                    tracing::warn!(error = %err, "counting a new context handle");
+                }
+                minted
+            }
+            ContextScope::Handle(key) => {
+                // Only handles the gateway minted and still holds: never a client-made one.
+                if self.gateway.contexts().get(&key).await.map_err(|err| to_mcp(GatewayError::Store(err)))?.is_none() {
+                    return Err(scope::unknown_handle(key.id.as_str()));
+                }
+                ContextScope::Handle(key)
+            }
+            other => other,
         };
-        let (_, list) = self.gateway.set_context(&key, &query, intent.as_deref()).await.map_err(to_mcp)?;
+        let Some(key) = scope.key() else {
+            return Err(McpError::internal_error("set_context: no context key", None));
+        };
+        let (_, list) = self.gateway.set_context(key, &query, intent.as_deref()).await.map_err(to_mcp)?;
         let names: Vec<&str> = list.tools.iter().map(|t| t.tool.name.as_str()).collect();
-        let text = format!(
+        let mut text = format!(
             "Context set. The {} most relevant of {} tools are now listed: {}. Other tools can still be called by name.",
             names.len(),
             list.total,
             names.join(", ")
         );
+        if let Some(handle) = scope.handle() {
+            text.push_str(&format!(" Send `_meta[\"{CONTEXT_META}\"]: \"{handle}\"` with later requests."));
+        }
         let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
         result.structured_content = Some(json!({"tools": names, "total_tools": list.total}));
-        Ok(result)
+        give_handle(&mut result, &scope);
+        Ok((result, scope))
     }
 
     /// `find_tools`: sets the context (so the usage learning sees the same pairs as in
     /// filtered mode) and returns the ranked tools with their schemas and score parts.
     async fn find_tools(
         &self,
-        key: Option<SessionKey>,
+        scope: ContextScope,
+        identity: &Identity,
         arguments: Option<JsonObject>,
     ) -> Result<CallToolResult, McpError> {
         let mut arguments = arguments.unwrap_or_default();
@@ -194,17 +237,12 @@ impl McpHandler {
                 }
             },
         };
-        let Some(key) = key else {
-            return Err(McpError::invalid_request(
-                "find_tools needs a session: connect with a session-based protocol version (Mcp-Session-Id)",
-                None,
-            ));
-        };
         // The same checks as set_context's, under this tool's name.
-        self.set_context(Some(key.clone()), Some(arguments))
+        let (_, scope) = self
+            .set_context(scope, identity, Some(arguments))
             .await
             .map_err(|err| McpError::new(err.code, err.message.replace("set_context:", "find_tools:"), err.data))?;
-        let list = self.gateway.list_tools(Some(&key), limit).await.map_err(to_mcp)?;
+        let list = self.gateway.list_tools(scope.key(), limit).await.map_err(to_mcp)?;
         let tools: Vec<serde_json::Value> = list
             .tools
             .iter()
@@ -237,6 +275,7 @@ impl McpHandler {
         let text = format!("The {} best of {} tools:\n{}", lines.len(), list.total, lines.join("\n"));
         let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
         result.structured_content = Some(json!({"tools": tools, "total_tools": list.total}));
+        give_handle(&mut result, &scope);
         Ok(result)
     }
 
@@ -259,17 +298,72 @@ pub fn to_mcp(err: GatewayError) -> McpError {
     }
 }
 
-/// A call's progress, back to the MCP client that made it under the token it chose.
-struct ClientProgress {
+/// Puts a stateless context's handle where the client reads it back: the result's `_meta` (for
+/// client code) and `structuredContent.context` (for the model).
+fn give_handle(result: &mut CallToolResult, scope: &ContextScope) {
+    let Some(handle) = scope.handle() else { return };
+    if let Some(serde_json::Value::Object(structured)) = result.structured_content.as_mut() {
+        structured.insert("context".to_owned(), json!(handle));
+    }
+    result.meta.get_or_insert_with(Default::default).insert(CONTEXT_META.to_owned(), json!(handle));
+}
+
+/// The caller as the kit's identity layer read it from the HTTP headers (stdio has none: the
+/// default tenant).
+fn identity(extensions: &rmcp::model::Extensions) -> Identity {
+    extensions.get::<http::request::Parts>().map(|p| Identity::from_extensions(&p.extensions)).unwrap_or_default()
+}
+
+/// The MCP client a call is made for: what the downstream server sends during the call goes
+/// back to it — progress under the token the client chose, log messages, and the server's
+/// requests (sampling, elicitation, roots), each only if the client declared it can answer.
+struct ClientCaller {
     peer: Peer<RoleServer>,
-    token: ProgressToken,
+    token: Option<ProgressToken>,
+    client: u64,
+    /// How long the client has to answer a request (a person may be answering an elicitation).
+    timeout: std::time::Duration,
 }
 
 #[async_trait::async_trait]
-impl ProgressSink for ClientProgress {
-    async fn relay(&self, mut params: ProgressNotificationParam) {
-        params.progress_token = self.token.clone();
-        let _ = self.peer.notify_progress(params).await;
+impl Caller for ClientCaller {
+    async fn progress(&self, mut params: ProgressNotificationParam) {
+        // A client that sent no token asked for no progress.
+        if let Some(token) = &self.token {
+            params.progress_token = token.clone();
+            let _ = self.peer.notify_progress(params).await;
+        }
+    }
+
+    #[allow(deprecated, reason = "legacy logging, still what session-based clients use")]
+    async fn log(&self, params: rmcp::model::LoggingMessageNotificationParam) {
+        let _ = self.peer.notify_logging_message(params).await;
+    }
+
+    async fn request(&self, request: ServerRequest) -> Result<ClientResult, McpError> {
+        let capabilities = self.peer.peer_info().map(|info| info.capabilities.clone()).unwrap_or_default();
+        let (what, declared) = match &request {
+            ServerRequest::CreateMessageRequest(_) => ("sampling", capabilities.sampling.is_some()),
+            ServerRequest::ElicitRequest(_) => ("elicitation", capabilities.elicitation.is_some()),
+            ServerRequest::ListRootsRequest(_) => ("roots", capabilities.roots.is_some()),
+            _ => ("this request", false),
+        };
+        if !declared {
+            return Err(McpError::invalid_request(format!("the calling client does not support {what}"), None));
+        }
+        match tokio::time::timeout(self.timeout, self.peer.send_request(request)).await {
+            Ok(Ok(result)) => Ok(result),
+            Ok(Err(rmcp::ServiceError::McpError(err))) => Err(err),
+            Ok(Err(err)) => Err(McpError::internal_error(format!("asking the calling client for {what}: {err}"), None)),
+            Err(_) => Err(McpError::internal_error(
+                format!("the calling client did not answer {what} within {:?}", self.timeout),
+                None,
+            )),
+        }
+    }
+
+    fn client_id(&self) -> u64 {
+        self.client
     }
 }
 
@@ -283,11 +377,24 @@ fn tool_list(set_context: bool, list: ToolList) -> ListToolsResult {
 }
 
 impl ServerHandler for McpHandler {
-    /// Session-based protocol versions only (up to 2025-11-25): a context belongs to an MCP
-    /// session, and 2026-07-28 has none. Clients that discover first fall back to
-    /// `initialize`.
+    /// Every revision up to 2026-07-28: session-based clients keep their context in the MCP
+    /// session, stateless ones in a handle or their identity ([`crate::scope`]).
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
-        Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::LATEST_WITH_INITIALIZE))
+        Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2026_07_28))
+    }
+
+    /// `server/discover` (2026-07-28): the same capabilities, with instructions that say where
+    /// a stateless client's context lives. The answer is the same for every caller.
+    async fn discover(&self, _context: RequestContext<RoleServer>) -> Result<DiscoverResult, McpError> {
+        let mut info = self.get_info();
+        info.instructions = Some(format!(
+            "{INSTRUCTIONS} Without a session (protocol 2026-07-28), `set_context` returns a context handle in \
+             `_meta[\"{CONTEXT_META}\"]` of its result: send it back in `_meta[\"{CONTEXT_META}\"]` of later \
+             requests (tools/list, tools/call, set_context)."
+        ));
+        Ok(DiscoverResult::from_server_info(self.supported_protocol_versions().into_owned(), info)
+            .with_cache_scope(CacheScope::Public)
+            .with_ttl_ms(DISCOVER_TTL_MS))
     }
 
     #[allow(deprecated, reason = "legacy logging, still what session-based clients use")]
@@ -308,7 +415,7 @@ impl ServerHandler for McpHandler {
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
-        if let Ok(Some(key)) = self.key(&context.extensions)
+        if let Ok(Some(key)) = self.session_key(&context.extensions)
             && let Err(err) = self.gateway.session_started(&key).await
         {
             tracing::warn!(error = %err, "counting a new MCP session");
@@ -335,9 +442,16 @@ impl ServerHandler for McpHandler {
             // A fixed surface: the list never changes, whatever the context.
             return Ok(ListToolsResult::with_all_items(vec![set_context_tool(), find_tools_tool(), call_tool_tool()]));
         }
-        let key = self.key(&context.extensions)?;
-        let list = self.gateway.list_tools(key.as_ref(), None).await.map_err(to_mcp)?;
-        Ok(tool_list(true, list))
+        let scope = self.scope(&context)?;
+        let list = self.gateway.list_tools(scope.key(), None).await.map_err(to_mcp)?;
+        if let (ContextScope::Handle(key), false) = (&scope, list.filtered) {
+            // A handle whose context is gone would silently list every tool.
+            return Err(scope::unknown_handle(key.id.as_str()));
+        }
+        // A filtered list is this caller's alone; caches (2026-07-28's `cacheScope`) must not
+        // share it, and it changes whenever the context does.
+        let scope = if list.filtered { CacheScope::Private } else { CacheScope::Public };
+        Ok(tool_list(true, list).with_cache_scope(scope).with_ttl_ms(0))
     }
 
     async fn call_tool(
@@ -345,20 +459,22 @@ impl ServerHandler for McpHandler {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let key = self.key(&context.extensions)?;
+        let scope = self.scope(&context)?;
+        let identity = identity(&context.extensions);
         let search = self.mode() == ToolMode::Search;
         if request.name == SET_CONTEXT {
-            let result = self.set_context(key, request.arguments).await?;
+            let stateless = scope.is_stateless();
+            let (result, _) = self.set_context(scope, &identity, request.arguments).await?;
             // The list this client sees has changed with its context (not in search mode,
-            // whose list is fixed).
-            if !search {
+            // whose list is fixed; a stateless client has no channel for notifications).
+            if !search && !stateless {
                 let _ = context.peer.notify_tool_list_changed().await;
             }
             return Ok(result.into());
         }
         let mut request = request;
         if search && request.name == FIND_TOOLS {
-            return Ok(self.find_tools(key, request.arguments).await?.into());
+            return Ok(self.find_tools(scope, &identity, request.arguments).await?.into());
         }
         if search && request.name == CALL_TOOL {
             let mut arguments = request.arguments.take().unwrap_or_default();
@@ -377,12 +493,15 @@ impl ServerHandler for McpHandler {
             request.name = name.into();
             request.arguments = inner;
         }
-        let token = context.meta.get_progress_token().or_else(|| request.progress_token());
-        let progress =
-            token.map(|token| Arc::new(ClientProgress { peer: context.peer.clone(), token }) as Arc<dyn ProgressSink>);
+        let caller = Arc::new(ClientCaller {
+            peer: context.peer.clone(),
+            token: context.meta.get_progress_token().or_else(|| request.progress_token()),
+            client: self.client,
+            timeout: self.gateway.settings().call_timeout,
+        });
         let outcome = self
             .gateway
-            .call_tool_with_progress(key.as_ref(), &request.name, request.arguments, progress)
+            .call_tool_for(scope.key(), &request.name, request.arguments, Some(caller))
             .await
             .map_err(to_mcp)?;
         Ok(outcome.response)
@@ -414,7 +533,11 @@ impl ServerHandler for McpHandler {
     ) -> Result<ReadResourceResponse, McpError> {
         let owner = self.resource_owner(&request.uri)?;
         let peer = owner.peer().map_err(|why| McpError::internal_error(why, None))?;
-        peer.read_resource_once(request).await.map_err(|err| service_error(owner.name(), err))
+        let mut response = peer.read_resource_once(request).await.map_err(|err| service_error(owner.name(), err))?;
+        if let ReadResourceResponse::Complete(result) = &mut response {
+            result.result_type.get_or_insert(ResultType::COMPLETE);
+        }
+        Ok(response)
     }
 
     async fn list_prompts(
@@ -442,7 +565,12 @@ impl ServerHandler for McpHandler {
         let entry = self.prompt(&request.name)?;
         let peer = entry.server.peer().map_err(|why| McpError::internal_error(why, None))?;
         request.name = entry.prompt.name;
-        peer.get_prompt_once(request).await.map_err(|err| service_error(entry.server.name(), err))
+        let mut response =
+            peer.get_prompt_once(request).await.map_err(|err| service_error(entry.server.name(), err))?;
+        if let GetPromptResponse::Complete(result) = &mut response {
+            result.result_type.get_or_insert(ResultType::COMPLETE);
+        }
+        Ok(response)
     }
 
     async fn complete(
@@ -461,7 +589,9 @@ impl ServerHandler for McpHandler {
             _ => return Ok(CompleteResult::default()),
         };
         let peer = server.peer().map_err(|why| McpError::internal_error(why, None))?;
-        peer.complete(request).await.map_err(|err| service_error(server.name(), err))
+        let mut result = peer.complete(request).await.map_err(|err| service_error(server.name(), err))?;
+        result.result_type.get_or_insert(ResultType::COMPLETE);
+        Ok(result)
     }
 
     #[allow(deprecated, reason = "legacy logging, still what session-based clients use")]

@@ -60,7 +60,13 @@ async fn python_sdk_client() {
     assert_eq!(filtered, ["set_context", "fx__outfit_ideas", filtered[2]], "{report}");
     assert!(report["call"].as_str().unwrap().contains("outfit_ideas called with"), "{report}");
     assert!(report["unknown"].as_str().unwrap().contains("unknown tool `fx__missing`"), "{report}");
-    assert_eq!(report["high_level_tools"], 5, "the discover-first client falls back to initialize: {report}");
+    // The discover-first client speaks the stateless revision, its context kept by handle.
+    assert_eq!(report["high_level_protocol"], "2026-07-28", "{report}");
+    assert_eq!(report["high_level_tools"], 5, "{report}");
+    assert!(report["handle"].as_str().is_some_and(|h| h.starts_with("ctx-")), "{report}");
+    assert_eq!(report["handle_in_meta"], true, "{report}");
+    assert_eq!(report["high_level_filtered"], report["filtered"], "the same context, the same list: {report}");
+    assert!(report["high_level_call"].as_str().unwrap().contains("outfit_ideas called with"), "{report}");
     running.stop().await;
 }
 

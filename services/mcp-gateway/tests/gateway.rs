@@ -501,3 +501,145 @@ async fn search_mode_offers_find_tools_and_calls_by_name_for_clients_that_list_o
     .await;
     running.stop().await;
 }
+
+/// `_meta` carrying a stateless context handle.
+fn handle_meta(handle: &str) -> rmcp::model::RequestMetaObject {
+    let mut meta = rmcp::model::RequestMetaObject::default();
+    meta.insert("io.switchyard/context".to_owned(), json!(handle));
+    meta
+}
+
+async fn list_with(client: &mcp::Client, handle: Option<&str>) -> Result<rmcp::model::ListToolsResult, String> {
+    let params = handle.map(|h| {
+        let mut params = rmcp::model::PaginatedRequestParams::default();
+        params.meta = Some(handle_meta(h));
+        params
+    });
+    client.list_tools(params).await.map_err(|err| err.to_string())
+}
+
+/// One stateless JSON-RPC request as a 2026-07-28 client sends it: no session, the protocol in
+/// a header and in `_meta`, for tenant `tenant` (and `user`, when an API gateway named one).
+async fn stateless_raw(url: &str, tenant: &str, user: Option<&str>, method: &str, mut params: Value) -> Value {
+    params["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("2026-07-28");
+    params["_meta"]["io.modelcontextprotocol/clientCapabilities"] = json!({});
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let mut request = reqwest::Client::new()
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", method)
+        .header("x-tenant-id", tenant);
+    // The revision's routing headers: the method, and for a call the tool's name.
+    if let Some(name) = params.get("name").and_then(Value::as_str) {
+        request = request.header("mcp-name", name);
+    }
+    if let Some(user) = user {
+        request = request.header("x-user-id", user);
+    }
+    let response = request.json(&body).send().await.unwrap();
+    assert!(response.headers().get("mcp-session-id").is_none(), "no session on the stateless revision");
+    let text = response.text().await.unwrap();
+    if text.trim_start().starts_with('{') {
+        serde_json::from_str(&text).unwrap()
+    } else {
+        text.lines()
+            .filter_map(|line| line.strip_prefix("data:"))
+            .filter_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
+            .find(|m| m.get("id").is_some())
+            .unwrap_or_else(|| panic!("{method}: no response in {text}"))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stateless_clients_keep_a_context_by_handle_beside_session_clients() {
+    let fixture = FixtureServer::start(metatool_tools()).await.unwrap();
+    let prefix = KeyPrefix::new("gw-stateless");
+    let schema = Schema::new("gw_stateless");
+    let mut config = common::config(&[format!("meta={}", fixture.url())]);
+    config.top_k = 5;
+    let running = common::start(&config, common::shared_stores(&prefix, &schema).await, Some(common::embedder())).await;
+    running.ready(200).await;
+    let url = running.mcp_url();
+    let stateless = mcp::stateless_client(&url).await;
+    let session = mcp::client(&url).await;
+
+    // server/discover answered: the newest revision, and where a context lives without a session.
+    let info = stateless.peer_info().expect("discovered");
+    assert_eq!(info.protocol_version.as_str(), "2026-07-28");
+    assert!(info.instructions.as_deref().unwrap_or_default().contains("io.switchyard/context"), "{info:?}");
+
+    // Without a context every tool is listed, and that list may be cached by anyone.
+    let all = list_with(&stateless, None).await.unwrap();
+    assert_eq!(all.tools.len(), 201);
+    assert_eq!(all.cache_scope, Some(rmcp::model::CacheScope::Public));
+
+    // set_context mints a handle; sent back in `_meta`, it narrows the list to this context.
+    let set = call(&stateless, "set_context", json!({"query": "search my notes for the word budget"})).await.unwrap();
+    let handle = set.structured_content.as_ref().unwrap()["context"].as_str().expect("a handle").to_owned();
+    assert!(handle.starts_with("ctx-"), "{handle}");
+    assert_eq!(set.meta.as_ref().unwrap().get("io.switchyard/context"), Some(&json!(handle)));
+    assert!(text_of(&set).contains(&handle), "the model is told the handle too: {}", text_of(&set));
+    let narrowed = list_with(&stateless, Some(&handle)).await.unwrap();
+    let listed = names(&narrowed.tools);
+    assert_eq!(listed.len(), 6, "{listed:?}");
+    assert_eq!(listed[1], "meta__search_notes", "{listed:?}");
+    assert_eq!(narrowed.cache_scope, Some(rmcp::model::CacheScope::Private), "a filtered list is the caller's own");
+    assert_eq!(narrowed.ttl_ms, Some(0), "it changes with the context");
+
+    // A session-based client on the same gateway keeps its own, independent context.
+    assert_eq!(session.list_all_tools().await.unwrap().len(), 201, "the handle is not a session's context");
+    call(&session, "set_context", json!({"query": "weather forecast for Paris tomorrow"})).await.unwrap();
+    let session_list = names(&session.list_all_tools().await.unwrap());
+    assert_eq!(session_list.len(), 6);
+    assert!(!session_list.contains(&"meta__search_notes".to_owned()), "{session_list:?}");
+    assert_eq!(names(&list_with(&stateless, Some(&handle)).await.unwrap().tools), listed, "unchanged by the session");
+
+    // A call with the handle is recorded with the handle's context, as the usage learning needs.
+    let mut params = CallToolRequestParams::new("meta__search_notes");
+    params.arguments = args(json!({"phrase": "budget"}));
+    params.meta = Some(handle_meta(&handle));
+    let result = stateless.call_tool(params).await.unwrap();
+    assert!(text_of(&result).contains("search_notes called with"), "{}", text_of(&result));
+    let key = common::session_key("default", &handle);
+    let records = wait_for_records(&running, &key, 2).await;
+    let called = records.iter().find_map(|r| match r {
+        UsageRecord::ToolCall { tool, context_query, .. } => Some((tool.clone(), context_query.clone())),
+        _ => None,
+    });
+    assert_eq!(
+        called,
+        Some(("meta__search_notes".to_owned(), Some("search my notes for the word budget".to_owned()))),
+        "{records:?}"
+    );
+
+    // set_context with the handle updates that context instead of minting another.
+    let mut params = CallToolRequestParams::new("set_context");
+    params.arguments = args(json!({"query": "weather forecast for Paris tomorrow"}));
+    params.meta = Some(handle_meta(&handle));
+    let again = stateless.call_tool(params).await.unwrap();
+    assert_eq!(again.structured_content.as_ref().unwrap()["context"], json!(handle));
+    assert_eq!(names(&list_with(&stateless, Some(&handle)).await.unwrap().tools), session_list);
+
+    // Handles the gateway did not mint, or another tenant's, are refused by name.
+    let err = list_with(&stateless, Some("not-a-handle")).await.unwrap_err();
+    assert!(err.contains("io.switchyard/context"), "{err}");
+    let err = list_with(&stateless, Some("ctx-00000000-0000-4000-8000-000000000000")).await.unwrap_err();
+    assert!(err.contains("unknown or expired"), "{err}");
+    let with_handle = json!({"_meta": {"io.switchyard/context": handle}});
+    let other = stateless_raw(&url, "tenant-b", None, "tools/list", with_handle.clone()).await;
+    assert_eq!(other["error"]["code"], -32602, "another tenant cannot use the handle: {other}");
+    let mine = stateless_raw(&url, "default", None, "tools/list", with_handle).await;
+    assert_eq!(mine["result"]["tools"].as_array().map(Vec::len), Some(6), "{mine}");
+    assert_eq!(mine["result"]["cacheScope"], "private", "{mine}");
+
+    // Without a handle, a caller the API gateway authenticated has one context of its own.
+    let set_context = json!({"name": "set_context", "arguments": {"query": "search my notes for the word budget"}});
+    let set = stateless_raw(&url, "default", Some("alice@example.com"), "tools/call", set_context).await;
+    assert!(set["result"]["structuredContent"].get("context").is_none(), "no handle for a caller's context: {set}");
+    let alice = stateless_raw(&url, "default", Some("alice@example.com"), "tools/list", json!({})).await;
+    assert_eq!(alice["result"]["tools"].as_array().map(Vec::len), Some(6), "{alice}");
+    let bob = stateless_raw(&url, "default", Some("bob@example.com"), "tools/list", json!({})).await;
+    assert_eq!(bob["result"]["tools"].as_array().map(Vec::len), Some(201), "{bob}");
+    running.stop().await;
+}

@@ -1,6 +1,7 @@
 //! Calling a tool: find it, bound its arguments, send it to its server with a deadline (and
-//! tell the server to stop when the deadline passes), relay its progress to the caller, and
-//! note the call against the session's context.
+//! tell the server to stop when the deadline passes), relay what the server sends meanwhile to
+//! the caller (progress, logs, sampling, elicitation, roots), and note the call against the
+//! session's context.
 
 use std::{
     sync::Arc,
@@ -11,7 +12,7 @@ use chrono::Utc;
 use rmcp::{
     model::{
         CallToolRequest, CallToolRequestParams, CallToolResponse, CancelledNotificationParam, ClientRequest,
-        JsonObject, ServerResult,
+        JsonObject, ResultType, ServerResult,
     },
     service::PeerRequestOptions,
 };
@@ -22,7 +23,7 @@ use crate::{
     domain::{SessionContext, ShownMatch, UsageRecord},
     error::GatewayError,
     store::SessionKey,
-    upstream::ProgressSink,
+    upstream::Caller,
 };
 
 #[derive(Debug)]
@@ -41,19 +42,19 @@ impl Gateway {
         name: &str,
         arguments: Option<JsonObject>,
     ) -> Result<CallOutcome, GatewayError> {
-        self.call_tool_with_progress(key, name, arguments, None).await
+        self.call_tool_for(key, name, arguments, None).await
     }
 
-    /// [`Self::call_tool`], relaying the server's progress notifications to `progress` (the
-    /// front that made the call knows where its client wants them). Its span is the MCP server
-    /// call in the caller's trace.
+    /// [`Self::call_tool`] for a client that can hear what the server sends during the call
+    /// (the front that made the call knows how to reach it): progress, log messages, and the
+    /// server's requests to the client. Its span is the MCP server call in the caller's trace.
     #[tracing::instrument(name = "mcp tools/call", skip_all, fields(tool = name, server))]
-    pub async fn call_tool_with_progress(
+    pub async fn call_tool_for(
         &self,
         key: Option<&SessionKey>,
         name: &str,
         arguments: Option<JsonObject>,
-        progress: Option<Arc<dyn ProgressSink>>,
+        caller: Option<Arc<dyn Caller>>,
     ) -> Result<CallOutcome, GatewayError> {
         let catalog = self.catalog();
         let tool = catalog.get(name).cloned().ok_or_else(|| GatewayError::UnknownTool(name.to_owned()))?;
@@ -88,7 +89,7 @@ impl Gateway {
             Ok(handle) => {
                 // The connection numbers the call's progress token itself; relay under that one.
                 let _relayed =
-                    progress.map(|sink| self.upstreams.progress().register(&tool.server, &handle.progress_token, sink));
+                    caller.map(|caller| self.upstreams.relay().register(&tool.server, &handle.progress_token, caller));
                 let (id, upstream) = (handle.id.clone(), handle.peer.clone());
                 let outcome = tokio::time::timeout(self.settings.call_timeout, handle.await_response()).await;
                 if outcome.is_err() {
@@ -97,7 +98,12 @@ impl Gateway {
                 }
                 outcome.map(|response| {
                     response.and_then(|result| match result {
-                        ServerResult::CallToolResult(result) => Ok(CallToolResponse::Complete(result)),
+                        ServerResult::CallToolResult(mut result) => {
+                            // A server on an older revision sends no `resultType`; a 2026-07-28
+                            // client needs it (the transport drops it again for older clients).
+                            result.result_type.get_or_insert(ResultType::COMPLETE);
+                            Ok(CallToolResponse::Complete(result))
+                        }
                         ServerResult::InputRequiredResult(result) => Ok(CallToolResponse::InputRequired(result)),
                         _ => Err(rmcp::ServiceError::UnexpectedResponse),
                     })

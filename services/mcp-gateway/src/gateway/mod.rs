@@ -11,7 +11,7 @@ use std::{sync::Arc, time::Duration};
 use arc_swap::ArcSwap;
 use chrono::Utc;
 use switchyard_kit::records::{RecordBuffer, RecordBufferConfig};
-use switchyard_models::Embedder;
+use switchyard_models::{Embedder, recent::RecentQueries};
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -38,6 +38,7 @@ pub struct Settings {
     pub history_refresh: Duration,
     pub record_buffer: usize,
     pub tool_mode: crate::config::ToolMode,
+    pub recent_contexts: usize,
 }
 
 /// A ranked tool, ready to show.
@@ -84,6 +85,8 @@ pub struct Gateway {
     usage: Arc<dyn UsageStore>,
     embedder: Option<Arc<Embedder>>,
     embeddings: Arc<EmbeddingCache>,
+    /// Embeddings of recently set contexts, by their text.
+    recent_contexts: RecentQueries,
     history: ArcSwap<History>,
     settings: Settings,
     records: Arc<RecordBuffer<UsageRecord>>,
@@ -121,6 +124,7 @@ impl Gateway {
             usage,
             embedder,
             embeddings: Arc::new(EmbeddingCache::default()),
+            recent_contexts: RecentQueries::new(settings.recent_contexts),
             history: ArcSwap::from_pointee(History::default()),
             settings,
             records,
@@ -197,15 +201,23 @@ impl Gateway {
         Ok(())
     }
 
-    /// The context's embedding, when the model is loaded.
+    /// The context's embedding, when the model is loaded: from the recent contexts, or
+    /// computed (off the async workers) and kept there.
     async fn embed(&self, text: &str) -> Result<Option<Vec<f32>>, GatewayError> {
         let Some(embedder) = self.embedder.clone() else { return Ok(None) };
-        let text = text.to_owned();
-        let vectors = tokio::task::spawn_blocking(move || embedder.embed(&[text.as_str()]))
+        if let Some(vector) = self.recent_contexts.get(text) {
+            return Ok(Some(vector.to_vec()));
+        }
+        let owned = text.to_owned();
+        let vectors = tokio::task::spawn_blocking(move || embedder.embed(&[owned.as_str()]))
             .await
             .map_err(|err| GatewayError::Internal(format!("embedding task: {err}")))?
             .map_err(|err| GatewayError::Internal(format!("embedding the context: {err}")))?;
-        Ok(vectors.into_iter().next())
+        let vector = vectors.into_iter().next();
+        if let Some(vector) = &vector {
+            self.recent_contexts.insert(text.to_owned(), Arc::from(vector.as_slice()));
+        }
+        Ok(vector)
     }
 
     /// The session's context, if it set one.

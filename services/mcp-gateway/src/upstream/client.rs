@@ -1,16 +1,28 @@
 //! Our side of each downstream connection: the handler that hears a server's `list_changed`
-//! and progress notifications, and the listing of what the server offers.
+//! notifications, relays what it sends during a call to the calling client (progress, log
+//! messages, sampling, elicitation and roots requests — see `relay`), and the listing of what
+//! the server offers.
+
+#![allow(
+    deprecated,
+    reason = "sampling, roots and logging are deprecated by the 2026-07-28 revision, and still what session-based clients and servers use"
+)]
 
 use std::{sync::Arc, time::Duration};
 
 use rmcp::{
-    ClientHandler,
-    model::{ClientCapabilities, ClientConfig, Implementation, ProgressNotificationParam, ProtocolVersion},
-    service::{NotificationContext, Peer, RoleClient},
+    ClientHandler, ErrorData as McpError,
+    model::{
+        ClientCapabilities, ClientConfig, ClientResult, CreateMessageRequest, CreateMessageRequestParams,
+        CreateMessageResult, ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationCapability, Implementation,
+        ListRootsRequest, ListRootsResult, LoggingMessageNotificationParam, ProgressNotificationParam, ProtocolVersion,
+        RootsCapabilities, SamplingCapability, ServerRequest,
+    },
+    service::{NotificationContext, Peer, RequestContext, RoleClient},
 };
 use tokio::sync::mpsc;
 
-use super::{Listing, ProgressRelay, Upstream};
+use super::{Listing, Relay, Upstream};
 
 /// Longest listing a server's tools, resources or prompts may take.
 const LIST_TIMEOUT: Duration = Duration::from_secs(15);
@@ -27,17 +39,80 @@ pub(super) enum ListChanged {
 }
 
 /// The handler of one connection: forwards `list_changed` notifications to the supervisor
-/// and progress to the client whose call it is.
+/// and what belongs to a call to the client whose call it is.
 #[derive(Clone)]
 pub(super) struct UpstreamClient {
     pub(super) server: String,
     pub(super) changes: mpsc::UnboundedSender<ListChanged>,
-    pub(super) progress: Arc<ProgressRelay>,
+    pub(super) relay: Arc<Relay>,
+}
+
+impl UpstreamClient {
+    /// Asks the calling client what the server asked, or tells the server why nobody can answer.
+    async fn ask_caller(&self, request: ServerRequest) -> Result<ClientResult, McpError> {
+        let what = request_name(&request);
+        let caller = self.relay.caller_on(&self.server).map_err(|why| {
+            tracing::warn!(server = %self.server, request = what, %why, "a server's request to the client was refused");
+            McpError::internal_error(format!("switchyard-mcp-gateway could not relay {what}: {why}"), None)
+        })?;
+        caller.request(request).await
+    }
+}
+
+fn request_name(request: &ServerRequest) -> &'static str {
+    match request {
+        ServerRequest::CreateMessageRequest(_) => "sampling/createMessage",
+        ServerRequest::ElicitRequest(_) => "elicitation/create",
+        ServerRequest::ListRootsRequest(_) => "roots/list",
+        _ => "a request",
+    }
 }
 
 impl ClientHandler for UpstreamClient {
     async fn on_progress(&self, params: ProgressNotificationParam, _context: NotificationContext<RoleClient>) {
-        self.progress.forward(&self.server, params).await;
+        self.relay.progress(&self.server, params).await;
+    }
+
+    async fn on_logging_message(
+        &self,
+        params: LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        match self.relay.caller_on(&self.server) {
+            Ok(caller) => caller.log(params).await,
+            // Not the gateway's own log: kept at debug so a chatty server cannot flood it.
+            Err(why) => tracing::debug!(server = %self.server, %why, "a server's log message was not relayed"),
+        }
+    }
+
+    async fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, McpError> {
+        let request = ServerRequest::CreateMessageRequest(CreateMessageRequest::new(params));
+        match self.ask_caller(request).await? {
+            ClientResult::CreateMessageResult(result) => Ok(*result),
+            _ => Err(McpError::internal_error("the client answered sampling with another result", None)),
+        }
+    }
+
+    async fn create_elicitation(
+        &self,
+        params: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, McpError> {
+        match self.ask_caller(ServerRequest::ElicitRequest(ElicitRequest::new(params))).await? {
+            ClientResult::ElicitResult(result) => Ok(result),
+            _ => Err(McpError::internal_error("the client answered elicitation with another result", None)),
+        }
+    }
+
+    async fn list_roots(&self, _context: RequestContext<RoleClient>) -> Result<ListRootsResult, McpError> {
+        match self.ask_caller(ServerRequest::ListRootsRequest(ListRootsRequest::default())).await? {
+            ClientResult::ListRootsResult(result) => Ok(result),
+            _ => Err(McpError::internal_error("the client answered roots/list with another result", None)),
+        }
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
@@ -53,12 +128,15 @@ impl ClientHandler for UpstreamClient {
     }
 
     fn get_info(&self) -> ClientConfig {
+        // The gateway can answer what its clients can: it relays these requests to the caller,
+        // which refuses what it does not support.
+        let mut capabilities = ClientCapabilities::default();
+        capabilities.sampling = Some(SamplingCapability::default());
+        capabilities.elicitation = Some(ElicitationCapability::default());
+        capabilities.roots = Some(RootsCapabilities::default());
         // Most servers today still expect the initialize handshake.
-        ClientConfig::new(
-            ClientCapabilities::default(),
-            Implementation::new("switchyard-mcp-gateway", env!("CARGO_PKG_VERSION")),
-        )
-        .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
+        ClientConfig::new(capabilities, Implementation::new("switchyard-mcp-gateway", env!("CARGO_PKG_VERSION")))
+            .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
     }
 }
 

@@ -8,13 +8,13 @@
 //! error until it is back.
 //!
 //! Here: the servers and their state. The supervision loop is in `supervisor`, our side of a
-//! connection in `client`, each transport in `stdio` and `http`, progress relaying in
-//! `progress`.
+//! connection in `client`, each transport in `stdio` and `http`, relaying what a server sends
+//! during a call (progress, logs, its requests to the client) in `relay`.
 
 mod client;
 pub mod config;
 mod http;
-mod progress;
+mod relay;
 mod stdio;
 mod supervisor;
 
@@ -32,7 +32,7 @@ use rmcp::{
 use tokio_util::sync::CancellationToken;
 
 pub use config::{Transport, UpstreamSpec};
-pub use progress::{ProgressGuard, ProgressRelay, ProgressSink};
+pub use relay::{CallGuard, Caller, NoCaller, Relay};
 pub use supervisor::Backoff;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,7 +128,7 @@ impl Upstream {
 pub struct Upstreams {
     servers: Vec<Arc<Upstream>>,
     changed: tokio::sync::watch::Sender<u64>,
-    progress: Arc<ProgressRelay>,
+    relay: Arc<Relay>,
 }
 
 impl Upstreams {
@@ -141,7 +141,7 @@ impl Upstreams {
         let set = Arc::new(Self {
             servers: specs.into_iter().map(|s| Arc::new(Upstream::new(s))).collect(),
             changed,
-            progress: Arc::default(),
+            relay: Arc::default(),
         });
         for upstream in &set.servers {
             tokio::spawn(supervisor::supervise(upstream.clone(), set.clone(), backoff.clone(), shutdown.clone()));
@@ -153,8 +153,8 @@ impl Upstreams {
         &self.servers
     }
 
-    pub fn progress(&self) -> &Arc<ProgressRelay> {
-        &self.progress
+    pub fn relay(&self) -> &Arc<Relay> {
+        &self.relay
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<Upstream>> {

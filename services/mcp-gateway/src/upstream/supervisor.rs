@@ -42,7 +42,7 @@ pub(super) async fn supervise(
         // supervisor.
         let connecting = tokio::spawn({
             let upstream = upstream.clone();
-            let client = UpstreamClient { server: name.clone(), changes: changes_tx, progress: set.progress.clone() };
+            let client = UpstreamClient { server: name.clone(), changes: changes_tx, relay: set.relay.clone() };
             async move { connect(&upstream, client).await }
         });
         let abort = connecting.abort_handle();

@@ -2,8 +2,8 @@
 (`@modelcontextprotocol/conformance` ships none), written with the Python SDK. It runs behind
 the gateway (stdio) in tests/conformance.rs, or alone over HTTP: `fixture_server.py PORT`.
 
-Not here: the sampling and elicitation fixtures (server-to-client requests, which the gateway
-does not relay) — see the README's conformance table."""
+The sampling, elicitation and roots tools send the server-to-client requests the gateway
+relays to the calling client (tests/conformance.rs and tests/relay.rs)."""
 
 import asyncio
 import base64
@@ -14,7 +14,7 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.prompts.base import UserMessage
 from mcp.server.mcpserver.utilities.types import Audio, Image
-from mcp_types import Completion, EmbeddedResource, ImageContent, TextContent, TextResourceContents
+from mcp_types import Completion, EmbeddedResource, ImageContent, SamplingMessage, TextContent, TextResourceContents
 
 # A 1x1 PNG and a tiny WAV header, as the scenarios only check type, data and mime type.
 PNG = base64.b64decode(
@@ -97,6 +97,95 @@ async def test_tool_with_progress(ctx: Context) -> str:
         await ctx.report_progress(step, 100)
         await asyncio.sleep(0.05)
     return "Tool with progress executed successfully"
+
+
+@app.tool()
+async def test_sampling(prompt: str, ctx: Context) -> str:
+    """Asks the client's model to complete a prompt (sampling/createMessage)."""
+    result = await ctx.session.create_message(
+        messages=[SamplingMessage(role="user", content=TextContent(type="text", text=prompt))],
+        max_tokens=100,
+        related_request_id=ctx.request_id,
+    )
+    text = result.content.text if isinstance(result.content, TextContent) else str(result.content)
+    return f"LLM response: {text}"
+
+
+@app.tool()
+async def test_elicitation(message: str, ctx: Context) -> str:
+    """Asks the client's user for a name and an e-mail address (elicitation/create)."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "username": {"type": "string", "description": "User's response"},
+            "email": {"type": "string", "description": "User's email address"},
+        },
+        "required": ["username", "email"],
+    }
+    result = await ctx.session.elicit_form(message, schema, ctx.request_id)
+    return f"User response: action={result.action}, content={json.dumps(result.content)}"
+
+
+@app.tool()
+async def test_elicitation_sep1034_defaults(ctx: Context) -> str:
+    """Asks for input with a default for every primitive type."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "default": "John Doe"},
+            "age": {"type": "integer", "default": 30},
+            "score": {"type": "number", "default": 95.5},
+            "status": {"type": "string", "enum": ["active", "inactive", "pending"], "default": "active"},
+            "verified": {"type": "boolean", "default": True},
+        },
+    }
+    result = await ctx.session.elicit_form("Please review your details", schema, ctx.request_id)
+    return f"Elicitation completed: action={result.action}, content={json.dumps(result.content)}"
+
+
+@app.tool()
+async def test_elicitation_sep1330_enums(ctx: Context) -> str:
+    """Asks for input with each of the five enum schema forms."""
+    options = ["option1", "option2", "option3"]
+    schema = {
+        "type": "object",
+        "properties": {
+            "untitledSingle": {"type": "string", "enum": options},
+            "titledSingle": {
+                "type": "string",
+                "oneOf": [
+                    {"const": "value1", "title": "First Option"},
+                    {"const": "value2", "title": "Second Option"},
+                    {"const": "value3", "title": "Third Option"},
+                ],
+            },
+            "legacyEnum": {
+                "type": "string",
+                "enum": ["opt1", "opt2", "opt3"],
+                "enumNames": ["Option One", "Option Two", "Option Three"],
+            },
+            "untitledMulti": {"type": "array", "items": {"type": "string", "enum": options}},
+            "titledMulti": {
+                "type": "array",
+                "items": {
+                    "anyOf": [
+                        {"const": "value1", "title": "First Choice"},
+                        {"const": "value2", "title": "Second Choice"},
+                        {"const": "value3", "title": "Third Choice"},
+                    ]
+                },
+            },
+        },
+    }
+    result = await ctx.session.elicit_form("Please choose", schema, ctx.request_id)
+    return f"Elicitation completed: action={result.action}, content={json.dumps(result.content)}"
+
+
+@app.tool()
+async def test_roots(ctx: Context) -> str:
+    """Lists the client's roots (roots/list)."""
+    result = await ctx.session.list_roots()
+    return "Roots: " + ", ".join(str(root.uri) for root in result.roots)
 
 
 @app.resource("test://static-text", mime_type="text/plain", description="Static text")

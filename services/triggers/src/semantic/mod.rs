@@ -9,8 +9,7 @@
 
 mod index;
 mod model;
-mod recent;
 
 pub use index::{SemanticIndex, Similarities, Similarity};
 pub use model::{ModelState, SemanticModel};
-pub use recent::RecentQueries;
+pub use switchyard_models::recent::RecentQueries;

@@ -1,6 +1,7 @@
 //! A bounded cache of recent queries' vectors. Conversations repeat themselves ("thanks",
-//! the same question retried, a load balancer's health query), and an embedding costs about
-//! 10 ms of CPU against microseconds for the lookup.
+//! the same question retried, a load balancer's health query, an agent setting the same
+//! context on every turn), and an embedding costs about 10 ms of CPU against microseconds for
+//! the lookup. Triggers and the MCP gateway keep one each.
 //!
 //! Two generations instead of a least-recently-used list: lookups and inserts are O(1) under
 //! one short lock, and memory stays within `capacity` entries. New entries go to the young
