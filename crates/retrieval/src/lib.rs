@@ -70,6 +70,8 @@ pub struct ToolRanker {
     /// Unit-length embeddings of each tool's text, when a model is available.
     tool_embeddings: Option<Vec<Vec<f32>>>,
     prior: Option<UsagePrior>,
+    /// See [`PriorParams::unseen_share`].
+    unseen_share: f32,
     weights: Weights,
     fusion: Fusion,
 }
@@ -118,6 +120,7 @@ impl ToolRanker {
             index: Bm25Index::build(&documents, Bm25Params::default()),
             tool_embeddings: None,
             prior: None,
+            unseen_share: 0.0,
             weights,
             fusion: Fusion::MinMax,
         }
@@ -157,6 +160,7 @@ impl ToolRanker {
         if let Some(embeddings) = embeddings {
             prior = prior.with_embeddings(embeddings);
         }
+        self.unseen_share = params.unseen_share;
         self.prior = Some(prior);
         self
     }
@@ -187,10 +191,37 @@ impl ToolRanker {
             _ => None,
         };
         let usage_prior = match (&self.prior, self.weights.usage_prior > 0.0) {
-            (Some(prior), true) => Some(weighted(prior.prior(&query_terms, query_embedding), self.weights.usage_prior)),
+            (Some(prior), true) => {
+                let mut votes = prior.prior(&query_terms, query_embedding);
+                if self.unseen_share > 0.0 {
+                    self.stand_in_for_unseen(prior, &mut votes, &lexical, &semantic);
+                }
+                Some(weighted(votes, self.weights.usage_prior))
+            }
             _ => None,
         };
         Signals { lexical, semantic, usage_prior }
+    }
+
+    /// Gives each tool nobody has used yet a share of its cold-start score (lexical +
+    /// semantic, scaled so the query's best tool has 1) in place of the votes it cannot have.
+    fn stand_in_for_unseen(
+        &self,
+        prior: &UsagePrior,
+        votes: &mut [f32],
+        lexical: &Option<Vec<f32>>,
+        semantic: &Option<Vec<f32>>,
+    ) {
+        let mut cold = vec![0.0f32; votes.len()];
+        for signal in [lexical, semantic].into_iter().flatten() {
+            add(&mut cold, signal, 1.0);
+        }
+        let cold = min_max(cold);
+        for (tool, vote) in votes.iter_mut().enumerate() {
+            if prior.uses(tool) == 0 {
+                *vote = self.unseen_share * cold[tool];
+            }
+        }
     }
 
     /// Every tool's score for `query` (and its embedding, when the ranker has a model), by
