@@ -292,3 +292,35 @@ fn scaled(mut scores: Vec<f32>) -> Vec<f32> {
     }
     scores
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tool(name: &str, description: &str) -> ToolText {
+        ToolText { name: name.to_owned(), description: description.to_owned(), parameters: Vec::new() }
+    }
+
+    /// A tool added after the history was recorded has no votes; without its stand-in the
+    /// used tool, whose past request merely shares a word, would outrank it.
+    #[test]
+    fn a_never_used_tool_that_fits_competes_with_used_ones() {
+        let tools = [tool("FlightFinder", "book airline flights"), tool("TrainTimes", "train timetables and tickets")];
+        let history = vec![("cheap tickets to rome".to_owned(), 0)];
+        let query = "train tickets to milan";
+        let rank = |unseen_share| {
+            ToolRanker::new(&tools, Weights::with_history())
+                .with_history_params(&history, None, PriorParams { unseen_share, ..PriorParams::default() })
+                .rank(query, None)
+        };
+        assert_eq!(rank(0.0), [0, 1], "votes alone bury the new tool");
+        assert_eq!(rank(1.0), [1, 0], "its stand-in is its cold-start standing: the best, so 1 × 12");
+        let ranker = ToolRanker::new(&tools, Weights::with_history()).with_history_params(
+            &history,
+            None,
+            PriorParams::default(),
+        );
+        let signals = ranker.signals(query, None);
+        assert_eq!(signals.usage_prior.as_deref(), Some(&[12.0, 12.0][..]), "both the best of their kind");
+    }
+}
