@@ -70,6 +70,8 @@ pub struct ToolRanker {
     /// Unit-length embeddings of each tool's text, when a model is available.
     tool_embeddings: Option<Vec<Vec<f32>>>,
     prior: Option<UsagePrior>,
+    /// See [`PriorParams::unseen_share`].
+    unseen_share: f32,
     weights: Weights,
     fusion: Fusion,
 }
@@ -118,6 +120,7 @@ impl ToolRanker {
             index: Bm25Index::build(&documents, Bm25Params::default()),
             tool_embeddings: None,
             prior: None,
+            unseen_share: 0.0,
             weights,
             fusion: Fusion::MinMax,
         }
@@ -157,6 +160,7 @@ impl ToolRanker {
         if let Some(embeddings) = embeddings {
             prior = prior.with_embeddings(embeddings);
         }
+        self.unseen_share = params.unseen_share;
         self.prior = Some(prior);
         self
     }
@@ -187,10 +191,37 @@ impl ToolRanker {
             _ => None,
         };
         let usage_prior = match (&self.prior, self.weights.usage_prior > 0.0) {
-            (Some(prior), true) => Some(weighted(prior.prior(&query_terms, query_embedding), self.weights.usage_prior)),
+            (Some(prior), true) => {
+                let mut votes = prior.prior(&query_terms, query_embedding);
+                if self.unseen_share > 0.0 {
+                    self.stand_in_for_unseen(prior, &mut votes, &lexical, &semantic);
+                }
+                Some(weighted(votes, self.weights.usage_prior))
+            }
             _ => None,
         };
         Signals { lexical, semantic, usage_prior }
+    }
+
+    /// Gives each tool nobody has used yet a share of its cold-start score (lexical +
+    /// semantic, scaled so the query's best tool has 1) in place of the votes it cannot have.
+    fn stand_in_for_unseen(
+        &self,
+        prior: &UsagePrior,
+        votes: &mut [f32],
+        lexical: &Option<Vec<f32>>,
+        semantic: &Option<Vec<f32>>,
+    ) {
+        let mut cold = vec![0.0f32; votes.len()];
+        for signal in [lexical, semantic].into_iter().flatten() {
+            add(&mut cold, signal, 1.0);
+        }
+        let cold = min_max(cold);
+        for (tool, vote) in votes.iter_mut().enumerate() {
+            if prior.uses(tool) == 0 {
+                *vote = self.unseen_share * cold[tool];
+            }
+        }
     }
 
     /// Every tool's score for `query` (and its embedding, when the ranker has a model), by
@@ -260,4 +291,36 @@ fn scaled(mut scores: Vec<f32>) -> Vec<f32> {
         scores.iter_mut().for_each(|s| *s /= best);
     }
     scores
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tool(name: &str, description: &str) -> ToolText {
+        ToolText { name: name.to_owned(), description: description.to_owned(), parameters: Vec::new() }
+    }
+
+    /// A tool added after the history was recorded has no votes; without its stand-in the
+    /// used tool, whose past request merely shares a word, would outrank it.
+    #[test]
+    fn a_never_used_tool_that_fits_competes_with_used_ones() {
+        let tools = [tool("FlightFinder", "book airline flights"), tool("TrainTimes", "train timetables and tickets")];
+        let history = vec![("cheap tickets to rome".to_owned(), 0)];
+        let query = "train tickets to milan";
+        let rank = |unseen_share| {
+            ToolRanker::new(&tools, Weights::with_history())
+                .with_history_params(&history, None, PriorParams { unseen_share, ..PriorParams::default() })
+                .rank(query, None)
+        };
+        assert_eq!(rank(0.0), [0, 1], "votes alone bury the new tool");
+        assert_eq!(rank(1.0), [1, 0], "its stand-in is its cold-start standing: the best, so 1 × 12");
+        let ranker = ToolRanker::new(&tools, Weights::with_history()).with_history_params(
+            &history,
+            None,
+            PriorParams::default(),
+        );
+        let signals = ranker.signals(query, None);
+        assert_eq!(signals.usage_prior.as_deref(), Some(&[12.0, 12.0][..]), "both the best of their kind");
+    }
 }

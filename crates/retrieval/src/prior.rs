@@ -30,6 +30,11 @@ pub struct PriorParams {
     /// averaged into one direction, and the new query's similarity to it (scaled between the
     /// worst and best tool). Votes see the few nearest queries; the centroid sees all of them.
     pub centroid_weight: f32,
+    /// What a tool nobody has used yet gets in place of votes: this share of its cold-start
+    /// score (lexical + semantic, scaled so the query's best tool has 1). Without it a new
+    /// tool would compete with 0 against tools that collect votes from merely similar
+    /// requests.
+    pub unseen_share: f32,
 }
 
 /// How the votes of several neighbours for one tool combine.
@@ -58,6 +63,7 @@ impl Default for PriorParams {
             confidence_full: 0.6,
             votes: Votes::Sum,
             centroid_weight: 0.5,
+            unseen_share: 1.0,
         }
     }
 }
@@ -70,6 +76,8 @@ pub struct UsagePrior {
     /// Per tool, the unit-length mean of its past queries' embeddings (None: never used).
     centroids: Vec<Option<Vec<f32>>>,
     tool_of: Vec<usize>,
+    /// Past queries per tool.
+    uses: Vec<usize>,
     tool_count: usize,
     params: PriorParams,
 }
@@ -88,6 +96,12 @@ impl UsagePrior {
             embeddings: None,
             centroids: Vec::new(),
             tool_of: history.iter().map(|(_, tool)| *tool).collect(),
+            uses: history.iter().fold(vec![0; tool_count], |mut uses, (_, tool)| {
+                if let Some(count) = uses.get_mut(*tool) {
+                    *count += 1;
+                }
+                uses
+            }),
             tool_count,
             params: PriorParams { neighbours: params.neighbours.max(1), ..params },
         }
@@ -172,6 +186,11 @@ impl UsagePrior {
         let confidence = if by_meaning { self.confidence(nearest) } else { 1.0 };
         votes.iter_mut().for_each(|v| *v *= confidence);
         votes
+    }
+
+    /// How many past queries led to `tool`.
+    pub fn uses(&self, tool: usize) -> usize {
+        self.uses.get(tool).copied().unwrap_or(0)
     }
 
     /// How much to trust the votes, from the similarity of the nearest past query.

@@ -75,6 +75,60 @@ fn prints_recall_and_mrr_per_method_as_json() {
     fs::remove_dir_all(&dir).ok();
 }
 
+#[test]
+fn counts_the_queries_history_made_worse() {
+    let dir = std::env::temp_dir().join(format!("tool-eval-loss-{}", std::process::id()));
+    fs::create_dir_all(&dir).expect("temp dir");
+    let tools = write(
+        &dir,
+        "tools.jsonl",
+        &[
+            r#"{"name": "WeatherNow", "description": "Current weather and forecasts for any city."}"#,
+            r#"{"name": "FlightFinder", "description": "Search and compare airline tickets."}"#,
+            r#"{"name": "RecipeBox", "description": "Cooking recipes by ingredient."}"#,
+        ],
+    );
+    let queries = write(
+        &dir,
+        "queries.jsonl",
+        &[
+            r#"{"query": "Will it rain in Paris tomorrow? weather please", "tool": "WeatherNow"}"#,
+            r#"{"query": "a recipe with eggs and cooking tips", "tool": "RecipeBox"}"#,
+        ],
+    );
+    // A mislabelled past request, almost the weather query word for word, led to the flight
+    // tool: with history the weather query falls from 1st to 2nd. The recipe query's nearest
+    // past request led to its own tool, so it stays first. (Every tool has history here, so
+    // no tool gets the stand-in share that never-used tools get.)
+    let history = write(
+        &dir,
+        "history.jsonl",
+        &[
+            r#"{"query": "Will it rain in Paris tomorrow? weather", "tool": "FlightFinder"}"#,
+            r#"{"query": "is it sunny in Madrid", "tool": "WeatherNow"}"#,
+            r#"{"query": "dinner ideas with pasta", "tool": "RecipeBox"}"#,
+        ],
+    );
+    let (code, stdout, stderr) = run_eval(&[&tools, &queries, &history]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("json");
+    assert_eq!(report["methods"]["hybrid"]["recall@1"], 1.0, "cold start finds both: {report}");
+    let moved = &report["methods"]["hybrid+usage_prior"]["against_cold_start"];
+    assert_eq!(
+        (moved["worse"].as_u64(), moved["unchanged"].as_u64(), moved["better"].as_u64()),
+        (Some(1), Some(1), Some(0)),
+        "{report}"
+    );
+    assert_eq!(
+        (moved["fell_out_of_top1"].as_u64(), moved["fell_out_of_top5"].as_u64()),
+        (Some(1), Some(0)),
+        "{report}"
+    );
+    assert_eq!((moved["mean_rank_loss"].as_f64(), moved["worst_rank_loss"].as_u64()), (Some(1.0), Some(1)), "{report}");
+    assert!(report["methods"]["hybrid"].get("against_cold_start").is_none(), "cold start is the baseline");
+    fs::remove_dir_all(&dir).ok();
+}
+
 /// Runs the binary with `args`, with a backtrace requested, so one would show if it panicked.
 fn run_eval(args: &[&str]) -> (Option<i32>, String, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_switchyard-tool-eval"))

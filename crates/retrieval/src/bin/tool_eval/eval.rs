@@ -21,6 +21,7 @@ use switchyard_retrieval::{Fusion, PriorParams, ToolRanker, ToolText, Votes, Wei
 use crate::{
     args::Args,
     cache::{self, EmbeddingCache},
+    compare,
 };
 
 #[derive(Deserialize)]
@@ -44,8 +45,8 @@ const LEXICAL_PRIOR_WEIGHT: f32 = 3.0;
 
 /// Tuning overrides, read from the environment: `SWITCHYARD_EVAL_` + `SEMANTIC_WEIGHT` (both
 /// hybrids), `HISTORY_LEXICAL_WEIGHT`, `PRIOR_WEIGHT`, `NEIGHBOURS`, `TEMPERATURE`,
-/// `CONFIDENCE_FLOOR`, `CONFIDENCE_FULL`, `CENTROID_WEIGHT`, `VOTES` (`sum`, `best`) and
-/// `FUSION` (`minmax`, `zscore`, `rrf`).
+/// `CONFIDENCE_FLOOR`, `CONFIDENCE_FULL`, `CENTROID_WEIGHT`, `UNSEEN_SHARE`, `VOTES`
+/// (`sum`, `best`) and `FUSION` (`minmax`, `zscore`, `rrf`).
 fn tuning<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
@@ -59,26 +60,25 @@ fn read_lines<T: for<'de> Deserialize<'de>>(path: &Path) -> anyhow::Result<Vec<T
         .collect()
 }
 
-fn measure(ranker: &ToolRanker, queries: &[(String, usize)], embeddings: Option<&[Vec<f32>]>) -> serde_json::Value {
-    let (mut hits1, mut hits5, mut hits10, mut reciprocal) = (0usize, 0usize, 0usize, 0.0f64);
-    for (index, (query, expected)) in queries.iter().enumerate() {
-        let embedding = embeddings.map(|e| e[index].as_slice());
-        let rank = ranker.rank(query, embedding).iter().position(|tool| tool == expected).map_or(usize::MAX, |p| p + 1);
-        hits1 += usize::from(rank <= 1);
-        hits5 += usize::from(rank <= 5);
-        hits10 += usize::from(rank <= 10);
-        if rank != usize::MAX {
-            reciprocal += 1.0 / rank as f64;
-        }
+/// The true tool's rank (1 is the best) for each query.
+fn ranks(ranker: &ToolRanker, queries: &[(String, usize)], embeddings: Option<&[Vec<f32>]>) -> Vec<usize> {
+    queries
+        .iter()
+        .enumerate()
+        .map(|(index, (query, expected))| {
+            let embedding = embeddings.map(|e| e[index].as_slice());
+            ranker.rank(query, embedding).iter().position(|tool| tool == expected).map_or(usize::MAX, |p| p + 1)
+        })
+        .collect()
+}
+
+/// A method's figures; with a baseline, also how it moved each query against it.
+fn report(ranks: &[usize], baseline: Option<&[usize]>) -> serde_json::Value {
+    let mut figures = compare::summary(ranks);
+    if let Some(baseline) = baseline {
+        figures["against_cold_start"] = compare::against(baseline, ranks);
     }
-    let n = queries.len().max(1) as f64;
-    let round = |x: f64| (x * 10_000.0).round() / 10_000.0;
-    json!({
-        "recall@1": round(hits1 as f64 / n),
-        "recall@5": round(hits5 as f64 / n),
-        "recall@10": round(hits10 as f64 / n),
-        "mrr": round(reciprocal / n),
-    })
+    figures
 }
 
 pub fn run(args: &Args) -> anyhow::Result<()> {
@@ -111,9 +111,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
 
     let mut methods = serde_json::Map::new();
     let bm25 = ToolRanker::new(&texts, weights(1.0, 0.0, 0.0));
-    methods.insert("bm25".into(), measure(&bm25, &queries, None));
+    methods.insert("bm25".into(), report(&ranks(&bm25, &queries, None), None));
     let embedding = ToolRanker::new(&texts, weights(0.0, 1.0, 0.0)).with_tool_embeddings(tool_embeddings.clone());
-    methods.insert("embedding".into(), measure(&embedding, &queries, Some(&query_embeddings)));
+    methods.insert("embedding".into(), report(&ranks(&embedding, &queries, Some(&query_embeddings)), None));
     let fusion = match std::env::var("SWITCHYARD_EVAL_FUSION").as_deref() {
         Ok("zscore") => Fusion::ZScore,
         Ok("rrf") => Fusion::Rrf,
@@ -122,7 +122,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let cold = Weights::cold_start();
     let cold = Weights { semantic: tuning("SWITCHYARD_EVAL_SEMANTIC_WEIGHT", cold.semantic), ..cold };
     let hybrid = ToolRanker::new(&texts, cold).with_fusion(fusion).with_tool_embeddings(tool_embeddings.clone());
-    methods.insert("hybrid".into(), measure(&hybrid, &queries, Some(&query_embeddings)));
+    let cold_ranks = ranks(&hybrid, &queries, Some(&query_embeddings));
+    methods.insert("hybrid".into(), report(&cold_ranks, None));
+    let cold_ranks = Some(cold_ranks.as_slice());
     if let Some(history_path) = &args.history {
         let (history, _) = known(read_lines(history_path)?);
         let lexical_prior = ToolRanker::new(&texts, weights(1.0, 0.0, LEXICAL_PRIOR_WEIGHT)).with_history(
@@ -130,7 +132,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             None,
             LEXICAL_NEIGHBOURS,
         );
-        methods.insert("bm25+usage_prior".into(), measure(&lexical_prior, &queries, None));
+        methods.insert("bm25+usage_prior".into(), report(&ranks(&lexical_prior, &queries, None), cold_ranks));
         let history_embeddings =
             cache.embed(&embedder, &history.iter().map(|(q, _)| q.as_str()).collect::<Vec<_>>())?;
         let warm = Weights::with_history();
@@ -151,12 +153,22 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 _ => defaults.votes,
             },
             centroid_weight: tuning("SWITCHYARD_EVAL_CENTROID_WEIGHT", defaults.centroid_weight),
+            unseen_share: tuning("SWITCHYARD_EVAL_UNSEEN_SHARE", defaults.unseen_share),
         };
+        // The plain nearest-neighbour vote over the same history: what the fusion must beat.
+        let neighbours = ToolRanker::new(&texts, weights(0.0, 0.0, 1.0)).with_history_params(
+            &history,
+            Some(history_embeddings.clone()),
+            PriorParams { centroid_weight: 0.0, unseen_share: 0.0, ..params },
+        );
+        let neighbour_ranks = ranks(&neighbours, &queries, Some(&query_embeddings));
+        methods.insert("nearest_neighbours".into(), report(&neighbour_ranks, cold_ranks));
         let full = ToolRanker::new(&texts, warm)
             .with_fusion(fusion)
             .with_tool_embeddings(tool_embeddings)
             .with_history_params(&history, Some(history_embeddings), params);
-        methods.insert("hybrid+usage_prior".into(), measure(&full, &queries, Some(&query_embeddings)));
+        let full_ranks = ranks(&full, &queries, Some(&query_embeddings));
+        methods.insert("hybrid+usage_prior".into(), report(&full_ranks, cold_ranks));
     }
     let report = json!({
         "tools": tools.len(),

@@ -9,6 +9,7 @@
 
 mod args;
 mod cache;
+mod compare;
 mod eval;
 
 use std::{path::PathBuf, process::ExitCode};
