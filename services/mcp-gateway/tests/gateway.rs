@@ -302,7 +302,16 @@ async fn the_usage_prior_raises_tools_used_for_similar_contexts() {
     assert_eq!(gateway.refresh_history().await.unwrap(), 3);
 
     let (_, after) = gateway.set_context(&learner, query, None).await.unwrap();
-    assert_eq!(after.tools[0].tool.name, chosen, "usage moved `{chosen}` from #{} to #1", before.len());
+    let after: Vec<String> = after.tools.iter().map(|t| t.tool.name.clone()).collect();
+    let rank = after.iter().position(|name| *name == chosen).map(|i| i + 1);
+    // Usage lifts `chosen` above every tool that only its description recommends, except the
+    // one that fits the request best: a tool nobody has used yet competes with a share of its
+    // cold-start standing in place of votes (`PriorParams::unseen_share`), so a catalogue's new
+    // tools are not buried under the used ones (BENCHMARKS.md, "tool-disjoint" splits).
+    assert!(matches!(rank, Some(1 | 2)), "usage moved `{chosen}` from #{} to #{rank:?}: {after:?}", before.len());
+    if rank == Some(2) {
+        assert_eq!(after[0], before[0], "only the best-fitting never-used tool stays above it: {after:?}");
+    }
     running.stop().await;
 }
 
