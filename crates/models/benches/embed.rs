@@ -5,6 +5,12 @@
 //! Baselines in the same run: `tokenize` (the tokenizer alone, the floor no model call can go
 //! under) and `padded` — the first implementation: the tokenizer pads the whole batch to its
 //! longest text, one forward pass with an attention mask, texts in input order.
+//!
+//! The single-text encoder on each of its dense kernels (`one_query/<kernels>`): `candle` (its
+//! dense layers on candle's matrix product, the encoder before its own kernels), then ours in
+//! `f32` and `int8` at each SIMD level this CPU has (`scalar`, `avx2`). `SWITCHYARD_SIMD=scalar`
+//! caps the levels measured. `one_query/embed` is the embedder as configured
+//! (`SWITCHYARD_ENCODER`, default int8 at the best level).
 
 use std::hint::black_box;
 
@@ -12,7 +18,7 @@ use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use candle_transformers::models::bert::{BertModel, Config, DTYPE};
 use criterion::{Criterion, criterion_group, criterion_main};
-use switchyard_models::Embedder;
+use switchyard_models::{DenseKernels, Embedder, Simd};
 use switchyard_testkit::model_dir;
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
@@ -99,16 +105,30 @@ impl Padded {
 fn bench(c: &mut Criterion) {
     let embedder = Embedder::load(&model_dir()).expect("model present: run scripts/fetch-models.sh");
     let padded = Padded::load();
-    // Both paths must give the same vectors, or the comparison means nothing.
-    let (new, old) = (embedder.embed(&TOOLS).expect("embed"), padded.embed(&TOOLS));
+    // Both paths must give the same vectors, or the comparison means nothing: checked in f32
+    // (a call's single texts may run in int8, which the models tests check separately).
+    let exact = Embedder::load_with(&model_dir(), DenseKernels::F32(Simd::detect())).expect("model");
+    let (new, old) = (exact.embed(&TOOLS).expect("embed"), padded.embed(&TOOLS));
     for (a, b) in new.iter().zip(&old) {
         let cosine: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
         assert!(cosine > 0.9999, "the batched path changes an embedding: cosine {cosine}");
     }
 
+    let best = Simd::detect();
+    let levels = if best == Simd::Scalar { vec![Simd::Scalar] } else { vec![best, Simd::Scalar] };
+    let mut kernels = vec![DenseKernels::Candle];
+    for simd in levels {
+        kernels.extend([DenseKernels::Int8(simd), DenseKernels::F32(simd)]);
+    }
+    let encoders: Vec<Embedder> =
+        kernels.iter().map(|k| Embedder::load_with(&model_dir(), *k).expect("model")).collect();
+
     let mut one = c.benchmark_group("one_query");
     one.bench_function("embed", |b| b.iter(|| embedder.embed(black_box(&[QUERY])).expect("embed")));
     one.bench_function("padded", |b| b.iter(|| padded.embed(black_box(&[QUERY]))));
+    for encoder in &encoders {
+        one.bench_function(encoder.kernels().name(), |b| b.iter(|| encoder.embed(black_box(&[QUERY])).expect("embed")));
+    }
     one.bench_function("tokenize", |b| {
         b.iter(|| padded.tokenizer.encode_fast(black_box(QUERY), true).expect("tokenize"))
     });
