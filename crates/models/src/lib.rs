@@ -13,7 +13,7 @@
 //! batches on the global one (`RAYON_NUM_THREADS`, default one thread per core).
 //!
 //! So a text embedded alone (int8) and the same text in a batch (f32) differ slightly (cosine
-//! ≥ 0.99): queries are compared with tool texts embedded in batches, which ranks as well as
+//! ≥ 0.988): queries are compared with tool texts embedded in batches, which ranks as well as
 //! f32 against f32 (BENCHMARKS.md, "Embeddings").
 
 use std::path::{Path, PathBuf};
