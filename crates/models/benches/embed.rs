@@ -5,14 +5,28 @@
 //! Baselines in the same run: `tokenize` (the tokenizer alone, the floor no model call can go
 //! under) and `padded` — the first implementation: the tokenizer pads the whole batch to its
 //! longest text, one forward pass with an attention mask, texts in input order.
+//!
+//! The single-text encoder on each of its dense kernels (`one_query/<kernels>`): `candle` (its
+//! dense layers on candle's matrix product, the encoder before its own kernels), then ours in
+//! `f32` and `int8` at each SIMD level this CPU has (`scalar`, `avx2`). `SWITCHYARD_SIMD=scalar`
+//! caps the levels measured. `one_query/embed` is the embedder as configured
+//! (`SWITCHYARD_ENCODER`, default int8 at the best level).
+//!
+//! `one_query_cpu` repeats the query rows measuring the process's CPU time (every thread's,
+//! from `/proc/self/task/*/schedstat`) instead of wall time: on a machine whose cores are
+//! oversubscribed, wall time mostly measures how long the scheduler keeps the thread waiting,
+//! CPU time what the work costs.
 
 use std::hint::black_box;
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use candle_transformers::models::bert::{BertModel, Config, DTYPE};
-use criterion::{Criterion, criterion_group, criterion_main};
-use switchyard_models::Embedder;
+use criterion::{
+    Criterion, Throughput, criterion_group, criterion_main,
+    measurement::{Measurement, ValueFormatter},
+};
+use switchyard_models::{DenseKernels, Embedder, Simd};
 use switchyard_testkit::model_dir;
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
@@ -96,19 +110,100 @@ impl Padded {
     }
 }
 
+/// CPU time of all the process's threads, in nanoseconds (Linux).
+struct CpuTime;
+
+fn cpu_nanos() -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return 0 };
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
+        .filter_map(|line| line.split_whitespace().next().and_then(|ns| ns.parse::<u64>().ok()))
+        .sum()
+}
+
+impl Measurement for CpuTime {
+    type Intermediate = u64;
+    type Value = u64;
+    fn start(&self) -> u64 {
+        cpu_nanos()
+    }
+    fn end(&self, started: u64) -> u64 {
+        cpu_nanos().saturating_sub(started)
+    }
+    fn add(&self, a: &u64, b: &u64) -> u64 {
+        a + b
+    }
+    fn zero(&self) -> u64 {
+        0
+    }
+    fn to_f64(&self, value: &u64) -> f64 {
+        *value as f64
+    }
+    fn formatter(&self) -> &dyn ValueFormatter {
+        &Milliseconds
+    }
+}
+
+/// CPU nanoseconds shown as milliseconds.
+struct Milliseconds;
+
+impl ValueFormatter for Milliseconds {
+    fn scale_values(&self, _typical: f64, values: &mut [f64]) -> &'static str {
+        values.iter_mut().for_each(|v| *v /= 1e6);
+        "ms (CPU)"
+    }
+    fn scale_throughputs(&self, _typical: f64, _throughput: &Throughput, values: &mut [f64]) -> &'static str {
+        values.iter_mut().for_each(|v| *v /= 1e6);
+        "ms (CPU)"
+    }
+    fn scale_for_machines(&self, _values: &mut [f64]) -> &'static str {
+        "ns (CPU)"
+    }
+}
+
+/// The query rows: `padded`, then the single-text encoder on each kernel.
+fn single_texts() -> Vec<Embedder> {
+    let best = Simd::detect();
+    let levels = if best == Simd::Scalar { vec![Simd::Scalar] } else { vec![best, Simd::Scalar] };
+    let mut kernels = vec![DenseKernels::Candle];
+    for simd in levels {
+        kernels.extend([DenseKernels::Int8(simd), DenseKernels::F32(simd)]);
+    }
+    kernels.iter().map(|k| Embedder::load_with(&model_dir(), *k).expect("model")).collect()
+}
+
+fn cpu(c: &mut Criterion<CpuTime>) {
+    let padded = Padded::load();
+    let encoders = single_texts();
+    let mut one = c.benchmark_group("one_query_cpu");
+    one.bench_function("padded", |b| b.iter(|| padded.embed(black_box(&[QUERY]))));
+    for encoder in &encoders {
+        one.bench_function(encoder.kernels().name(), |b| b.iter(|| encoder.embed(black_box(&[QUERY])).expect("embed")));
+    }
+    one.finish();
+}
+
 fn bench(c: &mut Criterion) {
     let embedder = Embedder::load(&model_dir()).expect("model present: run scripts/fetch-models.sh");
     let padded = Padded::load();
-    // Both paths must give the same vectors, or the comparison means nothing.
-    let (new, old) = (embedder.embed(&TOOLS).expect("embed"), padded.embed(&TOOLS));
+    // Both paths must give the same vectors, or the comparison means nothing: checked in f32
+    // (a call's single texts may run in int8, which the models tests check separately).
+    let exact = Embedder::load_with(&model_dir(), DenseKernels::F32(Simd::detect())).expect("model");
+    let (new, old) = (exact.embed(&TOOLS).expect("embed"), padded.embed(&TOOLS));
     for (a, b) in new.iter().zip(&old) {
         let cosine: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
         assert!(cosine > 0.9999, "the batched path changes an embedding: cosine {cosine}");
     }
 
+    let encoders = single_texts();
+
     let mut one = c.benchmark_group("one_query");
     one.bench_function("embed", |b| b.iter(|| embedder.embed(black_box(&[QUERY])).expect("embed")));
     one.bench_function("padded", |b| b.iter(|| padded.embed(black_box(&[QUERY]))));
+    for encoder in &encoders {
+        one.bench_function(encoder.kernels().name(), |b| b.iter(|| encoder.embed(black_box(&[QUERY])).expect("embed")));
+    }
     one.bench_function("tokenize", |b| {
         b.iter(|| padded.tokenizer.encode_fast(black_box(QUERY), true).expect("tokenize"))
     });
@@ -122,4 +217,9 @@ fn bench(c: &mut Criterion) {
 }
 
 criterion_group!(benches, bench);
-criterion_main!(benches);
+criterion_group! {
+    name = cpu_time;
+    config = Criterion::default().with_measurement(CpuTime);
+    targets = cpu
+}
+criterion_main!(benches, cpu_time);

@@ -5,11 +5,16 @@
 //! all-MiniLM-L6-v2 in `models/`): mean of the token vectors over the attention mask, scaled to
 //! unit length, so a dot product is the cosine similarity.
 //!
-//! Speed: a single text (a query) runs through [`short`], a feature-major encoder that reads
-//! the dense weights in place; several texts are grouped by length ([`batch::plan`]) and run
-//! through candle's BERT with as little padding as possible. candle multiplies matrices on the
-//! current rayon pool: a query on a one-thread pool of its calling thread, batches on the
-//! global one (`RAYON_NUM_THREADS`, default one thread per core).
+//! Speed: a single text (a query) runs through [`short`], a feature-major encoder whose dense
+//! layers run on our own kernels ([`kernels`]: AVX2 or plain code chosen at run time, int8 by
+//! default, see [`DenseKernels`]); several texts are grouped by length ([`batch::plan`]) and
+//! run through candle's BERT in f32 with as little padding as possible. candle multiplies
+//! matrices on the current rayon pool: a query on a one-thread pool of its calling thread,
+//! batches on the global one (`RAYON_NUM_THREADS`, default one thread per core).
+//!
+//! So a text embedded alone (int8) and the same text in a batch (f32) differ slightly (cosine
+//! ≥ 0.988): queries are compared with tool texts embedded in batches, which ranks as well as
+//! f32 against f32 (BENCHMARKS.md, "Embeddings").
 
 use std::path::{Path, PathBuf};
 
@@ -20,10 +25,13 @@ use tokenizers::{Tokenizer, TruncationParams};
 
 pub mod batch;
 mod cache;
+mod kernels;
 pub mod recent;
 mod short;
 
 pub use cache::EmbeddingCache;
+pub use kernels::Simd;
+pub use short::DenseKernels;
 
 /// Tokens an input is cut to (MiniLM was trained on 256-token inputs).
 const MAX_TOKENS: usize = 256;
@@ -45,6 +53,7 @@ pub struct Embedder {
     model: BertModel,
     /// The same weights run feature-major, for a call with one text (see [`short`]).
     short: Option<short::ShortEncoder>,
+    kernels: DenseKernels,
 
     tokenizer: Tokenizer,
     device: Device,
@@ -61,8 +70,14 @@ fn file(dir: &Path, name: &str) -> Result<PathBuf, ModelError> {
 }
 
 impl Embedder {
-    /// Loads a sentence-transformers BERT folder.
+    /// Loads a sentence-transformers BERT folder, with the single-text kernels
+    /// [`DenseKernels::from_env`] chooses.
     pub fn load(dir: &Path) -> Result<Self, ModelError> {
+        Self::load_with(dir, DenseKernels::from_env())
+    }
+
+    /// Loads a sentence-transformers BERT folder; single texts run on `kernels`.
+    pub fn load_with(dir: &Path, kernels: DenseKernels) -> Result<Self, ModelError> {
         let config_path = file(dir, "config.json")?;
         let config_text = std::fs::read_to_string(&config_path)
             .map_err(|err| ModelError::File { path: config_path.clone(), reason: err.to_string() })?;
@@ -96,16 +111,22 @@ impl Embedder {
                     heads: settings["num_attention_heads"].as_u64().unwrap_or(1) as usize,
                     epsilon: settings["layer_norm_eps"].as_f64().unwrap_or(1e-12),
                 },
+                kernels,
             )?),
             _ => None,
         };
         // Tensors share their storage with the short path's: the weights are in memory once.
         let model = BertModel::load(VarBuilder::from_tensors(tensors, DTYPE, &device), &config)?;
-        Ok(Self { model, short, tokenizer, device, dimensions })
+        Ok(Self { model, short, kernels, tokenizer, device, dimensions })
     }
 
     pub fn dimensions(&self) -> usize {
         self.dimensions
+    }
+
+    /// What a single text's dense layers run on.
+    pub fn kernels(&self) -> DenseKernels {
+        self.kernels
     }
 
     /// Unit-length embeddings of `texts`, in order. Texts are tokenized one by one (no

@@ -1,12 +1,19 @@
 //! The real all-MiniLM-L6-v2 (fetched by `scripts/fetch-models.sh`; `SWITCHYARD_MODEL_DIR`
 //! overrides the folder). The test fails, never skips, when the model is missing.
 
-use switchyard_models::{Embedder, cosine};
+use switchyard_models::{DenseKernels, Embedder, Simd, cosine};
 use switchyard_testkit::model_dir;
+
+/// An embedder whose single texts run in f32 (our kernels at the best level), so a text alone
+/// and in a batch must agree to rounding.
+fn f32_embedder() -> Embedder {
+    Embedder::load_with(&model_dir(), DenseKernels::F32(Simd::detect()))
+        .expect("model present: run scripts/fetch-models.sh")
+}
 
 #[test]
 fn embeddings_are_unit_length_batch_independent_and_semantic() {
-    let embedder = Embedder::load(&model_dir()).expect("model present: run scripts/fetch-models.sh");
+    let embedder = f32_embedder();
     assert_eq!(embedder.dimensions(), 384);
     let texts =
         ["How do I book a cheap flight to Rome?", "Search and compare airline tickets.", "A chocolate cake recipe"];
@@ -25,7 +32,7 @@ fn embeddings_are_unit_length_batch_independent_and_semantic() {
 
 #[test]
 fn batches_of_mixed_lengths_keep_their_order_and_values() {
-    let embedder = Embedder::load(&model_dir()).expect("model present: run scripts/fetch-models.sh");
+    let embedder = f32_embedder();
     // Long and short texts interleaved: the embedder regroups them by length (and runs short
     // calls on its column-major copy), which must change neither order nor values.
     let texts = [

@@ -3,11 +3,13 @@
 //!
 //! - `tools/list` for a session with a context, over 1,000 tools, through the gateway —
 //!   against `tools/list` of a server with 8 tools (the HTTP + JSON-RPC floor);
-//! - `set_context` through the gateway — against embedding the same text alone;
+//! - `set_context` through the gateway — against an MCP `ping` on the same session (the
+//!   call's floor: the target is set_context − ping) and against embedding the same text alone;
 //! - `tools/call` through the gateway — against the same call made directly to the server.
 //!
 //! Run: `cargo bench -p switchyard-mcp-gateway --bench gateway` (needs models/; see
-//! scripts/fetch-models.sh). Prints a table; BENCHMARKS.md records it.
+//! scripts/fetch-models.sh). `SWITCHYARD_ENCODER` / `SWITCHYARD_SIMD` choose the query
+//! encoder's kernels (see switchyard-models). Prints a table; BENCHMARKS.md records it.
 
 use std::{
     sync::Arc,
@@ -15,7 +17,7 @@ use std::{
 };
 
 use hdrhistogram::Histogram;
-use rmcp::model::CallToolRequestParams;
+use rmcp::model::{CallToolRequestParams, ClientRequest, PingRequest};
 use serde_json::{Value, json};
 use switchyard_mcp_gateway::{GatewayConfig, GatewayServer, Stores};
 use switchyard_models::Embedder;
@@ -111,6 +113,7 @@ async fn run() {
     })
     .await;
     eprintln!("catalog of {TOOLS} tools embedded in {:?}", started.elapsed());
+    eprintln!("single-text kernels: {}", embedder.kernels().name());
 
     let through = client(&url).await;
     let direct = client(&big.url()).await;
@@ -129,6 +132,13 @@ async fn run() {
         let through = &through;
         async move {
             through.call_tool(params).await.expect("set_context");
+        }
+    })
+    .await;
+    let ping = measure(|_| {
+        let through = &through;
+        async move {
+            through.send_request(ClientRequest::PingRequest(PingRequest::default())).await.expect("ping");
         }
     })
     .await;
@@ -178,6 +188,7 @@ async fn run() {
 
     println!("| operation | p50 ms | p99 ms | baseline | baseline p50 ms | baseline p99 ms | p50 ratio / difference |");
     println!("| --- | --- | --- | --- | --- | --- | --- |");
+    row("set_context (embed + store + rank)", &set_context, "ping, same session", &ping);
     row("set_context (embed + store + rank)", &set_context, "embedding alone", &embed_only);
     row("tools/list, context set, 1,000 tools", &list, "tools/list of an 8-tool server", &list_floor);
     row("tools/call through the gateway", &call_through, "same call direct", &call_direct);

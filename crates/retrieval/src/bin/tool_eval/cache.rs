@@ -26,9 +26,11 @@ pub struct EmbeddingCache {
 }
 
 /// Identifies a model folder's contents: the small files' bytes, and the weights' size and
-/// modification time (hashing 90 MB on every run would cost more than it saves).
-pub fn fingerprint(model_dir: &Path) -> anyhow::Result<u64> {
+/// modification time (hashing 90 MB on every run would cost more than it saves); and the
+/// kernels a text embedded alone runs on (`int8/avx2`, ...), which change its vector slightly.
+pub fn fingerprint(model_dir: &Path, single_text_kernels: &str) -> anyhow::Result<u64> {
     let mut hasher = DefaultHasher::new();
+    single_text_kernels.hash(&mut hasher);
     for name in ["config.json", "tokenizer.json"] {
         let path = model_dir.join(name);
         fs::read(&path).with_context(|| format!("reading {}", path.display()))?.hash(&mut hasher);
@@ -57,6 +59,19 @@ impl EmbeddingCache {
                 self.vectors.insert((*text).to_owned(), vector);
             }
             self.dirty = true;
+        }
+        Ok(texts.iter().map(|t| self.vectors[*t].clone()).collect())
+    }
+
+    /// Embeddings of `texts` each embedded alone, as the gateway embeds a query (the
+    /// embedder's single-text path), running the model only on texts not seen before.
+    pub fn embed_alone(&mut self, embedder: &Embedder, texts: &[&str]) -> anyhow::Result<Vec<Vec<f32>>> {
+        for text in texts {
+            if !self.vectors.contains_key(*text) {
+                let vector = embedder.embed(&[text])?.pop().context("no embedding")?;
+                self.vectors.insert((*text).to_owned(), vector);
+                self.dirty = true;
+            }
         }
         Ok(texts.iter().map(|t| self.vectors[*t].clone()).collect())
     }

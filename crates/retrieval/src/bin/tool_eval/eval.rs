@@ -7,8 +7,12 @@
 //! workspace (`scripts/fetch-models.sh`).
 //!
 //! `--embedding-cache PATH` (or `SWITCHYARD_EMBEDDING_CACHE`) keeps the embeddings in a file
-//! between runs, keyed by the model's files and the exact text, so a tuning sweep runs the model
-//! once.
+//! between runs, keyed by the model's files, the single-text kernels and the exact text, so a
+//! tuning sweep runs the model once.
+//!
+//! Embedded as the gateway does: tool texts in batches (candle's BERT, f32), each query alone
+//! (the single-text encoder, on the kernels `SWITCHYARD_ENCODER` / `SWITCHYARD_SIMD` choose;
+//! the report names them as `query_kernels`).
 
 use std::{collections::HashMap, fs, path::Path};
 
@@ -103,10 +107,12 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     });
     let embedder = Embedder::load(&model_dir)
         .with_context(|| format!("loading the embedding model from {}", model_dir.display()))?;
-    let mut cache = EmbeddingCache::open(args.embedding_cache.clone(), cache::fingerprint(&model_dir)?);
+    let mut cache =
+        EmbeddingCache::open(args.embedding_cache.clone(), cache::fingerprint(&model_dir, &embedder.kernels().name())?);
     let documents: Vec<String> = texts.iter().map(tool_document).collect();
     let tool_embeddings = cache.embed(&embedder, &documents.iter().map(String::as_str).collect::<Vec<_>>())?;
-    let query_embeddings = cache.embed(&embedder, &queries.iter().map(|(q, _)| q.as_str()).collect::<Vec<_>>())?;
+    let query_embeddings =
+        cache.embed_alone(&embedder, &queries.iter().map(|(q, _)| q.as_str()).collect::<Vec<_>>())?;
     let weights = |lexical, semantic, usage_prior| Weights { lexical, semantic, usage_prior };
 
     let mut methods = serde_json::Map::new();
@@ -134,7 +140,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         );
         methods.insert("bm25+usage_prior".into(), report(&ranks(&lexical_prior, &queries, None), cold_ranks));
         let history_embeddings =
-            cache.embed(&embedder, &history.iter().map(|(q, _)| q.as_str()).collect::<Vec<_>>())?;
+            cache.embed_alone(&embedder, &history.iter().map(|(q, _)| q.as_str()).collect::<Vec<_>>())?;
         let warm = Weights::with_history();
         let warm = Weights {
             lexical: tuning("SWITCHYARD_EVAL_HISTORY_LEXICAL_WEIGHT", warm.lexical),
@@ -174,6 +180,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         "tools": tools.len(),
         "queries": queries.len(),
         "queries_with_unknown_tool": unknown_tools,
+        "query_kernels": embedder.kernels().name(),
         "methods": methods,
     });
     cache.save()?;
