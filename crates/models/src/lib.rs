@@ -20,9 +20,10 @@ use tokenizers::{Tokenizer, TruncationParams};
 
 pub mod batch;
 mod cache;
+pub mod cache_file;
 mod short;
 
-pub use cache::EmbeddingCache;
+pub use cache::{EmbeddingCache, FillProgress};
 
 /// Tokens an input is cut to (MiniLM was trained on 256-token inputs).
 const MAX_TOKENS: usize = 256;

@@ -16,6 +16,7 @@
 pub mod catalog;
 pub mod config;
 pub mod domain;
+pub mod embedding_cache;
 pub mod error;
 pub mod gateway;
 pub mod grpc;
@@ -110,6 +111,8 @@ fn settings(config: &GatewayConfig) -> Settings {
         history_refresh: config.history_refresh,
         record_buffer: config.record_buffer,
         tool_mode: config.tool_mode,
+        embedding_cache: config.embedding_cache.clone(),
+        model_dir: config.model_dir.clone(),
     }
 }
 

@@ -3,10 +3,11 @@
 //! catalog current in `publish`, and the work that runs beside requests in `upkeep`.
 
 mod call;
+mod embed;
 mod publish;
 mod upkeep;
 
-use std::{sync::Arc, time::Duration};
+use std::{path::PathBuf, sync::Arc, time::Duration};
 
 use arc_swap::ArcSwap;
 use chrono::Utc;
@@ -16,10 +17,12 @@ use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
 pub use call::CallOutcome;
+pub use embed::EmbeddingCounts;
 
 use crate::{
     catalog::{Catalog, CatalogTool, EmbeddingCache, History, Ranked},
     domain::{Counters, SessionContext, UsageRecord},
+    embedding_cache::EmbeddingFile,
     error::GatewayError,
     metrics::Metrics,
     store::{ContextStore, SessionKey, UsageStore},
@@ -38,6 +41,10 @@ pub struct Settings {
     pub history_refresh: Duration,
     pub record_buffer: usize,
     pub tool_mode: crate::config::ToolMode,
+    /// The embedding cache file (`--embedding-cache`), if any.
+    pub embedding_cache: Option<PathBuf>,
+    /// The embedder's model folder, whose files key the embedding cache file.
+    pub model_dir: PathBuf,
 }
 
 /// A ranked tool, ready to show.
@@ -84,6 +91,10 @@ pub struct Gateway {
     usage: Arc<dyn UsageStore>,
     embedder: Option<Arc<Embedder>>,
     embeddings: Arc<EmbeddingCache>,
+    /// Read on the first fill; see `embed`.
+    embedding_file: tokio::sync::OnceCell<Option<Arc<EmbeddingFile>>>,
+    fill_lock: tokio::sync::Mutex<()>,
+    embedding_counts: embed::Counts,
     history: ArcSwap<History>,
     settings: Settings,
     records: Arc<RecordBuffer<UsageRecord>>,
@@ -121,6 +132,9 @@ impl Gateway {
             usage,
             embedder,
             embeddings: Arc::new(EmbeddingCache::default()),
+            embedding_file: tokio::sync::OnceCell::new(),
+            fill_lock: tokio::sync::Mutex::new(()),
+            embedding_counts: embed::Counts::default(),
             history: ArcSwap::from_pointee(History::default()),
             settings,
             records,
