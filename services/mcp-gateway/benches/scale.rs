@@ -34,6 +34,8 @@ const SAMPLES: usize = 1000;
 const FEW: usize = 8;
 
 fn main() {
+    // The MCP client's HTTP stack uses rustls without a built-in provider (as the services do).
+    switchyard_kit::tls::install_crypto_provider();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     runtime.block_on(run());
 }
