@@ -13,6 +13,13 @@ use crate::{Embedder, ModelError};
 /// readers never wait for more than one.
 const FILL_BATCH: usize = 32;
 
+/// How far a fill got: `embedded` of the `missing` texts it found uncached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FillProgress {
+    pub embedded: usize,
+    pub missing: usize,
+}
+
 /// Embeddings by text.
 #[derive(Default)]
 pub struct EmbeddingCache {
@@ -43,17 +50,33 @@ impl EmbeddingCache {
     /// Embeds the texts not yet cached (blocking: run off the async threads); returns how many
     /// were embedded.
     pub fn fill(&self, embedder: &Embedder, texts: &[String]) -> Result<usize, ModelError> {
+        self.fill_with_progress(embedder, texts, |_| {})
+    }
+
+    /// [`fill`](Self::fill), calling `progress` after each forward pass with how far it got
+    /// (large catalogues take minutes; their owner logs and saves as it goes).
+    pub fn fill_with_progress(
+        &self,
+        embedder: &Embedder,
+        texts: &[String],
+        mut progress: impl FnMut(FillProgress),
+    ) -> Result<usize, ModelError> {
         let missing: Vec<&str> = {
             let cached = self.vectors();
             let mut seen = HashSet::new();
             texts.iter().filter(|t| !cached.contains_key(*t) && seen.insert(t.as_str())).map(String::as_str).collect()
         };
+        let mut done = 0;
         for chunk in missing.chunks(FILL_BATCH) {
             let vectors = embedder.embed(chunk)?;
-            let mut cached = self.vectors();
-            for (text, vector) in chunk.iter().zip(vectors) {
-                cached.insert((*text).to_owned(), Arc::new(vector));
+            {
+                let mut cached = self.vectors();
+                for (text, vector) in chunk.iter().zip(vectors) {
+                    cached.insert((*text).to_owned(), Arc::new(vector));
+                }
             }
+            done += chunk.len();
+            progress(FillProgress { embedded: done, missing: missing.len() });
         }
         Ok(missing.len())
     }

@@ -25,6 +25,7 @@ use tokenizers::{Tokenizer, TruncationParams};
 
 pub mod batch;
 mod cache;
+<<<<<<< HEAD
 mod kernels;
 pub mod recent;
 mod short;
@@ -32,6 +33,12 @@ mod short;
 pub use cache::EmbeddingCache;
 pub use kernels::Simd;
 pub use short::DenseKernels;
+=======
+pub mod cache_file;
+mod short;
+
+pub use cache::{EmbeddingCache, FillProgress};
+>>>>>>> h-scale
 
 /// Tokens an input is cut to (MiniLM was trained on 256-token inputs).
 const MAX_TOKENS: usize = 256;

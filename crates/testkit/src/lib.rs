@@ -4,6 +4,7 @@
 //! fixture MCP server, and one polling helper. A dev-dependency only; no service compiles it
 //! into its binary.
 
+pub mod catalogue;
 pub mod grpc;
 pub mod llm;
 pub mod mcp;

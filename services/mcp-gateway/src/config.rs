@@ -80,6 +80,12 @@ pub struct GatewayConfig {
     #[arg(long, env = "SWITCHYARD_MODEL_DIR", default_value = "models/all-MiniLM-L6-v2")]
     pub model_dir: PathBuf,
 
+    /// Keep the tools' embeddings in this file between starts, so a restart embeds only tools
+    /// it has not seen (keyed by a digest of the model's files and the exact tool text; a
+    /// missing, corrupt or other-model file is ignored and rewritten). Off by default.
+    #[arg(long, env = "MCP_GATEWAY_EMBEDDING_CACHE", value_name = "PATH")]
+    pub embedding_cache: Option<PathBuf>,
+
     /// Rank without the embedding model even if it is present.
     #[arg(long, env = "MCP_GATEWAY_NO_EMBEDDINGS")]
     pub no_embeddings: bool,
@@ -155,6 +161,7 @@ impl GatewayConfig {
             stores: GatewayStoreArgs::in_memory(),
             context_ttl: Duration::from_secs(24 * 3600),
             model_dir: PathBuf::from("models/all-MiniLM-L6-v2"),
+            embedding_cache: None,
             no_embeddings: false,
             recent_contexts: 1024,
             history_limit: 20_000,

@@ -16,6 +16,7 @@
 pub mod catalog;
 pub mod config;
 pub mod domain;
+pub mod embedding_cache;
 pub mod error;
 pub mod gateway;
 pub mod grpc;
@@ -112,6 +113,8 @@ fn settings(config: &GatewayConfig) -> Settings {
         record_buffer: config.record_buffer,
         tool_mode: config.tool_mode,
         recent_contexts: config.recent_contexts,
+        embedding_cache: config.embedding_cache.clone(),
+        model_dir: config.model_dir.clone(),
     }
 }
 

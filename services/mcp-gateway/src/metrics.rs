@@ -15,6 +15,7 @@ pub struct Metrics {
     latest: Arc<Mutex<Stats>>,
     tool_call_ms: Histogram<f64>,
     set_context_calls: Counter<u64>,
+    tools_embedded: Counter<u64>,
     _gauges: Vec<ObservableGauge<f64>>,
 }
 
@@ -58,6 +59,12 @@ impl Metrics {
                 .with_description("Tool-call latency through the gateway, by server")
                 .build(),
             set_context_calls: meter.u64_counter("mcp_gateway.set_context.calls").build(),
+            tools_embedded: meter
+                .u64_counter("mcp_gateway.tools_embedded")
+                .with_description(
+                    "Tool descriptions run through the embedding model (not found in the embedding cache)",
+                )
+                .build(),
             _gauges: gauges,
         }
     }
@@ -74,6 +81,10 @@ impl Metrics {
 
     pub fn set_context(&self) {
         self.set_context_calls.add(1, &[]);
+    }
+
+    pub fn tools_embedded(&self, count: u64) {
+        self.tools_embedded.add(count, &[]);
     }
 }
 

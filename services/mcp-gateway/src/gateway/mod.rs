@@ -3,10 +3,11 @@
 //! catalog current in `publish`, and the work that runs beside requests in `upkeep`.
 
 mod call;
+mod embed;
 mod publish;
 mod upkeep;
 
-use std::{sync::Arc, time::Duration};
+use std::{path::PathBuf, sync::Arc, time::Duration};
 
 use arc_swap::ArcSwap;
 use chrono::Utc;
@@ -16,10 +17,12 @@ use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
 pub use call::CallOutcome;
+pub use embed::EmbeddingCounts;
 
 use crate::{
     catalog::{Catalog, CatalogTool, EmbeddingCache, History, Ranked},
     domain::{Counters, SessionContext, UsageRecord},
+    embedding_cache::EmbeddingFile,
     error::GatewayError,
     metrics::Metrics,
     store::{ContextStore, SessionKey, UsageStore},
@@ -39,6 +42,10 @@ pub struct Settings {
     pub record_buffer: usize,
     pub tool_mode: crate::config::ToolMode,
     pub recent_contexts: usize,
+    /// The embedding cache file (`--embedding-cache`), if any.
+    pub embedding_cache: Option<PathBuf>,
+    /// The embedder's model folder, whose files key the embedding cache file.
+    pub model_dir: PathBuf,
 }
 
 /// A ranked tool, ready to show.
@@ -87,6 +94,10 @@ pub struct Gateway {
     embeddings: Arc<EmbeddingCache>,
     /// Embeddings of recently set contexts, by their text.
     recent_contexts: RecentQueries,
+    /// Read on the first fill; see `embed`.
+    embedding_file: tokio::sync::OnceCell<Option<Arc<EmbeddingFile>>>,
+    fill_lock: tokio::sync::Mutex<()>,
+    embedding_counts: embed::Counts,
     history: ArcSwap<History>,
     settings: Settings,
     records: Arc<RecordBuffer<UsageRecord>>,
@@ -125,6 +136,9 @@ impl Gateway {
             embedder,
             embeddings: Arc::new(EmbeddingCache::default()),
             recent_contexts: RecentQueries::new(settings.recent_contexts),
+            embedding_file: tokio::sync::OnceCell::new(),
+            fill_lock: tokio::sync::Mutex::new(()),
+            embedding_counts: embed::Counts::default(),
             history: ArcSwap::from_pointee(History::default()),
             settings,
             records,

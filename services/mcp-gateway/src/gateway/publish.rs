@@ -1,7 +1,7 @@
 //! Keeping the published tool catalog current: rebuilt from the servers' listings and the
 //! usage history, embedded when the model is loaded, and announced when it changed.
 
-use std::{sync::Arc, time::Instant};
+use std::sync::Arc;
 
 use tokio::sync::broadcast;
 
@@ -31,18 +31,14 @@ impl Gateway {
         let tools = Catalog::collect(&self.upstreams, self.settings.prefix_tools);
         let semantic = self.embedder.is_some();
         if let Some(embedder) = self.embedder.clone() {
+            // The cache file first: after a restart it usually covers every tool.
+            self.embedding_file(&embedder).await;
             let documents = Catalog::documents(&tools);
             if !self.embeddings.covers(&documents) {
                 // Publish a lexical catalog at once, so a slow model never delays a server's
                 // tools appearing; the embedded one follows.
                 self.publish(Catalog::from_tools(tools.clone(), &self.embeddings, &self.history.load(), false));
-                let cache = self.embeddings.clone();
-                let started = Instant::now();
-                match tokio::task::spawn_blocking(move || cache.fill(&embedder, &documents)).await {
-                    Ok(Ok(count)) => tracing::info!(count, elapsed = ?started.elapsed(), "embedded new tools"),
-                    Ok(Err(err)) => tracing::warn!(error = %err, "embedding tools failed; ranking without embeddings"),
-                    Err(err) => tracing::warn!(error = %err, "embedding task failed"),
-                }
+                self.fill_embeddings(embedder, documents).await;
             }
         }
         self.publish(Catalog::from_tools(tools, &self.embeddings, &self.history.load(), semantic));
@@ -52,7 +48,13 @@ impl Gateway {
         let before = self.catalog.load();
         let changed = before.len() != catalog.len()
             || before.tools().iter().zip(catalog.tools()).any(|(a, b)| a.name != b.name || a.tool != b.tool);
-        tracing::debug!(?catalog, "catalog published");
+        // Info when what clients see changes (tools, or the semantic signal coming on): with
+        // a large catalogue this is when start-up is over.
+        if changed || before.embedded != catalog.embedded {
+            tracing::info!(tools = catalog.len(), embedded = catalog.embedded, "catalog published");
+        } else {
+            tracing::debug!(?catalog, "catalog published");
+        }
         self.catalog.store(Arc::new(catalog));
         if changed {
             let _ = self.catalog_changed.send(());
