@@ -59,6 +59,11 @@ impl ModelDigest {
     }
 
     /// A digest from raw bytes (tests, and callers that identify a model otherwise).
+    /// The digest itself, for keys that add to it (the eval adds the single-text kernels).
+    pub fn as_bytes(&self) -> &[u8; DIGEST_BYTES] {
+        &self.0
+    }
+
     pub fn from_bytes(bytes: [u8; DIGEST_BYTES]) -> Self {
         Self(bytes)
     }

@@ -25,20 +25,14 @@ use tokenizers::{Tokenizer, TruncationParams};
 
 pub mod batch;
 mod cache;
-<<<<<<< HEAD
+pub mod cache_file;
 mod kernels;
 pub mod recent;
 mod short;
 
-pub use cache::EmbeddingCache;
+pub use cache::{EmbeddingCache, FillProgress};
 pub use kernels::Simd;
 pub use short::DenseKernels;
-=======
-pub mod cache_file;
-mod short;
-
-pub use cache::{EmbeddingCache, FillProgress};
->>>>>>> h-scale
 
 /// Tokens an input is cut to (MiniLM was trained on 256-token inputs).
 const MAX_TOKENS: usize = 256;

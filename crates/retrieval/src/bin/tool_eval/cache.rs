@@ -6,6 +6,7 @@
 use std::{collections::HashMap, path::PathBuf};
 
 use anyhow::Context;
+use sha2::{Digest, Sha256};
 use switchyard_models::{
     Embedder,
     cache_file::{self, CacheFileError, ModelDigest},
@@ -23,27 +24,16 @@ pub struct EmbeddingCache {
     dirty: bool,
 }
 
-<<<<<<< HEAD
-/// Identifies a model folder's contents: the small files' bytes, and the weights' size and
-/// modification time (hashing 90 MB on every run would cost more than it saves); and the
-/// kernels a text embedded alone runs on (`int8/avx2`, ...), which change its vector slightly.
-pub fn fingerprint(model_dir: &Path, single_text_kernels: &str) -> anyhow::Result<u64> {
-    let mut hasher = DefaultHasher::new();
-    single_text_kernels.hash(&mut hasher);
-    for name in ["config.json", "tokenizer.json"] {
-        let path = model_dir.join(name);
-        fs::read(&path).with_context(|| format!("reading {}", path.display()))?.hash(&mut hasher);
-    }
-    let weights = model_dir.join("model.safetensors");
-    let meta = fs::metadata(&weights).with_context(|| format!("reading {}", weights.display()))?;
-    meta.len().hash(&mut hasher);
-    meta.modified().ok().hash(&mut hasher);
-    Ok(hasher.finish())
-=======
-/// Identifies a model folder's contents (its config, tokenizer and weights).
-pub fn fingerprint(model_dir: &std::path::Path) -> anyhow::Result<ModelDigest> {
-    ModelDigest::of_dir(model_dir).with_context(|| format!("digesting the model in {}", model_dir.display()))
->>>>>>> h-scale
+/// Identifies what makes a cached vector: the model folder's files (config, tokenizer,
+/// weights) and the kernels a text embedded alone runs on (`int8/avx2`, ...), which change its
+/// vector slightly.
+pub fn fingerprint(model_dir: &std::path::Path, single_text_kernels: &str) -> anyhow::Result<ModelDigest> {
+    let files =
+        ModelDigest::of_dir(model_dir).with_context(|| format!("digesting the model in {}", model_dir.display()))?;
+    let mut hasher = Sha256::new();
+    hasher.update(files.as_bytes());
+    hasher.update(single_text_kernels.as_bytes());
+    Ok(ModelDigest::from_bytes(hasher.finalize().into()))
 }
 
 impl EmbeddingCache {
@@ -84,26 +74,25 @@ impl EmbeddingCache {
         Ok(result)
     }
 
-<<<<<<< HEAD
     /// Embeddings of `texts` each embedded alone, as the gateway embeds a query (the
     /// embedder's single-text path), running the model only on texts not seen before.
     pub fn embed_alone(&mut self, embedder: &Embedder, texts: &[&str]) -> anyhow::Result<Vec<Vec<f32>>> {
+        let vectors = self.loaded(embedder.dimensions());
+        let mut learned = false;
         for text in texts {
-            if !self.vectors.contains_key(*text) {
+            if !vectors.contains_key(*text) {
                 let vector = embedder.embed(&[text])?.pop().context("no embedding")?;
-                self.vectors.insert((*text).to_owned(), vector);
-                self.dirty = true;
+                vectors.insert((*text).to_owned(), vector);
+                learned = true;
             }
         }
-        Ok(texts.iter().map(|t| self.vectors[*t].clone()).collect())
+        let result = texts.iter().map(|t| vectors[*t].clone()).collect();
+        self.dirty |= learned;
+        Ok(result)
     }
 
-    /// Writes the cache back if it learned anything (to a temporary file, then renamed, so an
-    /// interrupted run never leaves a torn file).
-=======
     /// Writes the cache back if it learned anything (atomically: see the models crate's
     /// `cache_file`).
->>>>>>> h-scale
     pub fn save(&self) -> anyhow::Result<()> {
         let (Some(path), Some(vectors)) = (&self.path, &self.vectors) else { return Ok(()) };
         if !self.dirty {
