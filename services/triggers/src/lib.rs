@@ -71,9 +71,14 @@ impl TriggersServer {
         let model = if config.no_semantic {
             SemanticModel::off()
         } else {
-            SemanticModel::load_in_background(config.model_dir.clone(), config.recent_queries, move || {
-                let _ = model_ready.send(());
-            })
+            SemanticModel::load_in_background(
+                config.model_dir.clone(),
+                config.recent_queries,
+                semantic::SemanticIndex::pack_texts(&packs),
+                move || {
+                    let _ = model_ready.send(());
+                },
+            )
         };
         tracing::info!(model_dir = %config.model_dir.display(), "{}", model.state().describe());
         let registry = TriggerRegistry::open(store, packs, registry_config, model).await?;

@@ -69,6 +69,20 @@ impl SemanticIndex {
         texts
     }
 
+    /// Every domain pack's exemplar texts and the general questions: what most roles' indexes
+    /// draw on, embedded once while the model loads.
+    pub fn pack_texts(packs: &DomainPacks) -> Vec<String> {
+        let mut texts: Vec<String> = packs
+            .iter()
+            .flat_map(|pack| std::iter::once(&pack.description).chain(&pack.exemplar_questions))
+            .chain(packs.general_questions())
+            .cloned()
+            .collect();
+        texts.sort_unstable();
+        texts.dedup();
+        texts
+    }
+
     /// The index of `roles`, from vectors in `cache` (texts it lacks are left out). Roles
     /// with no exemplar at all (no domains, description or example questions) are not indexed:
     /// the semantic signal cannot speak for them.

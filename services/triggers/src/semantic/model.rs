@@ -62,15 +62,22 @@ impl SemanticModel {
 
     /// Starts loading the model from `dir` on a blocking thread and returns at once;
     /// `on_ready` runs (on that thread) once it is loaded, so the caller can index exemplars.
+    ///
+    /// `warm` (the domain packs' exemplars, the bulk of any index) is embedded before the model
+    /// counts as loaded. Until then registry rebuilds see no embedder and compile the triggers
+    /// alone in milliseconds; otherwise the first rebuild would embed hundreds of texts while
+    /// holding the rebuild lock, and every role registration would wait behind it (seconds on a
+    /// busy machine: long enough for a caller's deadline to expire).
     pub fn load_in_background(
         dir: PathBuf,
         recent_queries: usize,
+        warm: Vec<String>,
         on_ready: impl FnOnce() + Send + 'static,
     ) -> Arc<Self> {
         let model = Arc::new(Self::with_state(ModelState::Loading, recent_queries));
         let slot = model.clone();
         tokio::task::spawn_blocking(move || {
-            if slot.load_from(&dir).is_ok() {
+            if slot.load_from(&dir, &warm).is_ok() {
                 on_ready();
             }
         });
@@ -80,20 +87,21 @@ impl SemanticModel {
     /// Loads synchronously (tests, benches, and callers already on a blocking thread).
     pub fn load(dir: &Path, recent_queries: usize) -> Result<Arc<Self>, ModelError> {
         let model = Self::with_state(ModelState::Loading, recent_queries);
-        model.load_from(dir)?;
+        model.load_from(dir, &[])?;
         Ok(Arc::new(model))
     }
 
-    fn load_from(&self, dir: &Path) -> Result<(), ModelError> {
+    fn load_from(&self, dir: &Path, warm: &[String]) -> Result<(), ModelError> {
         let started = Instant::now();
-        match Embedder::load(dir) {
+        match Embedder::load(dir).and_then(|embedder| self.exemplars.fill(&embedder, warm).map(|_| embedder)) {
             Ok(embedder) => {
                 self.embedder.store(Some(Arc::new(embedder)));
                 self.set_state(ModelState::Ready);
                 tracing::info!(
                     model_dir = %dir.display(),
+                    exemplars = warm.len(),
                     elapsed_ms = started.elapsed().as_millis() as u64,
-                    "semantic signal model loaded"
+                    "semantic signal model loaded and the domain exemplars embedded"
                 );
                 Ok(())
             }
