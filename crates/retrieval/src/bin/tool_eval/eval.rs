@@ -49,7 +49,8 @@ const LEXICAL_PRIOR_WEIGHT: f32 = 3.0;
 
 /// Tuning overrides, read from the environment: `SWITCHYARD_EVAL_` + `SEMANTIC_WEIGHT` (both
 /// hybrids), `HISTORY_LEXICAL_WEIGHT`, `PRIOR_WEIGHT`, `NEIGHBOURS`, `TEMPERATURE`,
-/// `CONFIDENCE_FLOOR`, `CONFIDENCE_FULL`, `CENTROID_WEIGHT`, `UNSEEN_SHARE`, `VOTES`
+/// `CONFIDENCE_FLOOR`, `CONFIDENCE_FULL`, `CENTROID_WEIGHT`, `UNSEEN_SHARE`,
+/// `LEXICAL_NEIGHBOURS`, `VOTES`
 /// (`sum`, `best`) and `FUSION` (`minmax`, `zscore`, `rrf`).
 fn tuning<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -160,12 +161,13 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             },
             centroid_weight: tuning("SWITCHYARD_EVAL_CENTROID_WEIGHT", defaults.centroid_weight),
             unseen_share: tuning("SWITCHYARD_EVAL_UNSEEN_SHARE", defaults.unseen_share),
+            lexical_neighbours: tuning("SWITCHYARD_EVAL_LEXICAL_NEIGHBOURS", defaults.lexical_neighbours),
         };
         // The plain nearest-neighbour vote over the same history: what the fusion must beat.
         let neighbours = ToolRanker::new(&texts, weights(0.0, 0.0, 1.0)).with_history_params(
             &history,
             Some(history_embeddings.clone()),
-            PriorParams { centroid_weight: 0.0, unseen_share: 0.0, ..params },
+            PriorParams { centroid_weight: 0.0, unseen_share: 0.0, lexical_neighbours: 0.0, ..params },
         );
         let neighbour_ranks = ranks(&neighbours, &queries, Some(&query_embeddings));
         methods.insert("nearest_neighbours".into(), report(&neighbour_ranks, cold_ranks));
