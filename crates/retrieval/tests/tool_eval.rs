@@ -1,27 +1,32 @@
 //! `switchyard-tool-eval` on a small fixture whose figures can be worked out by hand. Needs the
 //! model from `scripts/fetch-models.sh` (the test fails without it).
 
-use std::{fs, process::Command};
+use std::{fs, path::Path, process::Command};
 
-fn write(dir: &std::path::Path, name: &str, lines: &[&str]) -> String {
+fn write(dir: &Path, name: &str, lines: &[&str]) -> String {
     let path = dir.join(name);
     fs::write(&path, lines.join("\n")).expect("write fixture");
     path.display().to_string()
 }
 
-#[test]
-fn prints_recall_and_mrr_per_method_as_json() {
-    let dir = std::env::temp_dir().join(format!("tool-eval-{}", std::process::id()));
-    fs::create_dir_all(&dir).expect("temp dir");
-    let tools = write(
-        &dir,
+/// The tools file both tests rank against.
+fn three_tools(dir: &Path) -> String {
+    write(
+        dir,
         "tools.jsonl",
         &[
             r#"{"name": "WeatherNow", "description": "Current weather and forecasts for any city."}"#,
             r#"{"name": "FlightFinder", "description": "Search and compare airline tickets."}"#,
             r#"{"name": "RecipeBox", "description": "Cooking recipes by ingredient."}"#,
         ],
-    );
+    )
+}
+
+#[test]
+fn prints_recall_and_mrr_per_method_as_json() {
+    let dir = std::env::temp_dir().join(format!("tool-eval-{}", std::process::id()));
+    fs::create_dir_all(&dir).expect("temp dir");
+    let tools = three_tools(&dir);
     // The second query names no word of its tool's text: only history can find it.
     let queries = write(
         &dir,
@@ -79,15 +84,7 @@ fn prints_recall_and_mrr_per_method_as_json() {
 fn counts_the_queries_history_made_worse() {
     let dir = std::env::temp_dir().join(format!("tool-eval-loss-{}", std::process::id()));
     fs::create_dir_all(&dir).expect("temp dir");
-    let tools = write(
-        &dir,
-        "tools.jsonl",
-        &[
-            r#"{"name": "WeatherNow", "description": "Current weather and forecasts for any city."}"#,
-            r#"{"name": "FlightFinder", "description": "Search and compare airline tickets."}"#,
-            r#"{"name": "RecipeBox", "description": "Cooking recipes by ingredient."}"#,
-        ],
-    );
+    let tools = three_tools(&dir);
     let queries = write(
         &dir,
         "queries.jsonl",

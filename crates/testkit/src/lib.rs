@@ -6,6 +6,7 @@
 
 pub mod catalogue;
 pub mod grpc;
+pub mod latency;
 pub mod llm;
 pub mod mcp;
 mod paths;

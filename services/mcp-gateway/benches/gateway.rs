@@ -23,6 +23,7 @@ use switchyard_mcp_gateway::{GatewayConfig, GatewayServer, Stores};
 use switchyard_models::Embedder;
 use switchyard_testkit::{
     eventually,
+    latency::{ms, sequential},
     mcp::{FixtureServer, client, tool},
 };
 
@@ -49,27 +50,6 @@ fn tools() -> Vec<rmcp::model::Tool> {
             )
         })
         .collect()
-}
-
-async fn measure<F, Fut>(mut op: F) -> Histogram<u64>
-where
-    F: FnMut(usize) -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
-    for i in 0..WARMUP {
-        op(i).await;
-    }
-    let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram");
-    for i in 0..SAMPLES {
-        let started = Instant::now();
-        op(i).await;
-        let _ = histogram.record(u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX).max(1));
-    }
-    histogram
-}
-
-fn ms(micros: u64) -> f64 {
-    micros as f64 / 1000.0
 }
 
 fn row(name: &str, subject: &Histogram<u64>, baseline_name: &str, baseline: &Histogram<u64>) {
@@ -134,7 +114,7 @@ async fn run() {
         sent += 1;
         format!("{} (request {sent})", queries[sent % queries.len()])
     };
-    let set_context = measure(|_| {
+    let set_context = sequential(WARMUP, SAMPLES, |_| {
         let params = call_params("set_context", json!({"query": next_context()}));
         let through = &through;
         async move {
@@ -142,14 +122,14 @@ async fn run() {
         }
     })
     .await;
-    let ping = measure(|_| {
+    let ping = sequential(WARMUP, SAMPLES, |_| {
         let through = &through;
         async move {
             through.send_request(ClientRequest::PingRequest(PingRequest::default())).await.expect("ping");
         }
     })
     .await;
-    let embed_only = measure(|_| {
+    let embed_only = sequential(WARMUP, SAMPLES, |_| {
         let embedder = embedder.clone();
         let query = next_context();
         async move {
@@ -159,7 +139,7 @@ async fn run() {
     .await;
 
     // tools/list with a context set (ranking 1,000 tools), against an 8-tool server's list.
-    let list = measure(|_| {
+    let list = sequential(WARMUP, SAMPLES, |_| {
         let through = &through;
         async move {
             let tools = through.list_tools(None).await.expect("tools/list");
@@ -167,7 +147,7 @@ async fn run() {
         }
     })
     .await;
-    let list_floor = measure(|_| {
+    let list_floor = sequential(WARMUP, SAMPLES, |_| {
         let floor = &floor;
         async move {
             floor.list_tools(None).await.expect("tools/list");
@@ -176,7 +156,7 @@ async fn run() {
     .await;
 
     // tools/call through the gateway against the same call made directly.
-    let call_through = measure(|i| {
+    let call_through = sequential(WARMUP, SAMPLES, |i| {
         let params = call_params("big__AI2sql_1", json!({"input": format!("q{i}")}));
         let through = &through;
         async move {
@@ -184,7 +164,7 @@ async fn run() {
         }
     })
     .await;
-    let call_direct = measure(|i| {
+    let call_direct = sequential(WARMUP, SAMPLES, |i| {
         let params = call_params("AI2sql_1", json!({"input": format!("q{i}")}));
         let direct = &direct;
         async move {

@@ -26,6 +26,7 @@ use rmcp::model::CallToolRequestParams;
 use serde_json::{Value, json};
 use switchyard_testkit::{
     catalogue,
+    latency::{ms, sequential},
     mcp::{FixtureServer, client, tool},
 };
 
@@ -123,34 +124,13 @@ impl Drop for Gateway {
     }
 }
 
-async fn measure<F, Fut>(mut op: F) -> Histogram<u64>
-where
-    F: FnMut(usize) -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
-    for i in 0..WARMUP {
-        op(i).await;
-    }
-    let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram");
-    for i in 0..SAMPLES {
-        let started = Instant::now();
-        op(i).await;
-        let _ = histogram.record(u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX).max(1));
-    }
-    histogram
-}
-
-fn ms(micros: u64) -> f64 {
-    micros as f64 / 1000.0
-}
-
 /// Sets a context on the gateway at `url` and measures its filtered `tools/list`.
 async fn filtered_list(url: &str) -> Histogram<u64> {
     let through = client(url).await;
     let mut params = CallToolRequestParams::new("set_context");
     params.arguments = json!({"query": "Turn this question into a SQL query"}).as_object().cloned();
     through.call_tool(params).await.expect("set_context");
-    let list = measure(|_| {
+    let list = sequential(WARMUP, SAMPLES, |_| {
         let through = &through;
         async move {
             let tools = through.list_tools(None).await.expect("tools/list");
@@ -188,7 +168,7 @@ async fn run() {
     // The baselines: the 8-tool server's own tools/list, and a gateway of 8 tools after the
     // same requests for memory.
     let floor_client = client(&small.url()).await;
-    let floor = measure(|_| {
+    let floor = sequential(WARMUP, SAMPLES, |_| {
         let floor_client = &floor_client;
         async move {
             floor_client.list_tools(None).await.expect("tools/list");

@@ -21,37 +21,11 @@ use switchyard_router::{
     cache::{CacheSettings, CachedRoute, RoutingCache},
     route::Route,
 };
+use switchyard_testkit::latency::{histogram, ms, sequential};
 
 const WARMUP: usize = 200;
 const SAMPLES: usize = 5000;
 const ENTRIES: usize = 1024;
-
-fn histogram() -> Histogram<u64> {
-    Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram")
-}
-
-/// Microseconds as milliseconds.
-fn ms(micros: u64) -> f64 {
-    micros as f64 / 1000.0
-}
-
-async fn measure<F, Fut>(mut op: F) -> Histogram<u64>
-where
-    F: FnMut(usize) -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
-    for i in 0..WARMUP {
-        op(i).await;
-    }
-    let mut recorded = histogram();
-    for i in 0..SAMPLES {
-        let started = Instant::now();
-        op(i).await;
-        // Sub-microsecond calls count as one microsecond (the histogram's floor).
-        let _ = recorded.record(u64::try_from(started.elapsed().as_nanos() / 1000).unwrap_or(u64::MAX).max(1));
-    }
-    recorded
-}
 
 fn row(name: &str, subject: &Histogram<u64>, baseline: &Histogram<u64>) {
     println!(
@@ -91,21 +65,21 @@ async fn main() {
     let stranger = embedder.embed(&["Write a sonnet about the autumn sea"]).expect("embed").remove(0);
 
     let ping_conn = conn.clone();
-    let ping = measure(|_| {
+    let ping = sequential(WARMUP, SAMPLES, |_| {
         let mut c = ping_conn.clone();
         async move {
             let _: String = redis::cmd("PING").query_async(&mut c).await.expect("ping");
         }
     })
     .await;
-    let exact = measure(|i| {
+    let exact = sequential(WARMUP, SAMPLES, |i| {
         let (cache, message) = (&cache, &messages[i % ENTRIES]);
         async move {
             assert!(cache.exact("acme", message).await.expect("lookup").is_some());
         }
     })
     .await;
-    let miss = measure(|_| {
+    let miss = sequential(WARMUP, SAMPLES, |_| {
         let (cache, stranger) = (&cache, &stranger);
         async move {
             assert!(cache.correction("acme", "ann", stranger).is_none());
@@ -114,7 +88,7 @@ async fn main() {
         }
     })
     .await;
-    let scan = measure(|_| {
+    let scan = sequential(WARMUP, SAMPLES, |_| {
         let (cache, stranger) = (&cache, &stranger);
         async move {
             assert!(cache.similar("acme", stranger).is_none());
