@@ -8,9 +8,11 @@
 //!
 //! The single-text encoder on each of its dense kernels (`one_query/<kernels>`): `candle` (its
 //! dense layers on candle's matrix product, the encoder before its own kernels), then ours in
-//! `f32` and `int8` at each SIMD level this CPU has (`scalar`, `avx2`). `SWITCHYARD_SIMD=scalar`
-//! caps the levels measured. `one_query/embed` is the embedder as configured
-//! (`SWITCHYARD_ENCODER`, default int8 at the best level).
+//! `int8` and `f32` at the best SIMD level on one thread (`/1t`) and on two (`/2t`: each dense
+//! layer split between the calling thread and a helper), and in plain code (`scalar`) on one.
+//! `SWITCHYARD_SIMD=scalar` caps the levels measured. `one_query/embed` is the embedder as
+//! configured (`SWITCHYARD_ENCODER`, default int8 at the best level;
+//! `SWITCHYARD_QUERY_THREADS`, default 2 on two or more cores).
 //!
 //! `one_query_cpu` repeats the query rows measuring the process's CPU time (every thread's,
 //! from `/proc/self/task/*/schedstat`) instead of wall time: on a machine whose cores are
@@ -162,15 +164,29 @@ impl ValueFormatter for Milliseconds {
     }
 }
 
-/// The query rows: `padded`, then the single-text encoder on each kernel.
+/// The query rows: the single-text encoder on each kernel; ours at the best SIMD level on one
+/// thread and on two (the dense layers split, see `Embedder::with_query_threads`).
 fn single_texts() -> Vec<Embedder> {
     let best = Simd::detect();
-    let levels = if best == Simd::Scalar { vec![Simd::Scalar] } else { vec![best, Simd::Scalar] };
-    let mut kernels = vec![DenseKernels::Candle];
-    for simd in levels {
-        kernels.extend([DenseKernels::Int8(simd), DenseKernels::F32(simd)]);
+    let load = |kernels: DenseKernels, threads: usize| {
+        Embedder::load_with(&model_dir(), kernels).expect("model").with_query_threads(threads)
+    };
+    let mut encoders = vec![load(DenseKernels::Candle, 1)];
+    for kernels in [DenseKernels::Int8(best), DenseKernels::F32(best)] {
+        encoders.extend([load(kernels, 1), load(kernels, 2)]);
     }
-    kernels.iter().map(|k| Embedder::load_with(&model_dir(), *k).expect("model")).collect()
+    if best != Simd::Scalar {
+        encoders.extend([load(DenseKernels::Int8(Simd::Scalar), 1), load(DenseKernels::F32(Simd::Scalar), 1)]);
+    }
+    encoders
+}
+
+/// `int8/avx2/2t`: the kernels and the threads of a query row.
+fn label(encoder: &Embedder) -> String {
+    match encoder.kernels() {
+        DenseKernels::Candle => "candle".to_owned(),
+        kernels => format!("{}/{}t", kernels.name(), encoder.query_threads()),
+    }
 }
 
 fn cpu(c: &mut Criterion<CpuTime>) {
@@ -179,7 +195,7 @@ fn cpu(c: &mut Criterion<CpuTime>) {
     let mut one = c.benchmark_group("one_query_cpu");
     one.bench_function("padded", |b| b.iter(|| padded.embed(black_box(&[QUERY]))));
     for encoder in &encoders {
-        one.bench_function(encoder.kernels().name(), |b| b.iter(|| encoder.embed(black_box(&[QUERY])).expect("embed")));
+        one.bench_function(label(encoder), |b| b.iter(|| encoder.embed(black_box(&[QUERY])).expect("embed")));
     }
     one.finish();
 }
@@ -202,7 +218,7 @@ fn bench(c: &mut Criterion) {
     one.bench_function("embed", |b| b.iter(|| embedder.embed(black_box(&[QUERY])).expect("embed")));
     one.bench_function("padded", |b| b.iter(|| padded.embed(black_box(&[QUERY]))));
     for encoder in &encoders {
-        one.bench_function(encoder.kernels().name(), |b| b.iter(|| encoder.embed(black_box(&[QUERY])).expect("embed")));
+        one.bench_function(label(encoder), |b| b.iter(|| encoder.embed(black_box(&[QUERY])).expect("embed")));
     }
     one.bench_function("tokenize", |b| {
         b.iter(|| padded.tokenizer.encode_fast(black_box(QUERY), true).expect("tokenize"))

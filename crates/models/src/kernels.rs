@@ -23,6 +23,12 @@
 
 #![allow(unsafe_code)]
 
+use std::ops::Range;
+
+/// Weight rows the kernels compute together: a layer split at a multiple of this keeps every
+/// tile whole.
+pub const ROW_TILE: usize = 4;
+
 /// The vector instructions a kernel may use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Simd {
@@ -108,7 +114,27 @@ impl Int8Rows {
         Self { values, scales, columns }
     }
 
-    pub fn rows(&self) -> usize {
+    /// Rows `range` of the matrix, for computing part of a layer's outputs.
+    pub fn block(&self, range: Range<usize>) -> Int8Block<'_> {
+        let columns = self.columns;
+        Int8Block {
+            values: &self.values[range.start * columns..range.end * columns],
+            scales: &self.scales[range],
+            columns,
+        }
+    }
+}
+
+/// Consecutive rows of an [`Int8Rows`]: what the int8 kernels compute with.
+#[derive(Clone, Copy)]
+pub struct Int8Block<'a> {
+    values: &'a [i8],
+    scales: &'a [f32],
+    columns: usize,
+}
+
+impl Int8Block<'_> {
+    fn rows(&self) -> usize {
         self.scales.len()
     }
 }
@@ -143,7 +169,7 @@ pub fn f32_rows(simd: Simd, weights: &[f32], bias: &[f32], x: &[f32], columns: u
 
 /// The same dense layer with `i8` weights and activations: integer dot products, scaled back
 /// by the row's and the token's scales, plus the bias.
-pub fn int8_rows(simd: Simd, weights: &Int8Rows, bias: &[f32], x: &Int8Tokens, out: &mut [f32]) {
+pub fn int8_rows(simd: Simd, weights: Int8Block<'_>, bias: &[f32], x: &Int8Tokens, out: &mut [f32]) {
     let (rows, columns, tokens) = (weights.rows(), weights.columns, x.scales.len());
     assert!(bias.len() == rows && x.values.len() == tokens * columns && out.len() == rows * tokens);
     match simd.available() {
@@ -151,14 +177,14 @@ pub fn int8_rows(simd: Simd, weights: &Int8Rows, bias: &[f32], x: &Int8Tokens, o
         Simd::Avx2 => {
             // SAFETY: `available` returns `Avx2` only when the CPU reports AVX2; the shapes
             // were checked above.
-            unsafe { avx2::int8_rows(weights, bias, x, out) }
+            unsafe { avx2::int8_rows(&weights, bias, x, out) }
         }
-        _ => scalar::int8_rows(weights, bias, x, out),
+        _ => scalar::int8_rows(&weights, bias, x, out),
     }
 }
 
 mod scalar {
-    use super::{Int8Rows, Int8Tokens};
+    use super::{Int8Block, Int8Tokens};
 
     pub fn f32_rows(weights: &[f32], bias: &[f32], x: &[f32], columns: usize, out: &mut [f32]) {
         let tokens = x.len() / columns;
@@ -182,9 +208,9 @@ mod scalar {
         sums.iter().sum::<f32>() + tail
     }
 
-    pub fn int8_rows(weights: &Int8Rows, bias: &[f32], x: &Int8Tokens, out: &mut [f32]) {
+    pub fn int8_rows(weights: &Int8Block<'_>, bias: &[f32], x: &Int8Tokens, out: &mut [f32]) {
         let (columns, tokens) = (weights.columns, x.scales.len());
-        let rows = weights.values.chunks_exact(columns).zip(&weights.scales).zip(bias);
+        let rows = weights.values.chunks_exact(columns).zip(weights.scales).zip(bias);
         for (((w, w_scale), b), out) in rows.zip(out.chunks_exact_mut(tokens)) {
             for ((q, x_scale), out) in x.values.chunks_exact(columns).zip(&x.scales).zip(out) {
                 let sum: i32 = w.iter().zip(q).map(|(&w, &q)| i32::from(w) * i32::from(q)).sum();
@@ -205,10 +231,10 @@ mod avx2 {
         _mm256_maddubs_epi16, _mm256_set1_epi16, _mm256_setzero_ps, _mm256_setzero_si256, _mm256_sign_epi8,
     };
 
-    use super::{Int8Rows, Int8Tokens};
+    use super::{Int8Block, Int8Tokens};
 
     /// Weight rows per tile.
-    const ROWS: usize = 4;
+    const ROWS: usize = super::ROW_TILE;
     /// Tokens per tile: 4 × 2 accumulators plus the loaded vectors fit the 16 registers.
     const TOKENS: usize = 2;
     const F32_LANES: usize = 8;
@@ -299,7 +325,7 @@ mod avx2 {
     /// 2 × 127 × 127 = 32,258, which cannot saturate an `i16`; `madd` with ones widens the
     /// pairs to `i32` sums, exact for any row length here.
     #[target_feature(enable = "avx2")]
-    pub fn int8_rows(weights: &Int8Rows, bias: &[f32], x: &Int8Tokens, out: &mut [f32]) {
+    pub fn int8_rows(weights: &Int8Block<'_>, bias: &[f32], x: &Int8Tokens, out: &mut [f32]) {
         let (rows, columns, tokens) = (weights.rows(), weights.columns, x.scales.len());
         let mut row = 0;
         while row < rows {
@@ -442,9 +468,9 @@ mod tests {
             let expected = reference(&weights, &bias, &x, columns);
             let (quantised, activations) = (Int8Rows::quantise(&weights, columns), Int8Tokens::quantise(&x, columns));
             let mut scalar = vec![0.0; rows * tokens];
-            int8_rows(Simd::Scalar, &quantised, &bias, &activations, &mut scalar);
+            int8_rows(Simd::Scalar, quantised.block(0..rows), &bias, &activations, &mut scalar);
             let mut simd = vec![0.0; rows * tokens];
-            int8_rows(Simd::detect(), &quantised, &bias, &activations, &mut simd);
+            int8_rows(Simd::detect(), quantised.block(0..rows), &bias, &activations, &mut simd);
             // Integer sums are exact, so every level gives the same floats.
             assert_eq!(scalar, simd, "{rows}×{tokens}×{columns}");
             // Quantisation error: a few per cent of the sum of the products' magnitudes.

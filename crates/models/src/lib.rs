@@ -10,7 +10,9 @@
 //! default, see [`DenseKernels`]); several texts are grouped by length ([`batch::plan`]) and
 //! run through candle's BERT in f32 with as little padding as possible. candle multiplies
 //! matrices on the current rayon pool: a query on a one-thread pool of its calling thread,
-//! batches on the global one (`RAYON_NUM_THREADS`, default one thread per core).
+//! batches on the global one (`RAYON_NUM_THREADS`, default one thread per core). A query's
+//! dense layers are split in two halves, the calling thread's and a helper thread's
+//! ([`split`], `SWITCHYARD_QUERY_THREADS`).
 //!
 //! So a text embedded alone (int8) and the same text in a batch (f32) differ slightly (cosine
 //! ≥ 0.988): queries are compared with tool texts embedded in batches, which ranks as well as
@@ -29,6 +31,7 @@ pub mod cache_file;
 mod kernels;
 pub mod recent;
 mod short;
+mod split;
 
 pub use cache::{EmbeddingCache, FillProgress};
 pub use kernels::Simd;
@@ -55,6 +58,8 @@ pub struct Embedder {
     /// The same weights run feature-major, for a call with one text (see [`short`]).
     short: Option<short::ShortEncoder>,
     kernels: DenseKernels,
+    /// Threads a single text's dense layers run on (1 or 2, see [`split`]).
+    query_threads: usize,
 
     tokenizer: Tokenizer,
     device: Device,
@@ -118,7 +123,7 @@ impl Embedder {
         };
         // Tensors share their storage with the short path's: the weights are in memory once.
         let model = BertModel::load(VarBuilder::from_tensors(tensors, DTYPE, &device), &config)?;
-        Ok(Self { model, short, kernels, tokenizer, device, dimensions })
+        Ok(Self { model, short, kernels, query_threads: split::threads_from_env(), tokenizer, device, dimensions })
     }
 
     pub fn dimensions(&self) -> usize {
@@ -128,6 +133,18 @@ impl Embedder {
     /// What a single text's dense layers run on.
     pub fn kernels(&self) -> DenseKernels {
         self.kernels
+    }
+
+    /// Runs a single text's dense layers on `threads` threads: 1, or 2 (the calling thread and
+    /// a helper shared by the process). The default is `SWITCHYARD_QUERY_THREADS`, else 2 on a
+    /// machine with two or more cores. Embeddings are the same either way.
+    pub fn with_query_threads(mut self, threads: usize) -> Self {
+        self.query_threads = threads.clamp(1, 2);
+        self
+    }
+
+    pub fn query_threads(&self) -> usize {
+        self.query_threads
     }
 
     /// Unit-length embeddings of `texts`, in order. Texts are tokenized one by one (no
@@ -154,9 +171,15 @@ impl Embedder {
     /// One forward pass over token ids, padded to the longest; unit-length mean-pooled rows.
     fn forward(&self, ids: &[&[u32]]) -> Result<Vec<Vec<f32>>, ModelError> {
         if let (Some(short), [single]) = (&self.short, ids) {
-            let pooled = single_threaded(|| short.mean_pooled(single))?.unsqueeze(0)?;
-            let norms = pooled.sqr()?.sum_keepdim(1)?.sqrt()?.clamp(1e-12, f64::MAX)?;
-            return Ok(pooled.broadcast_div(&norms)?.to_vec2::<f32>()?);
+            let threads = self.query_threads;
+            let mut pooled = match self.kernels {
+                DenseKernels::Candle => single_threaded(|| short.mean_pooled(single, threads))?,
+                // Our kernels never call candle's matrix product: no pool to hand over to.
+                _ => short.mean_pooled(single, threads)?,
+            };
+            let norm = pooled.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
+            pooled.iter_mut().for_each(|v| *v /= norm);
+            return Ok(vec![pooled]);
         }
         let length = ids.iter().map(|ids| ids.len()).max().unwrap_or(0).max(1);
         let shape = (ids.len(), length);
@@ -187,10 +210,10 @@ impl Embedder {
 }
 
 thread_local! {
-    /// A one-thread rayon pool per calling thread, for single texts. A query is a chain of
-    /// small matrix products; splitting each over two cores costs more in hand-offs than it
-    /// gains, the more so as the cores are shared with the server's own threads (criterion,
-    /// one query: 9.7 ms on one thread against 11.2 ms on two, back-to-back). One pool per
+    /// A one-thread rayon pool per calling thread, for single texts on candle's matrix product
+    /// (`DenseKernels::Candle`, kept to compare against). A query is a chain of small matrix
+    /// products; splitting each over two cores through candle costs more in hand-offs than it
+    /// gains (criterion, one query: 9.7 ms on one thread against 11.2 ms on two). One pool per
     /// caller, not one for all, so concurrent queries still run side by side; it ends with its
     /// thread. Batches keep the global pool.
     static QUERY_POOL: Option<rayon::ThreadPool> = rayon::ThreadPoolBuilder::new()

@@ -1,25 +1,24 @@
-//! The BERT encoder for one short text, with its activations stored feature-major: a
-//! `(features, tokens)` matrix instead of `(tokens, features)`.
+//! The BERT encoder for one short text, on plain buffers: `(tokens, features)` activations in
+//! a `Vec<f32>`, the dense layers on our kernels, the rest (layer norms, attention, GELU) in a
+//! few loops.
 //!
-//! Why: a short query has few token rows, so a forward pass is bound by reading the dense
-//! weights (42 MB in f32), not by arithmetic. candle's `Linear` computes `x · Wᵀ`, for which
-//! the matrix library (gemm) first repacks all of `W` (44 % of a query's forward pass under
-//! `perf`). Feature-major, a dense layer is `W · xᵀ` with `W` used as stored, read as a few
-//! sequential streams: on 18 weight matrices of 1536 × 384 that do not fit in cache, 12 token
-//! rows take 7.1 ms this way against 11.4 ms through `Linear`. The arithmetic is the same BERT
-//! as `candle_transformers::models::bert` (the tests compare the two).
-//!
-//! The dense layers (all but ~5 % of the arithmetic: a 12-token query is ~254 MFLOP in them)
-//! run on [`crate::kernels`] by default rather than candle's matrix product: at run time the
-//! best of AVX2 or plain code, in f32 or int8 ([`DenseKernels`]). Layer norms, attention,
-//! softmax and GELU (erf) stay f32 in candle: they are cheap, and where quantisation would
-//! hurt most.
+//! Why not candle's BERT for one text: a short query has few token rows, so a forward pass is
+//! bound by reading the dense weights, not by arithmetic. candle's `Linear` computes `x · Wᵀ`,
+//! for which the matrix library (gemm) first repacks all of `W` (44 % of a query's pass under
+//! `perf`); our kernels ([`crate::kernels`]) read each weight row once, in place, against all
+//! of the text's tokens, at run time the best of AVX2 or plain code, in f32 or int8
+//! ([`DenseKernels`]). And with the dense layers that fast, candle's per-operation cost
+//! became the larger half of the pass (`perf`, int8: the dense kernels 45 %, candle's
+//! element-wise maps, strided copies and `erf` most of the rest), so the small operations run
+//! here as loops over the few kilobytes of a query's activations. The arithmetic is the same
+//! BERT as `candle_transformers::models::bert` (the tests compare the two).
 
 use std::collections::HashMap;
 
 use candle_core::{Result, Tensor};
 
 use crate::kernels::{self, Int8Rows, Int8Tokens, Simd};
+use crate::split;
 
 /// How a single text's dense layers are computed. Batches always run candle's BERT in f32.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,25 +61,23 @@ enum Weights {
     Int8(Int8Rows),
 }
 
-/// A dense layer: `weight` is `(out, in)` as stored, `bias` a column `(out, 1)`.
+/// A dense layer: `weight` is `(out, in)` as stored.
 struct Dense {
     weight: Weights,
-    bias: Tensor,
-    /// `bias` as plain numbers, for our kernels.
-    bias_values: Vec<f32>,
+    bias: Vec<f32>,
     columns: usize,
     simd: Simd,
 }
 
 impl Dense {
     fn load(tensors: &HashMap<String, Tensor>, prefix: &str) -> Result<(Tensor, Tensor)> {
-        Ok((get(tensors, &format!("{prefix}.weight"))?, column(tensors, &format!("{prefix}.bias"))?))
+        Ok((get(tensors, &format!("{prefix}.weight"))?, get(tensors, &format!("{prefix}.bias"))?))
     }
 
     /// The layer with its weights in the form `kernels` computes with.
     fn new((weight, bias): (Tensor, Tensor), kernels: DenseKernels) -> Result<Self> {
         let (_, columns) = weight.dims2()?;
-        let bias_values = bias.flatten_all()?.to_vec1::<f32>()?;
+        let bias = bias.to_vec1::<f32>()?;
         let (weight, simd) = match kernels {
             DenseKernels::Candle => (Weights::Candle(weight), Simd::Scalar),
             DenseKernels::F32(simd) => (Weights::F32(weight.flatten_all()?.to_vec1()?), simd),
@@ -88,7 +85,7 @@ impl Dense {
                 (Weights::Int8(Int8Rows::quantise(&weight.flatten_all()?.to_vec1::<f32>()?, columns)), simd)
             }
         };
-        Ok(Self { weight, bias, bias_values, columns, simd })
+        Ok(Self { weight, bias, columns, simd })
     }
 
     /// Query, key and value as one `(3h, h)` layer: one matrix product instead of three.
@@ -98,47 +95,78 @@ impl Dense {
         Self::new((Tensor::cat(&weights, 0)?, Tensor::cat(&biases, 0)?), kernels)
     }
 
-    /// `(in, tokens)` to `(out, tokens)`.
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let rows = self.bias_values.len();
-        let (_, tokens) = x.dims2()?;
-        // Our kernels read each token's features contiguously: a copy of a few kilobytes.
-        let input = |x: &Tensor| x.t()?.contiguous()?.flatten_all()?.to_vec1::<f32>();
+    /// `(tokens, in)` to `(tokens, out)`, on `threads` threads (see [`split`]).
+    fn forward(&self, x: &[f32], threads: usize) -> Result<Vec<f32>> {
+        let (rows, columns) = (self.bias.len(), self.columns);
+        let tokens = x.len() / columns;
+        // The kernels write feature-major `(out, tokens)` (each weight row's results
+        // together, so two threads can own one half of the rows each); turned back below.
         let mut out = vec![0.0f32; rows * tokens];
+        let bias = &self.bias;
         match &self.weight {
-            Weights::Candle(weight) => return weight.matmul(x)?.broadcast_add(&self.bias),
+            Weights::Candle(weight) => {
+                // `W · xᵀ`, the weights used as stored (`x · Wᵀ` would have gemm repack them).
+                let x = Tensor::from_slice(x, (tokens, columns), weight.device())?.t()?.contiguous()?;
+                out = weight.matmul(&x)?.flatten_all()?.to_vec1::<f32>()?;
+                for (row, b) in out.chunks_exact_mut(tokens).zip(bias) {
+                    row.iter_mut().for_each(|v| *v += b);
+                }
+            }
             Weights::F32(weight) => {
-                kernels::f32_rows(self.simd, weight, &self.bias_values, &input(x)?, self.columns, &mut out);
+                split::rows(threads, rows, tokens, columns, kernels::ROW_TILE, &mut out, |part, out| {
+                    let w = &weight[part.start * columns..part.end * columns];
+                    kernels::f32_rows(self.simd, w, &bias[part], x, columns, out);
+                });
             }
             Weights::Int8(weight) => {
-                let tokens = Int8Tokens::quantise(&input(x)?, self.columns);
-                kernels::int8_rows(self.simd, weight, &self.bias_values, &tokens, &mut out);
+                let x = Int8Tokens::quantise(x, columns);
+                split::rows(threads, rows, tokens, columns, kernels::ROW_TILE, &mut out, |part, out| {
+                    kernels::int8_rows(self.simd, weight.block(part.clone()), &bias[part], &x, out);
+                });
             }
         }
-        Tensor::from_vec(out, (rows, tokens), x.device())
+        Ok(transposed(&out, rows, tokens))
     }
 }
 
-/// Layer normalisation over the features of each token (each column).
+/// `(rows, columns)` to `(columns, rows)`.
+fn transposed(values: &[f32], rows: usize, columns: usize) -> Vec<f32> {
+    let mut out = vec![0.0f32; values.len()];
+    for (row, values) in values.chunks_exact(columns).enumerate() {
+        for (column, value) in values.iter().enumerate() {
+            out[column * rows + row] = *value;
+        }
+    }
+    out
+}
+
+/// Layer normalisation over the features of each token.
 struct Norm {
-    weight: Tensor,
-    bias: Tensor,
-    epsilon: f64,
+    weight: Vec<f32>,
+    bias: Vec<f32>,
+    epsilon: f32,
 }
 
 impl Norm {
     fn load(tensors: &HashMap<String, Tensor>, prefix: &str, epsilon: f64) -> Result<Self> {
         Ok(Self {
-            weight: column(tensors, &format!("{prefix}.weight"))?,
-            bias: column(tensors, &format!("{prefix}.bias"))?,
-            epsilon,
+            weight: get(tensors, &format!("{prefix}.weight"))?.to_vec1()?,
+            bias: get(tensors, &format!("{prefix}.bias"))?.to_vec1()?,
+            epsilon: epsilon as f32,
         })
     }
 
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let centred = x.broadcast_sub(&x.mean_keepdim(0)?)?;
-        let deviation = (centred.sqr()?.mean_keepdim(0)? + self.epsilon)?.sqrt()?;
-        centred.broadcast_div(&deviation)?.broadcast_mul(&self.weight)?.broadcast_add(&self.bias)
+    /// Normalises each token of `(tokens, features)` in place.
+    fn apply(&self, x: &mut [f32]) {
+        let features = self.weight.len();
+        for token in x.chunks_exact_mut(features) {
+            let mean = token.iter().sum::<f32>() / features as f32;
+            let variance = token.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / features as f32;
+            let inverse = 1.0 / (variance + self.epsilon).sqrt();
+            for ((v, w), b) in token.iter_mut().zip(&self.weight).zip(&self.bias) {
+                *v = (*v - mean) * inverse * w + b;
+            }
+        }
     }
 }
 
@@ -152,12 +180,15 @@ struct Layer {
 }
 
 pub struct ShortEncoder {
+    /// The vocabulary's vectors, kept as candle loaded them (shared with candle's BERT, not
+    /// copied): a text's few rows are read out per call.
     words: Tensor,
-    positions: Tensor,
-    token_type: Tensor,
+    positions: Vec<f32>,
+    token_type: Vec<f32>,
     embedding_norm: Norm,
     layers: Vec<Layer>,
     heads: usize,
+    features: usize,
 }
 
 /// The encoder's shape, from the model's `config.json`.
@@ -174,10 +205,6 @@ fn get(tensors: &HashMap<String, Tensor>, name: &str) -> Result<Tensor> {
         .or_else(|| tensors.get(&format!("bert.{name}")))
         .cloned()
         .ok_or_else(|| candle_core::Error::CannotFindTensor { path: name.to_owned() })
-}
-
-fn column(tensors: &HashMap<String, Tensor>, name: &str) -> Result<Tensor> {
-    get(tensors, name)?.unsqueeze(1)
 }
 
 impl ShortEncoder {
@@ -198,45 +225,124 @@ impl ShortEncoder {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
+        let words = get(tensors, "embeddings.word_embeddings.weight")?;
+        let (_, features) = words.dims2()?;
         Ok(Self {
-            words: get(tensors, "embeddings.word_embeddings.weight")?,
-            positions: get(tensors, "embeddings.position_embeddings.weight")?,
-            token_type: get(tensors, "embeddings.token_type_embeddings.weight")?.narrow(0, 0, 1)?,
+            words,
+            positions: get(tensors, "embeddings.position_embeddings.weight")?.flatten_all()?.to_vec1()?,
+            token_type: get(tensors, "embeddings.token_type_embeddings.weight")?.get(0)?.to_vec1()?,
             embedding_norm: Norm::load(tensors, "embeddings.LayerNorm", epsilon)?,
             layers,
             heads: shape.heads,
+            features,
         })
     }
 
-    /// The mean of the final token vectors of one text (no padding, so no mask): `(features)`.
-    pub fn mean_pooled(&self, ids: &[u32]) -> Result<Tensor> {
+    /// The mean of the final token vectors of one text (no padding, so no mask): `features`
+    /// numbers. The dense layers run on `threads` threads (1 or 2, see [`split`]).
+    pub fn mean_pooled(&self, ids: &[u32], threads: usize) -> Result<Vec<f32>> {
+        let features = self.features;
         let tokens = ids.len();
-        let ids = Tensor::new(ids, self.words.device())?;
-        let embedded = self
-            .words
-            .index_select(&ids, 0)?
-            .add(&self.positions.narrow(0, 0, tokens)?)?
-            .broadcast_add(&self.token_type)?;
-        let mut x = self.embedding_norm.forward(&embedded.t()?.contiguous()?)?;
-        for layer in &self.layers {
-            x = self.layer(layer, &x)?;
+        if tokens == 0 || tokens * features > self.positions.len() {
+            candle_core::bail!("{tokens} tokens: the encoder takes 1 to {}", self.positions.len() / features);
         }
-        x.mean(1)
+        let rows = Tensor::new(ids, self.words.device())?;
+        let mut x = self.words.index_select(&rows, 0)?.flatten_all()?.to_vec1::<f32>()?;
+        for (token, vector) in x.chunks_exact_mut(features).enumerate() {
+            let position = &self.positions[token * features..(token + 1) * features];
+            for ((v, p), t) in vector.iter_mut().zip(position).zip(&self.token_type) {
+                *v += p + t;
+            }
+        }
+        self.embedding_norm.apply(&mut x);
+        for layer in &self.layers {
+            x = self.layer(layer, &x, threads)?;
+        }
+        let mut mean = vec![0.0f32; features];
+        for token in x.chunks_exact(features) {
+            mean.iter_mut().zip(token).for_each(|(m, v)| *m += v);
+        }
+        mean.iter_mut().for_each(|m| *m /= tokens as f32);
+        Ok(mean)
     }
 
-    fn layer(&self, layer: &Layer, x: &Tensor) -> Result<Tensor> {
-        let (features, tokens) = x.dims2()?;
-        let head = features / self.heads;
-        let qkv = layer.qkv.forward(x)?;
-        let split = |at: usize| qkv.narrow(0, at * features, features)?.reshape((self.heads, head, tokens));
-        let (query, key, value) = (split(0)?, split(1)?, split(2)?);
-        // Per head: scores (tokens × tokens) = qᵀ·k, scaled; each query token's row sums to 1.
-        let scores = (query.transpose(1, 2)?.matmul(&key)? * (1.0 / (head as f64).sqrt()))?;
-        let weights = candle_nn::ops::softmax_last_dim(&scores)?;
-        // Context, feature-major: v · weightsᵀ.
-        let context = value.matmul(&weights.transpose(1, 2)?)?.reshape((features, tokens))?;
-        let attended = layer.attention_norm.forward(&(layer.attention_out.forward(&context)? + x)?)?;
-        let inner = layer.intermediate.forward(&attended)?.gelu_erf()?;
-        layer.output_norm.forward(&(layer.output.forward(&inner)? + &attended)?)
+    fn layer(&self, layer: &Layer, x: &[f32], threads: usize) -> Result<Vec<f32>> {
+        let mut attended = layer.attention_out.forward(&self.attention(&layer.qkv.forward(x, threads)?), threads)?;
+        add(&mut attended, x);
+        layer.attention_norm.apply(&mut attended);
+        let mut inner = layer.intermediate.forward(&attended, threads)?;
+        inner.iter_mut().for_each(|v| *v = gelu(*v));
+        let mut out = layer.output.forward(&inner, threads)?;
+        add(&mut out, &attended);
+        layer.output_norm.apply(&mut out);
+        Ok(out)
+    }
+
+    /// Self-attention over `(tokens, 3 × features)` queries, keys and values: per head, each
+    /// token's context is the values weighted by the softmax of its scaled query-key products.
+    fn attention(&self, qkv: &[f32]) -> Vec<f32> {
+        let features = self.features;
+        let (head, width) = (features / self.heads, 3 * features);
+        let tokens = qkv.len() / width;
+        let scale = 1.0 / (head as f32).sqrt();
+        let mut context = vec![0.0f32; tokens * features];
+        let mut weights = vec![0.0f32; tokens];
+        for h in 0..self.heads {
+            let (q_at, k_at, v_at) = (h * head, features + h * head, 2 * features + h * head);
+            for i in 0..tokens {
+                let query = &qkv[i * width + q_at..][..head];
+                for (j, weight) in weights.iter_mut().enumerate() {
+                    let key = &qkv[j * width + k_at..][..head];
+                    *weight = query.iter().zip(key).map(|(q, k)| q * k).sum::<f32>() * scale;
+                }
+                let largest = weights.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let mut total = 0.0;
+                for weight in &mut weights {
+                    *weight = (*weight - largest).exp();
+                    total += *weight;
+                }
+                let out = &mut context[i * features + h * head..][..head];
+                for (j, weight) in weights.iter().enumerate() {
+                    let value = &qkv[j * width + v_at..][..head];
+                    let share = weight / total;
+                    out.iter_mut().zip(value).for_each(|(o, v)| *o += share * v);
+                }
+            }
+        }
+        context
+    }
+}
+
+fn add(total: &mut [f32], other: &[f32]) {
+    total.iter_mut().zip(other).for_each(|(t, o)| *t += o);
+}
+
+/// GELU with the error function, as BERT defines it: `x · Φ(x) = x/2 · (1 + erf(x/√2))`.
+fn gelu(x: f32) -> f32 {
+    0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
+}
+
+/// The error function to within 1.5 × 10⁻⁷ (Abramowitz and Stegun, 7.1.26), well under the
+/// rounding of the f32 activations around it.
+fn erf(x: f32) -> f32 {
+    const P: f32 = 0.327_591_1;
+    const A: [f32; 5] = [0.254_829_6, -0.284_496_74, 1.421_413_8, -1.453_152, 1.061_405_4];
+    let z = x.abs();
+    let t = 1.0 / (1.0 + P * z);
+    let polynomial = t * (A[0] + t * (A[1] + t * (A[2] + t * (A[3] + t * A[4]))));
+    (1.0 - polynomial * (-z * z).exp()).copysign(x)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{erf, gelu};
+
+    #[test]
+    fn erf_matches_known_values_and_is_odd() {
+        for (x, want) in [(0.0, 0.0), (0.5, 0.520_499_9), (1.0, 0.842_700_8), (2.0, 0.995_322_3), (4.0, 1.0)] {
+            assert!((erf(x) - want).abs() < 5e-7, "erf({x}) = {} not {want}", erf(x));
+            assert!((erf(-x) + want).abs() < 5e-7, "erf(-{x})");
+        }
+        assert!((gelu(1.0) - 0.841_344_7).abs() < 1e-6 && gelu(-10.0).abs() < 1e-6);
     }
 }

@@ -9,7 +9,7 @@
 //!
 //! Run: `cargo bench -p switchyard-mcp-gateway --bench gateway` (needs models/; see
 //! scripts/fetch-models.sh). `SWITCHYARD_ENCODER` / `SWITCHYARD_SIMD` choose the query
-//! encoder's kernels (see switchyard-models). Prints a table; BENCHMARKS.md records it.
+//! encoder's kernels and `SWITCHYARD_QUERY_THREADS` its threads (see switchyard-models). Prints a table; BENCHMARKS.md records it.
 
 use std::{
     sync::Arc,
@@ -93,7 +93,7 @@ async fn run() {
     })
     .await;
     eprintln!("catalog of {TOOLS} tools embedded in {:?}", started.elapsed());
-    eprintln!("single-text kernels: {}", embedder.kernels().name());
+    eprintln!("single-text kernels: {}, {} thread(s)", embedder.kernels().name(), embedder.query_threads());
 
     let through = client(&url).await;
     let direct = client(&big.url()).await;
