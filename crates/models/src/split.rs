@@ -3,13 +3,23 @@
 //!
 //! Why: a query's pass is a chain of two dozen dense layers that each read a few megabytes of
 //! weights; on a machine whose cores are shared with other work, one thread gets about half a
-//! core, so the pass takes twice its CPU time. Halving each layer across two threads gets two
-//! half-cores instead of one. The hand-off is one wake-up per layer (rayon's sleeping worker;
-//! no spawning), small against a layer's 0.1–0.6 ms. Layers too small to pay for it (fewer
-//! than [`MIN_PRODUCTS`] multiply-adds) stay on the calling thread.
+//! core, so the pass takes about twice its CPU time. With each layer halved across two threads
+//! a query took 4.9 ms against 6.5 ms on one thread under two busy loops (criterion,
+//! int8/avx2), and the MCP gateway's `set_context` +5.8 / +6.1 ms over `ping` against +10.0 /
+//! +10.1 ms (BENCHMARKS.md, "set_context on two busy cores"). The price is the tail under that
+//! load: when the scheduler is slow to run the helper, its caller waits (`set_context` p99
+//! 9.7–83 ms over five runs, against 17–25 ms on one thread); on idle cores the two are alike.
+//! `SWITCHYARD_QUERY_THREADS=1` keeps a query on its calling thread.
 //!
-//! One helper thread for the whole process, shared by every embedder: concurrent queries queue
-//! for it briefly rather than each bringing threads of its own to two cores.
+//! Tried and dropped: letting the caller take the second half back when the helper has not
+//! started it by the time the first is done (so it never waits for an unscheduled helper).
+//! Under load the caller mostly took it back, and paid for waking the helper every layer:
+//! 8.0–10.2 ms in criterion, slower than one thread (6.6–8.2 ms in the same runs).
+//!
+//! The hand-off is one wake-up per layer (rayon's worker, no spawning). Layers too small to pay
+//! for it (fewer than [`MIN_PRODUCTS`] multiply-adds) stay on the calling thread. One helper
+//! thread for the whole process, shared by every embedder: concurrent queries queue for it
+//! briefly rather than each bringing threads of its own to two cores.
 
 use std::ops::Range;
 use std::sync::LazyLock;
@@ -36,7 +46,7 @@ static HELPER: LazyLock<Option<rayon::ThreadPool>> = LazyLock::new(|| {
 });
 
 /// Computes `work(rows, out)` for a layer of `rows` output rows over `tokens` tokens (`out` is
-/// `(rows, tokens)`, row-major), each row a dot product of `columns` numbers: in two halves on
+/// `(rows, tokens)`, row-major; `work` writes every value of the part it is given), each row a dot product of `columns` numbers: in two halves on
 /// two threads when `threads` is 2 and the layer is large enough, else in one call. The split
 /// falls on a multiple of `align` rows, so the kernels' row tiles stay whole.
 pub fn rows<F>(threads: usize, rows: usize, tokens: usize, columns: usize, align: usize, out: &mut [f32], work: F)
