@@ -8,7 +8,7 @@
 //! int8/avx2), and the MCP gateway's `set_context` +5.8 / +6.1 ms over `ping` against +10.0 /
 //! +10.1 ms (BENCHMARKS.md, "set_context on two busy cores"). The price is the tail under that
 //! load: when the scheduler is slow to run the helper, its caller waits (`set_context` p99
-//! 9.7–83 ms over five runs, against 17–25 ms on one thread); on idle cores the two are alike.
+//! 9.7–83 ms over four runs, against 17–25 ms on one thread); on idle cores the two are alike.
 //! `SWITCHYARD_QUERY_THREADS=1` keeps a query on its calling thread.
 //!
 //! Tried and dropped: letting the caller take the second half back when the helper has not
