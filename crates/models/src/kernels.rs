@@ -151,7 +151,8 @@ impl Int8Tokens {
 }
 
 /// `out[row × tokens + token] = Σ_i weights[row][i] · x[token][i] + bias[row]`: a dense layer
-/// with the output feature-major (`(rows, tokens)`, as the encoder keeps its activations) and
+/// with the output feature-major (`(rows, tokens)`, so a layer's rows split into two contiguous
+/// halves, see `split`) and
 /// `x` token-major (`(tokens, columns)`, so both operands of a dot product are contiguous).
 pub fn f32_rows(simd: Simd, weights: &[f32], bias: &[f32], x: &[f32], columns: usize, out: &mut [f32]) {
     let (rows, tokens) = (bias.len(), x.len() / columns);

@@ -5,7 +5,7 @@
 //! all-MiniLM-L6-v2 in `models/`): mean of the token vectors over the attention mask, scaled to
 //! unit length, so a dot product is the cosine similarity.
 //!
-//! Speed: a single text (a query) runs through [`short`], a feature-major encoder whose dense
+//! Speed: a single text (a query) runs through [`short`], an encoder on plain buffers whose dense
 //! layers run on our own kernels ([`kernels`]: AVX2 or plain code chosen at run time, int8 by
 //! default, see [`DenseKernels`]); several texts are grouped by length ([`batch::plan`]) and
 //! run through candle's BERT in f32 with as little padding as possible. candle multiplies
@@ -55,7 +55,7 @@ pub enum ModelError {
 pub struct Embedder {
     /// candle's BERT, for calls with several texts.
     model: BertModel,
-    /// The same weights run feature-major, for a call with one text (see [`short`]).
+    /// The same weights on our kernels and loops, for a call with one text (see [`short`]).
     short: Option<short::ShortEncoder>,
     kernels: DenseKernels,
     /// Threads a single text's dense layers run on (1 or 2, see [`split`]).
