@@ -21,10 +21,29 @@ pub async fn wait_serving(url: &str, service: &str) {
     .await;
 }
 
-/// A loopback address that was free a moment ago: calls to it fail as a real outage does.
-pub fn closed_port() -> SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("port");
-    let addr = listener.local_addr().expect("addr");
-    drop(listener);
-    addr
+/// A loopback port that refuses connections, as a dependency that is down does. The port is
+/// bound but never listened on, and stays bound while this value lives: a port that was merely
+/// free a moment ago can be taken by another test's server in the meantime (nextest runs tests
+/// as parallel processes), which then answers in the outage's place.
+pub struct ClosedPort {
+    addr: SocketAddr,
+    _reserved: tokio::net::TcpSocket,
+}
+
+impl ClosedPort {
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+pub fn closed_port() -> ClosedPort {
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.bind(SocketAddr::from(([127, 0, 0, 1], 0))).expect("bind a loopback port");
+    let addr = socket.local_addr().expect("addr");
+    ClosedPort { addr, _reserved: socket }
 }

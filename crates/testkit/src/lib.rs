@@ -16,7 +16,7 @@ pub mod proxy;
 pub mod redis;
 mod served;
 
-pub use grpc::{closed_port, wait_serving};
+pub use grpc::{ClosedPort, closed_port, wait_serving};
 pub use paths::{grpcurl, model_dir, peer_tool, root};
 pub use poll::{Outcome, eventually};
 pub use postgres::{Schema, database_url};

@@ -18,8 +18,8 @@ use switchyard_llm::{ModelRef, ProviderArgs};
 use switchyard_mcp_gateway::{GatewayConfig, GatewayServer};
 use switchyard_router::{RouterConfig, RouterServer, Stores, analytics::PostgresAnalytics, fast::FastPath};
 use switchyard_sessions::{SessionsConfig, SessionsServer};
+pub use switchyard_testkit::{ClosedPort, closed_port, wait_serving};
 use switchyard_testkit::{Schema, Served, database_url, eventually, llm::ScriptedLlm, peer_tool};
-pub use switchyard_testkit::{closed_port, wait_serving};
 use switchyard_triggers::{TriggersConfig, TriggersServer};
 
 pub const JWT_SECRET: &str = "edge-test-shared-secret-7c1e";
@@ -60,6 +60,8 @@ pub struct Stack {
     pub keys: Option<Arc<KeyStore>>,
     pub http: Client,
     schemas: Vec<Schema>,
+    /// Holds the absent gateway's port closed for the stack's lifetime.
+    _down: Option<switchyard_testkit::ClosedPort>,
 }
 
 impl Stack {
@@ -88,7 +90,9 @@ impl Stack {
         } else {
             None
         };
-        let gateway_url = gateway.as_ref().map_or_else(|| format!("http://{}", closed_port()), Served::url);
+        let down = gateway.is_none().then(closed_port);
+        let gateway_url =
+            gateway.as_ref().map_or_else(|| down.as_ref().map(ClosedPort::url).unwrap_or_default(), Served::url);
 
         let analytics = Schema::new("edge_router_test");
         let mut config = RouterConfig::in_memory(loopback(), &sessions.url(), &gateway_url);
@@ -150,7 +154,7 @@ impl Stack {
         let edge = EdgeServer::bind_with_auth(&edge_config, auth).await.expect("edge binds");
         let edge = Served::spawn(edge.local_addr(), |stop| edge.serve(stop));
         let http = Client::builder().timeout(Duration::from_secs(60)).build().expect("client");
-        Self { llm, edge, router, sessions, triggers, gateway, keys, http, schemas }
+        Self { llm, edge, router, sessions, triggers, gateway, keys, http, schemas, _down: down }
     }
 
     pub fn url(&self, path: &str) -> String {

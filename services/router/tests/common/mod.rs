@@ -15,8 +15,8 @@ use switchyard_router::{
     RouterConfig, RouterServer, Stores, analytics::PostgresAnalytics, cache::RoutingCache, fast::FastPath,
 };
 use switchyard_sessions::{SessionsConfig, SessionsServer};
+pub use switchyard_testkit::{ClosedPort, closed_port, wait_serving};
 use switchyard_testkit::{Schema, Served, database_url, eventually, llm::ScriptedLlm, peer_tool};
-pub use switchyard_testkit::{closed_port, wait_serving};
 use switchyard_triggers::{TriggersConfig, TriggersServer};
 use tonic::{Request, transport::Channel};
 
@@ -65,6 +65,8 @@ pub struct Suite {
     /// The router's configuration, for a second replica.
     pub config: RouterConfig,
     redis_cache: Option<switchyard_testkit::KeyPrefix>,
+    /// Holds the absent gateway's port closed for the stack's lifetime.
+    _down: Option<switchyard_testkit::ClosedPort>,
 }
 
 impl Suite {
@@ -106,7 +108,9 @@ impl Suite {
             None
         };
         // A gateway that is not running: calls to it fail as a real outage does.
-        let gateway_url = gateway.as_ref().map_or_else(|| format!("http://{}", closed_port()), Served::url);
+        let down = gateway.is_none().then(closed_port);
+        let gateway_url =
+            gateway.as_ref().map_or_else(|| down.as_ref().map(ClosedPort::url).unwrap_or_default(), Served::url);
 
         let mut config = RouterConfig::in_memory(loopback(), &sessions.url(), &gateway_url);
         config.providers = ProviderArgs {
@@ -132,7 +136,7 @@ impl Suite {
 
         let schema = Schema::new("router_test");
         let router = Self::replica(&config, &schema, options.redis_cache).await;
-        Self { llm, router, sessions, gateway, triggers, schema, config, redis_cache: prefix }
+        Self { llm, router, sessions, gateway, triggers, schema, config, redis_cache: prefix, _down: down }
     }
 
     /// A router on `config` with its analytics in `schema` (and, for `redis_cache`, its exact
