@@ -6,6 +6,7 @@
 use switchyard_models::cosine;
 
 use crate::{
+    adapter::AdapterParams,
     bm25::{Bm25Index, Bm25Params},
     text::terms,
 };
@@ -41,6 +42,22 @@ pub struct PriorParams {
     /// without history (by-tool split 1: 0.609 → 0.566), whose requests share words with
     /// other tools' past ones; so it is off by default (BENCHMARKS.md, "Tool retrieval").
     pub lexical_neighbours: f32,
+    /// Weight of the query adapter's signal against the neighbours' votes: a map of request
+    /// embeddings learned from the whole history ([`crate::adapter`]), and each used tool's
+    /// cosine with the mapped request (scaled between the worst and best used tool). 0: no
+    /// adapter is learned.
+    pub adapter_weight: f32,
+    /// How the adapter learns.
+    pub adapter: AdapterParams,
+    /// What a used tool's prior falls back to when the votes are not trusted: its votes
+    /// scaled by the confidence plus `(1 − confidence)` × its stand-in (the same
+    /// [`unseen_share`](Self::unseen_share) of its cold-start score a never-used tool gets).
+    /// Without it a request unlike anything seen gives never-used tools their stand-ins while
+    /// the used ones get nothing, which buries the used tools.
+    pub cold_fallback: bool,
+    /// Neighbours and centroids are found among the past requests as the adapter maps them
+    /// (and the new request mapped the same way), rather than as the model embeds them.
+    pub adapted_neighbours: bool,
 }
 
 /// How the votes of several neighbours for one tool combine.
@@ -71,6 +88,10 @@ impl Default for PriorParams {
             centroid_weight: 0.5,
             unseen_share: 1.0,
             lexical_neighbours: 0.0,
+            adapter_weight: 0.5,
+            adapter: AdapterParams::default(),
+            adapted_neighbours: true,
+            cold_fallback: false,
         }
     }
 }
@@ -136,11 +157,23 @@ impl UsagePrior {
 
     /// A score per tool in [0, 1] (the best-voted tool gets the prior's confidence, 1 when a
     /// past query is close; all 0 when nothing is alike). `query_embedding` is used when the
-    /// prior has history embeddings.
-    pub fn prior(&self, query_terms: &[String], query_embedding: Option<&[f32]>) -> Vec<f32> {
+    /// prior has history embeddings; `adapted` is each tool's cosine with the query as the
+    /// [`QueryAdapter`](crate::adapter::QueryAdapter) maps it, when there is one.
+    pub fn prior(&self, query_terms: &[String], query_embedding: Option<&[f32]>, adapted: Option<&[f32]>) -> Vec<f32> {
+        self.prior_and_confidence(query_terms, query_embedding, adapted).0
+    }
+
+    /// [`prior`](Self::prior) and the confidence its votes were scaled by (0 when no past
+    /// query is alike, 1 when one is close).
+    pub fn prior_and_confidence(
+        &self,
+        query_terms: &[String],
+        query_embedding: Option<&[f32]>,
+        adapted: Option<&[f32]>,
+    ) -> (Vec<f32>, f32) {
         let mut votes = vec![0.0f32; self.tool_count];
         if self.tool_of.is_empty() {
-            return votes;
+            return (votes, 0.0);
         }
         let (scores, by_meaning) = match (&self.embeddings, query_embedding) {
             (Some(embeddings), Some(query)) => {
@@ -160,7 +193,7 @@ impl UsagePrior {
         let mut ranked: Vec<(usize, f32)> = scores.into_iter().enumerate().filter(|(_, s)| *s > 0.0).collect();
         let keep = self.params.neighbours.min(ranked.len());
         if keep == 0 {
-            return votes;
+            return (votes, 0.0);
         }
         if ranked.len() > keep {
             ranked.select_nth_unstable_by(keep - 1, |a, b| b.1.total_cmp(&a.1));
@@ -184,26 +217,55 @@ impl UsagePrior {
         if best > 0.0 {
             votes.iter_mut().for_each(|v| *v /= best);
         }
+        let mut total = 1.0;
         if let (true, Some(query)) = (by_meaning && self.params.centroid_weight > 0.0, query_embedding) {
             let similarities: Vec<f32> =
                 self.centroids.iter().map(|c| c.as_deref().map_or(f32::NAN, |c| cosine(c, query))).collect();
-            let (low, high) = similarities
-                .iter()
-                .filter(|s| !s.is_nan())
-                .fold((f32::MAX, f32::MIN), |(l, h), s| (l.min(*s), h.max(*s)));
-            if high > low {
-                for (vote, similarity) in votes.iter_mut().zip(similarities) {
-                    if !similarity.is_nan() {
-                        *vote += self.params.centroid_weight * (similarity - low) / (high - low);
-                    }
-                }
-                let total = 1.0 + self.params.centroid_weight;
-                votes.iter_mut().for_each(|v| *v /= total);
+            if self.add_scaled(&mut votes, &similarities, self.params.centroid_weight) {
+                total += self.params.centroid_weight;
             }
+        }
+        if let (true, Some(adapted)) = (by_meaning && self.params.adapter_weight > 0.0, adapted) {
+            // Only tools with history (the adapter learned nothing about the others), each as
+            // likely as the adapter's softmax makes it against the best: sharp, like the
+            // neighbours' votes, so that a tool nobody used yet still competes through its
+            // stand-in.
+            let best = adapted
+                .iter()
+                .enumerate()
+                .filter(|(tool, _)| self.uses(*tool) > 0)
+                .map(|(_, s)| *s)
+                .fold(f32::MIN, f32::max);
+            let temperature = self.params.adapter.temperature.max(1e-4);
+            for (tool, (vote, similarity)) in votes.iter_mut().zip(adapted).enumerate() {
+                if self.uses(tool) > 0 {
+                    *vote += self.params.adapter_weight * ((similarity - best) / temperature).exp();
+                }
+            }
+            total += self.params.adapter_weight;
+        }
+        if total > 1.0 {
+            votes.iter_mut().for_each(|v| *v /= total);
         }
         let confidence = if by_meaning { self.confidence(nearest) } else { 1.0 };
         votes.iter_mut().for_each(|v| *v *= confidence);
-        votes
+        (votes, confidence)
+    }
+
+    /// Adds `weight` × each similarity scaled between the worst and the best (NaN: left
+    /// out); false when they do not spread (nothing added).
+    fn add_scaled(&self, votes: &mut [f32], similarities: &[f32], weight: f32) -> bool {
+        let (low, high) =
+            similarities.iter().filter(|s| !s.is_nan()).fold((f32::MAX, f32::MIN), |(l, h), s| (l.min(*s), h.max(*s)));
+        if high <= low {
+            return false;
+        }
+        for (vote, similarity) in votes.iter_mut().zip(similarities) {
+            if !similarity.is_nan() {
+                *vote += weight * (similarity - low) / (high - low);
+            }
+        }
+        true
     }
 
     /// How many past queries led to `tool`.
@@ -230,7 +292,7 @@ mod tests {
             ("what's the weather in paris".to_owned(), 1),
         ];
         let prior = UsagePrior::learn(&history, 3, 5);
-        let votes = prior.prior(&terms("any flights to rome?"), None);
+        let votes = prior.prior(&terms("any flights to rome?"), None, None);
         assert_eq!(votes[0], 1.0);
         assert_eq!(votes[2], 0.0, "a tool nobody used gets no vote");
         assert!(votes[1] < votes[0]);
@@ -246,10 +308,10 @@ mod tests {
         let history = vec![("a".to_owned(), 0), ("b".to_owned(), 0), ("c".to_owned(), 1)];
         let embeddings = vec![unit(&[1.0, 0.1, 0.0]), unit(&[1.0, 0.2, 0.0]), unit(&[0.0, 1.0, 0.0])];
         let prior = UsagePrior::learn_with(&history, 3, PriorParams::default()).with_embeddings(embeddings);
-        let near = prior.prior(&[], Some(&unit(&[1.0, 0.15, 0.0])));
+        let near = prior.prior(&[], Some(&unit(&[1.0, 0.15, 0.0])), None);
         assert!(near[0] > 0.9 && near[1] < near[0] && near[2] == 0.0, "{near:?}");
         // Nothing in the history is within the confidence floor of this query: no push at all.
-        let unrelated = prior.prior(&[], Some(&unit(&[0.2, 0.2, 1.0])));
+        let unrelated = prior.prior(&[], Some(&unit(&[0.2, 0.2, 1.0])), None);
         assert!(unrelated.iter().all(|v| *v == 0.0), "{unrelated:?}");
     }
 
@@ -262,9 +324,11 @@ mod tests {
         let query = terms("euros to dollars today");
         let vote = |lexical_neighbours| {
             let params = PriorParams { lexical_neighbours, centroid_weight: 0.0, ..PriorParams::default() };
-            UsagePrior::learn_with(&history, 2, params)
-                .with_embeddings(embeddings.clone())
-                .prior(&query, Some(&unit(&[1.0, 0.0, 0.0])))
+            UsagePrior::learn_with(&history, 2, params).with_embeddings(embeddings.clone()).prior(
+                &query,
+                Some(&unit(&[1.0, 0.0, 0.0])),
+                None,
+            )
         };
         let plain = vote(0.0);
         assert!((plain[0] - plain[1]).abs() < 1e-6, "equally alike by meaning: {plain:?}");

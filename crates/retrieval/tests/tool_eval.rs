@@ -166,3 +166,54 @@ fn a_missing_file_is_an_error_without_a_backtrace() {
     assert!(stderr.starts_with("switchyard-tool-eval: error: reading /nonexistent/tools.jsonl"), "{stderr}");
     assert!(!stderr.contains("Stack backtrace") && !stderr.contains("panicked"), "{stderr}");
 }
+
+/// `--save-base-adapter` writes the adapter learned from HISTORY, `--base-adapter PATH` reads
+/// it back as the cold-start ranking's adapter, `shipped` is the gateway's own, and
+/// `--base-adapter history` with too little history is an error that says so.
+#[test]
+fn base_adapters_are_saved_read_and_chosen() {
+    let dir = std::env::temp_dir().join(format!("tool-eval-adapter-{}", std::process::id()));
+    fs::create_dir_all(&dir).expect("temp dir");
+    let tools = three_tools(&dir);
+    let queries = write(&dir, "queries.jsonl", &[r#"{"query": "is it sunny in Oslo", "tool": "WeatherNow"}"#]);
+    let asked = [
+        ("WeatherNow", ["rain in Paris tomorrow", "how warm is it in Rome", "snow forecast for Denver"]),
+        ("FlightFinder", ["cheap flights to Tokyo", "plane tickets to Lisbon", "fly to Berlin on friday"]),
+        ("RecipeBox", ["what can I cook with eggs", "pasta recipe with tomatoes", "dinner ideas with rice"]),
+    ];
+    let lines: Vec<String> = (0..3)
+        .flat_map(|round| {
+            asked.iter().flat_map(move |(tool, texts)| {
+                texts.iter().map(move |text| format!(r#"{{"query": "{text} ({round})", "tool": "{tool}"}}"#))
+            })
+        })
+        .collect();
+    let history = write(&dir, "history.jsonl", &lines.iter().map(String::as_str).collect::<Vec<_>>());
+    let saved = dir.join("base.bin").display().to_string();
+
+    let (code, stdout, stderr) = run_eval(&["--save-base-adapter", &saved, &tools, &queries, &history]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("json");
+    assert_eq!(report["base_adapter"]["learned_from"], "history", "{report}");
+    assert_eq!(fs::metadata(&saved).expect("written").len(), 60 + 4 * 384 * 384 + 32, "header, matrix, digest");
+
+    let (code, stdout, stderr) = run_eval(&["--base-adapter", &saved, &tools, &queries]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("json");
+    assert_eq!(report["base_adapter"], saved.as_str());
+    assert_eq!(report["methods"]["hybrid"]["recall@1"], 1.0, "{report}");
+
+    let (code, stdout, stderr) = run_eval(&["--base-adapter", "shipped", &tools, &queries]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains(r#""base_adapter": "shipped""#), "{stdout}");
+
+    let one = write(&dir, "one.jsonl", &[r#"{"query": "fly to Rome", "tool": "FlightFinder"}"#]);
+    let (code, _, stderr) = run_eval(&["--base-adapter", "history", &tools, &queries, &one]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("too little to learn from"), "{stderr}");
+    // Chosen by default, too little history only means no adapter.
+    let (code, stdout, stderr) = run_eval(&[&tools, &queries, &one]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("too little to learn from"), "{stdout}");
+    fs::remove_dir_all(&dir).ok();
+}

@@ -10,7 +10,7 @@ use std::{collections::HashMap, sync::Arc};
 use rmcp::model::Tool;
 /// Tool embeddings by document text, kept across catalog rebuilds.
 pub use switchyard_models::EmbeddingCache;
-use switchyard_retrieval::{ToolRanker, ToolText, Weights, prior::PriorParams, tool_document};
+use switchyard_retrieval::{QueryAdapter, ToolRanker, ToolText, Weights, prior::PriorParams, tool_document};
 
 use crate::{domain::UsagePair, naming, upstream::Upstreams};
 
@@ -50,6 +50,8 @@ pub struct Catalog {
     pub embedded: bool,
     /// History pairs that taught the prior (their tool still exists).
     pub learned_pairs: usize,
+    /// A query adapter was learned from them (enough history with embeddings).
+    pub adapted: bool,
 }
 
 impl std::fmt::Debug for Catalog {
@@ -58,6 +60,7 @@ impl std::fmt::Debug for Catalog {
             .field("tools", &self.tools.len())
             .field("embedded", &self.embedded)
             .field("learned_pairs", &self.learned_pairs)
+            .field("adapted", &self.adapted)
             .finish_non_exhaustive()
     }
 }
@@ -79,7 +82,7 @@ pub fn tool_text(tool: &Tool, upstream_name: &str) -> ToolText {
 
 impl Catalog {
     pub fn empty() -> Self {
-        Self::from_tools(Vec::new(), &EmbeddingCache::default(), &History::default(), false)
+        Self::from_tools(Vec::new(), &EmbeddingCache::default(), &History::default(), false, None)
     }
 
     /// Collects every server's tools (in configuration order) under gateway names.
@@ -116,9 +119,16 @@ impl Catalog {
         tools.iter().map(|t| tool_document(&tool_text(&t.tool, &t.upstream_name))).collect()
     }
 
-    /// Indexes tools; uses embeddings from `cache` when every tool has one, and learns the
-    /// usage prior from `history`.
-    pub fn from_tools(tools: Vec<CatalogTool>, cache: &EmbeddingCache, history: &History, semantic: bool) -> Self {
+    /// Indexes tools; uses embeddings from `cache` when every tool has one (contexts then
+    /// mapped by `base_adapter`, if any, before the semantic signal), and learns the usage
+    /// prior and its query adapter from `history`.
+    pub fn from_tools(
+        tools: Vec<CatalogTool>,
+        cache: &EmbeddingCache,
+        history: &History,
+        semantic: bool,
+        base_adapter: Option<&QueryAdapter>,
+    ) -> Self {
         let texts: Vec<ToolText> = tools.iter().map(|t| tool_text(&t.tool, &t.upstream_name)).collect();
         let by_name: HashMap<String, usize> = tools.iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
         let pairs: Vec<(String, usize, Option<&Vec<f32>>)> = history
@@ -138,6 +148,9 @@ impl Catalog {
         let embedded = embeddings.is_some() && !tools.is_empty();
         if let Some(embeddings) = embeddings {
             ranker = ranker.with_tool_embeddings(embeddings);
+            if let Some(adapter) = base_adapter {
+                ranker = ranker.with_base_adapter(adapter.clone());
+            }
         }
         let learned_pairs = pairs.len();
         if !pairs.is_empty() {
@@ -146,7 +159,8 @@ impl Catalog {
             let pairs: Vec<(String, usize)> = pairs.into_iter().map(|(c, i, _)| (c, i)).collect();
             ranker = ranker.with_history_params(&pairs, history_embeddings, PriorParams::default());
         }
-        Self { tools: tools.into_iter().map(Arc::new).collect(), by_name, ranker, embedded, learned_pairs }
+        let adapted = ranker.adapter().is_some();
+        Self { tools: tools.into_iter().map(Arc::new).collect(), by_name, ranker, embedded, learned_pairs, adapted }
     }
 
     pub fn len(&self) -> usize {

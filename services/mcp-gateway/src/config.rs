@@ -86,6 +86,13 @@ pub struct GatewayConfig {
     #[arg(long, env = "MCP_GATEWAY_EMBEDDING_CACHE", value_name = "PATH")]
     pub embedding_cache: Option<PathBuf>,
 
+    /// The query adapter applied to a context's embedding before the semantic signal:
+    /// `shipped` (learned from the public MetaTool requests for all-MiniLM-L6-v2; skipped with
+    /// a warning for another model), `none`, or the PATH of an adapter file that
+    /// `switchyard-tool-eval --save-base-adapter` wrote from your own (request, tool) pairs.
+    #[arg(long, env = "MCP_GATEWAY_BASE_ADAPTER", default_value = "shipped", value_name = "SOURCE")]
+    pub base_adapter: String,
+
     /// Rank without the embedding model even if it is present.
     #[arg(long, env = "MCP_GATEWAY_NO_EMBEDDINGS")]
     pub no_embeddings: bool,
@@ -162,6 +169,7 @@ impl GatewayConfig {
             context_ttl: Duration::from_secs(24 * 3600),
             model_dir: PathBuf::from("models/all-MiniLM-L6-v2"),
             embedding_cache: None,
+            base_adapter: "shipped".to_owned(),
             no_embeddings: false,
             recent_contexts: 1024,
             history_limit: 20_000,

@@ -35,8 +35,9 @@ use rmcp::transport::streamable_http_server::{
     session::{SessionState, SessionStore, SessionStoreError, local::LocalSessionManager},
 };
 use switchyard_kit::{GrpcServer, identity::IdentityLayer, store::StorePlan};
-use switchyard_models::Embedder;
+use switchyard_models::{Embedder, cache_file::ModelDigest};
 use switchyard_proto::mcp::v1::mcp_gateway_service_server::McpGatewayServiceServer;
+use switchyard_retrieval::QueryAdapter;
 use tokio_util::sync::CancellationToken;
 
 pub use config::GatewayConfig;
@@ -101,7 +102,40 @@ pub fn load_embedder(config: &GatewayConfig) -> anyhow::Result<Option<Arc<Embedd
     Ok(Some(Arc::new(embedder)))
 }
 
-fn settings(config: &GatewayConfig) -> Settings {
+/// The base query adapter `--base-adapter` names, for the model in `--model-dir` (none without
+/// an embedder). The shipped adapter only fits the model it was learned for: with another one
+/// it is skipped with a warning. An adapter file the operator named must load.
+pub fn load_base_adapter(config: &GatewayConfig, embedder: bool) -> anyhow::Result<Option<Arc<QueryAdapter>>> {
+    if !embedder || config.base_adapter == "none" {
+        return Ok(None);
+    }
+    let model = ModelDigest::of_dir(&config.model_dir);
+    let adapter = if config.base_adapter == "shipped" {
+        match model.map_err(anyhow::Error::from).and_then(|model| Ok(QueryAdapter::shipped(&model)?)) {
+            Ok(adapter) => adapter,
+            Err(err) => {
+                tracing::warn!(error = %err, model_dir = %config.model_dir.display(), "no base query adapter");
+                return Ok(None);
+            }
+        }
+    } else {
+        let path = std::path::Path::new(&config.base_adapter);
+        let model =
+            model.with_context(|| format!("digesting the embedding model in {}", config.model_dir.display()))?;
+        let bytes = std::fs::read(path).with_context(|| format!("reading --base-adapter {}", path.display()))?;
+        QueryAdapter::from_bytes(&bytes, &model).with_context(|| format!("--base-adapter {}", path.display()))?
+    };
+    let learned = adapter.provenance();
+    tracing::info!(
+        source = %config.base_adapter,
+        pairs = learned.pairs,
+        tools = learned.tools,
+        "base query adapter loaded"
+    );
+    Ok(Some(Arc::new(adapter)))
+}
+
+fn settings(config: &GatewayConfig, base_adapter: Option<Arc<QueryAdapter>>) -> Settings {
     Settings {
         top_k: config.top_k as usize,
         prefix_tools: config.prefix_tools,
@@ -115,6 +149,7 @@ fn settings(config: &GatewayConfig) -> Settings {
         recent_contexts: config.recent_contexts,
         embedding_cache: config.embedding_cache.clone(),
         model_dir: config.model_dir.clone(),
+        base_adapter,
     }
 }
 
@@ -127,7 +162,8 @@ pub fn start_gateway(
 ) -> anyhow::Result<Arc<Gateway>> {
     let specs = config.upstreams().context("downstream MCP servers")?;
     let upstreams = Upstreams::start(specs, config.backoff(), shutdown.clone());
-    Ok(Gateway::start(upstreams, stores.contexts, stores.usage, embedder, settings(config), shutdown))
+    let base_adapter = load_base_adapter(config, embedder.is_some())?;
+    Ok(Gateway::start(upstreams, stores.contexts, stores.usage, embedder, settings(config, base_adapter), shutdown))
 }
 
 /// The MCP transport's sessions, kept in the context store so any replica can continue a

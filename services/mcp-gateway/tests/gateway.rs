@@ -652,3 +652,89 @@ async fn stateless_clients_keep_a_context_by_handle_beside_session_clients() {
     assert_eq!(bob["result"]["tools"].as_array().map(Vec::len), Some(201), "{bob}");
     running.stop().await;
 }
+
+/// Recorded usage teaches a query adapter once there is enough of it (20 pairs, two tools),
+/// and the gateway picks its base adapter as `--base-adapter` says: the shipped one for this
+/// model, none, or a file — a file that is missing or made for another model stops start-up
+/// with the reason, rather than ranking silently without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_adapter_is_learned_from_usage_and_the_base_adapter_is_chosen_by_flag() {
+    let fixture = FixtureServer::start(metatool_tools()).await.unwrap();
+    let config = common::config(&[format!("meta={}", fixture.url())]);
+    let running = common::start(&config, Stores::in_memory(), Some(common::embedder())).await;
+    running.ready(200).await;
+    let gateway = running.gateway.clone();
+    let shipped = gateway.settings().base_adapter.clone().expect("the shipped adapter fits MiniLM");
+    assert_eq!((shipped.dimensions(), shipped.provenance().tools), (384, 199));
+
+    let requests = [
+        ("meta__ExchangeTool", ["how many yen is 50 euros", "convert 200 dollars to pounds", "usd to inr rate now"]),
+        (
+            "meta__EarthquakeTool",
+            ["any tremors near tokyo today", "was there a quake in chile", "seismic activity this week"],
+        ),
+    ];
+    let mut recorded = 0;
+    for round in 0..4 {
+        for (tool, asked) in &requests {
+            for (i, context) in asked.iter().enumerate() {
+                let key = common::session_key("default", &format!("adapter-{round}-{tool}-{i}"));
+                gateway.set_context(&key, &format!("{context} (#{round})"), None).await.unwrap();
+                gateway.call_tool(Some(&key), tool, None).await.unwrap();
+                recorded += 1;
+            }
+        }
+    }
+    eventually(Duration::from_secs(10), "the calls recorded", || async {
+        gateway.usage().history(100).await.unwrap().len() >= recorded
+    })
+    .await;
+    assert!(!gateway.catalog().adapted, "no history, no adapter");
+    assert_eq!(gateway.refresh_history().await.unwrap(), recorded);
+    let catalog = gateway.catalog();
+    assert_eq!((catalog.learned_pairs, catalog.adapted), (24, true));
+    // A request phrased like the recorded ones: the tool they used is shown, with votes.
+    let key = common::session_key("default", "adapter-after");
+    let (_, shown) = gateway.set_context(&key, "convert 75 swiss francs to dollars", None).await.unwrap();
+    let exchange = shown.tools.iter().position(|t| t.tool.name == "meta__ExchangeTool");
+    let parts: Vec<_> = shown.tools.iter().map(|t| (&t.tool.name, t.score.as_ref().map(|s| s.usage_prior))).collect();
+    assert!(matches!(exchange, Some(0 | 1)), "{parts:?}");
+    let earthquake = shown.tools.iter().find(|t| t.tool.name == "meta__EarthquakeTool");
+    let prior = |i: usize| shown.tools[i].score.as_ref().map_or(0.0, |s| s.usage_prior);
+    assert!(prior(exchange.unwrap_or_default()) > 4.0, "votes for the used tool: {parts:?}");
+    assert!(earthquake.is_none(), "the other used tool is not pushed on an unrelated request: {parts:?}");
+    running.stop().await;
+
+    let mut none = config.clone();
+    none.base_adapter = "none".into();
+    let running = common::start(&none, Stores::in_memory(), Some(common::embedder())).await;
+    assert!(running.gateway.settings().base_adapter.is_none());
+    running.stop().await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut missing = config.clone();
+    missing.base_adapter = dir.path().join("absent.bin").display().to_string();
+    let err = switchyard_mcp_gateway::GatewayServer::bind_with(&missing, Stores::in_memory(), Some(common::embedder()))
+        .await
+        .err()
+        .expect("a missing adapter file stops start-up");
+    assert!(format!("{err:#}").contains("absent.bin"), "{err:#}");
+
+    let other_model = dir.path().join("other.bin");
+    let foreign = switchyard_models::cache_file::ModelDigest::from_bytes([9; 32]);
+    std::fs::write(&other_model, shipped.to_bytes(&foreign)).unwrap();
+    let mut wrong = config.clone();
+    wrong.base_adapter = other_model.display().to_string();
+    let err = switchyard_mcp_gateway::GatewayServer::bind_with(&wrong, Stores::in_memory(), Some(common::embedder()))
+        .await
+        .err()
+        .expect("an adapter for another model stops start-up");
+    assert!(format!("{err:#}").contains("another embedding model"), "{err:#}");
+
+    // The same file made for this model is taken as it is.
+    let model = switchyard_models::cache_file::ModelDigest::of_dir(&switchyard_testkit::model_dir()).unwrap();
+    std::fs::write(&other_model, shipped.to_bytes(&model)).unwrap();
+    let running = common::start(&wrong, Stores::in_memory(), Some(common::embedder())).await;
+    assert_eq!(running.gateway.settings().base_adapter.as_ref().map(|a| a.provenance()), Some(shipped.provenance()));
+    running.stop().await;
+}

@@ -13,6 +13,7 @@ use arc_swap::ArcSwap;
 use chrono::Utc;
 use switchyard_kit::records::{RecordBuffer, RecordBufferConfig};
 use switchyard_models::{Embedder, recent::RecentQueries};
+use switchyard_retrieval::QueryAdapter;
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -46,6 +47,8 @@ pub struct Settings {
     pub embedding_cache: Option<PathBuf>,
     /// The embedder's model folder, whose files key the embedding cache file.
     pub model_dir: PathBuf,
+    /// Maps contexts before the semantic signal (`--base-adapter`).
+    pub base_adapter: Option<Arc<QueryAdapter>>,
 }
 
 /// A ranked tool, ready to show.

@@ -7,7 +7,7 @@ use tokio::sync::broadcast;
 
 use super::Gateway;
 use crate::{
-    catalog::{Catalog, History},
+    catalog::{Catalog, CatalogTool, History},
     error::GatewayError,
 };
 
@@ -17,10 +17,15 @@ impl Gateway {
         self.catalog_changed.subscribe()
     }
 
-    /// Reloads the usage history now and rebuilds the catalog with it (also done periodically).
+    /// Reloads the usage history now and rebuilds the catalog with it (also done periodically;
+    /// an unchanged history leaves the catalog as it is, so a quiet gateway does not relearn
+    /// its query adapter every refresh).
     pub async fn refresh_history(&self) -> Result<usize, GatewayError> {
         let pairs = self.usage.history(self.settings.history_limit).await?;
         let count = pairs.len();
+        if self.history.load().pairs == pairs {
+            return Ok(count);
+        }
         self.history.store(Arc::new(History { pairs }));
         self.rebuild_catalog().await;
         Ok(count)
@@ -37,11 +42,24 @@ impl Gateway {
             if !self.embeddings.covers(&documents) {
                 // Publish a lexical catalog at once, so a slow model never delays a server's
                 // tools appearing; the embedded one follows.
-                self.publish(Catalog::from_tools(tools.clone(), &self.embeddings, &self.history.load(), false));
+                self.publish(self.build_catalog(tools.clone(), false).await);
                 self.fill_embeddings(embedder, documents).await;
             }
         }
-        self.publish(Catalog::from_tools(tools, &self.embeddings, &self.history.load(), semantic));
+        self.publish(self.build_catalog(tools, semantic).await);
+    }
+
+    /// Indexes `tools` with the current history. Learning the query adapter from the history
+    /// takes about a second of CPU (BENCHMARKS.md), so it runs off the async workers.
+    async fn build_catalog(&self, tools: Vec<CatalogTool>, semantic: bool) -> Catalog {
+        let embeddings = self.embeddings.clone();
+        let history = self.history.load_full();
+        let base = self.settings.base_adapter.clone();
+        tokio::task::spawn_blocking(move || {
+            Catalog::from_tools(tools, &embeddings, &history, semantic, base.as_deref())
+        })
+        .await
+        .unwrap_or_else(|err| std::panic::resume_unwind(err.into_panic()))
     }
 
     fn publish(&self, catalog: Catalog) {
@@ -50,8 +68,14 @@ impl Gateway {
             || before.tools().iter().zip(catalog.tools()).any(|(a, b)| a.name != b.name || a.tool != b.tool);
         // Info when what clients see changes (tools, or the semantic signal coming on): with
         // a large catalogue this is when start-up is over.
-        if changed || before.embedded != catalog.embedded {
-            tracing::info!(tools = catalog.len(), embedded = catalog.embedded, "catalog published");
+        if changed || before.embedded != catalog.embedded || before.adapted != catalog.adapted {
+            tracing::info!(
+                tools = catalog.len(),
+                embedded = catalog.embedded,
+                learned_pairs = catalog.learned_pairs,
+                adapted = catalog.adapted,
+                "catalog published"
+            );
         } else {
             tracing::debug!(?catalog, "catalog published");
         }

@@ -37,6 +37,8 @@ pub fn config(servers: &[String]) -> GatewayConfig {
     let mut config = GatewayConfig::in_memory(loopback(), loopback(), servers.to_vec());
     config.reconnect_initial = Duration::from_millis(100);
     config.reconnect_max = Duration::from_secs(1);
+    // The model's files decide which query adapter fits (the shipped one is for this model).
+    config.model_dir = switchyard_testkit::model_dir();
     config
 }
 

@@ -19,11 +19,13 @@ use std::{collections::HashMap, fs, path::Path};
 use anyhow::Context;
 use serde::Deserialize;
 use serde_json::json;
-use switchyard_models::Embedder;
-use switchyard_retrieval::{Fusion, PriorParams, ToolRanker, ToolText, Votes, Weights, tool_document};
+use switchyard_models::{Embedder, cache_file::ModelDigest};
+use switchyard_retrieval::{
+    AdapterParams, Fusion, PriorParams, QueryAdapter, ToolRanker, ToolText, Votes, Weights, tool_document,
+};
 
 use crate::{
-    args::Args,
+    args::{Args, BaseAdapter},
     cache::{self, EmbeddingCache},
     compare,
 };
@@ -48,7 +50,7 @@ const LEXICAL_NEIGHBOURS: usize = 10;
 const LEXICAL_PRIOR_WEIGHT: f32 = 3.0;
 
 /// Tuning overrides, read from the environment: `SWITCHYARD_EVAL_` + `SEMANTIC_WEIGHT` (both
-/// hybrids), `HISTORY_LEXICAL_WEIGHT`, `PRIOR_WEIGHT`, `NEIGHBOURS`, `TEMPERATURE`,
+/// hybrids), `HISTORY_SEMANTIC_WEIGHT` (with history only), `HISTORY_LEXICAL_WEIGHT`, `PRIOR_WEIGHT`, `NEIGHBOURS`, `TEMPERATURE`,
 /// `CONFIDENCE_FLOOR`, `CONFIDENCE_FULL`, `CENTROID_WEIGHT`, `UNSEEN_SHARE`,
 /// `LEXICAL_NEIGHBOURS`, `VOTES`
 /// (`sum`, `best`) and `FUSION` (`minmax`, `zscore`, `rrf`).
@@ -115,6 +117,57 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let query_embeddings =
         cache.embed_alone(&embedder, &queries.iter().map(|(q, _)| q.as_str()).collect::<Vec<_>>())?;
     let weights = |lexical, semantic, usage_prior| Weights { lexical, semantic, usage_prior };
+    let history = match &args.history {
+        Some(path) => {
+            let (history, _) = known(read_lines(path)?);
+            let embeddings =
+                cache.embed_alone(&embedder, &history.iter().map(|(q, _)| q.as_str()).collect::<Vec<_>>())?;
+            Some((history, embeddings))
+        }
+        None => None,
+    };
+    let learn_base = || -> anyhow::Result<(QueryAdapter, f64)> {
+        let (history, embeddings) = history.as_ref().context("the base adapter learns from HISTORY")?;
+        let used: Vec<usize> = history.iter().map(|(_, tool)| *tool).collect();
+        let params = AdapterParams {
+            strength: tuning("SWITCHYARD_EVAL_BASE_STRENGTH", AdapterParams::base().strength),
+            ..AdapterParams::base()
+        };
+        let started = std::time::Instant::now();
+        let adapter = QueryAdapter::learn(embeddings, &used, &tool_embeddings, params)?;
+        Ok((adapter, started.elapsed().as_secs_f64()))
+    };
+    let model = || ModelDigest::of_dir(&model_dir).with_context(|| format!("digesting {}", model_dir.display()));
+    let source = args.base_adapter.clone().unwrap_or(if history.is_some() {
+        BaseAdapter::History
+    } else {
+        BaseAdapter::Shipped
+    });
+    let (base, base_note) = match &source {
+        BaseAdapter::None => (None, json!("none")),
+        BaseAdapter::Shipped => {
+            let adapter = QueryAdapter::shipped(&model()?).context("the shipped query adapter")?;
+            (Some(adapter), json!("shipped"))
+        }
+        BaseAdapter::File(path) => {
+            let bytes = fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+            let adapter = QueryAdapter::from_bytes(&bytes, &model()?).with_context(|| format!("{}", path.display()))?;
+            (Some(adapter), json!(path.display().to_string()))
+        }
+        BaseAdapter::History => match learn_base() {
+            Ok((adapter, seconds)) => (Some(adapter), json!({"learned_from": "history", "training_seconds": seconds})),
+            // Chosen by default, a history too small to learn from means no adapter.
+            Err(err) if args.base_adapter.is_none() => (None, json!(format!("none ({err:#})"))),
+            Err(err) => return Err(err),
+        },
+    };
+    if let Some(path) = &args.save_base_adapter {
+        let adapter = match (&source, &base) {
+            (BaseAdapter::History, Some(adapter)) => adapter.clone(),
+            _ => learn_base()?.0,
+        };
+        fs::write(path, adapter.to_bytes(&model()?)).with_context(|| format!("writing {}", path.display()))?;
+    }
 
     let mut methods = serde_json::Map::new();
     let bm25 = ToolRanker::new(&texts, weights(1.0, 0.0, 0.0));
@@ -128,24 +181,31 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     };
     let cold = Weights::cold_start();
     let cold = Weights { semantic: tuning("SWITCHYARD_EVAL_SEMANTIC_WEIGHT", cold.semantic), ..cold };
-    let hybrid = ToolRanker::new(&texts, cold).with_fusion(fusion).with_tool_embeddings(tool_embeddings.clone());
+    let plain = ToolRanker::new(&texts, cold).with_fusion(fusion).with_tool_embeddings(tool_embeddings.clone());
+    methods.insert("hybrid_without_adapter".into(), report(&ranks(&plain, &queries, Some(&query_embeddings)), None));
+    // The gateway's cold start: the base adapter maps each query before the semantic signal.
+    let with_base = |ranker: ToolRanker| match &base {
+        Some(adapter) => ranker.with_base_adapter(adapter.clone()),
+        None => ranker,
+    };
+    let hybrid = with_base(plain);
     let cold_ranks = ranks(&hybrid, &queries, Some(&query_embeddings));
     methods.insert("hybrid".into(), report(&cold_ranks, None));
     let cold_ranks = Some(cold_ranks.as_slice());
-    if let Some(history_path) = &args.history {
-        let (history, _) = known(read_lines(history_path)?);
+    if let Some((history, history_embeddings)) = &history {
         let lexical_prior = ToolRanker::new(&texts, weights(1.0, 0.0, LEXICAL_PRIOR_WEIGHT)).with_history(
-            &history,
+            history,
             None,
             LEXICAL_NEIGHBOURS,
         );
         methods.insert("bm25+usage_prior".into(), report(&ranks(&lexical_prior, &queries, None), cold_ranks));
-        let history_embeddings =
-            cache.embed_alone(&embedder, &history.iter().map(|(q, _)| q.as_str()).collect::<Vec<_>>())?;
         let warm = Weights::with_history();
         let warm = Weights {
             lexical: tuning("SWITCHYARD_EVAL_HISTORY_LEXICAL_WEIGHT", warm.lexical),
-            semantic: tuning("SWITCHYARD_EVAL_SEMANTIC_WEIGHT", warm.semantic),
+            semantic: tuning(
+                "SWITCHYARD_EVAL_HISTORY_SEMANTIC_WEIGHT",
+                tuning("SWITCHYARD_EVAL_SEMANTIC_WEIGHT", warm.semantic),
+            ),
             usage_prior: tuning("SWITCHYARD_EVAL_PRIOR_WEIGHT", warm.usage_prior),
         };
         let defaults = PriorParams::default();
@@ -162,19 +222,51 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             centroid_weight: tuning("SWITCHYARD_EVAL_CENTROID_WEIGHT", defaults.centroid_weight),
             unseen_share: tuning("SWITCHYARD_EVAL_UNSEEN_SHARE", defaults.unseen_share),
             lexical_neighbours: tuning("SWITCHYARD_EVAL_LEXICAL_NEIGHBOURS", defaults.lexical_neighbours),
+            adapter_weight: tuning("SWITCHYARD_EVAL_ADAPTER_WEIGHT", defaults.adapter_weight),
+            adapter: AdapterParams {
+                strength: tuning("SWITCHYARD_EVAL_ADAPTER_STRENGTH", defaults.adapter.strength),
+                temperature: tuning("SWITCHYARD_EVAL_ADAPTER_TEMPERATURE", defaults.adapter.temperature),
+                steps: tuning("SWITCHYARD_EVAL_ADAPTER_STEPS", defaults.adapter.steps),
+                batch: tuning("SWITCHYARD_EVAL_ADAPTER_BATCH", defaults.adapter.batch),
+                learning_rate: tuning("SWITCHYARD_EVAL_ADAPTER_RATE", defaults.adapter.learning_rate),
+                ..defaults.adapter
+            },
+            adapted_neighbours: tuning("SWITCHYARD_EVAL_ADAPTED_NEIGHBOURS", defaults.adapted_neighbours),
+            cold_fallback: tuning("SWITCHYARD_EVAL_COLD_FALLBACK", defaults.cold_fallback),
         };
+        // The history's adapter alone: the embedding signal with each query mapped as the
+        // usage taught (what the prior's adapter part sees).
+        let started = std::time::Instant::now();
+        let used: Vec<usize> = history.iter().map(|(_, tool)| *tool).collect();
+        match QueryAdapter::learn(history_embeddings, &used, &tool_embeddings, params.adapter) {
+            Ok(adapter) => {
+                let seconds = started.elapsed().as_secs_f64();
+                let adapted: Vec<Vec<f32>> =
+                    query_embeddings.iter().map(|q| adapter.apply(q).unwrap_or_else(|| q.clone())).collect();
+                let mut figures = report(&ranks(&embedding, &queries, Some(&adapted)), cold_ranks);
+                figures["training_seconds"] = json!(seconds);
+                methods.insert("embedding+adapter".into(), figures);
+            }
+            Err(err) => eprintln!("no adapter: {err}"),
+        }
         // The plain nearest-neighbour vote over the same history: what the fusion must beat.
         let neighbours = ToolRanker::new(&texts, weights(0.0, 0.0, 1.0)).with_history_params(
-            &history,
+            history,
             Some(history_embeddings.clone()),
-            PriorParams { centroid_weight: 0.0, unseen_share: 0.0, lexical_neighbours: 0.0, ..params },
+            PriorParams {
+                centroid_weight: 0.0,
+                unseen_share: 0.0,
+                lexical_neighbours: 0.0,
+                adapter_weight: 0.0,
+                adapted_neighbours: false,
+                cold_fallback: false,
+                ..params
+            },
         );
         let neighbour_ranks = ranks(&neighbours, &queries, Some(&query_embeddings));
         methods.insert("nearest_neighbours".into(), report(&neighbour_ranks, cold_ranks));
-        let full = ToolRanker::new(&texts, warm)
-            .with_fusion(fusion)
-            .with_tool_embeddings(tool_embeddings)
-            .with_history_params(&history, Some(history_embeddings), params);
+        let full = with_base(ToolRanker::new(&texts, warm).with_fusion(fusion).with_tool_embeddings(tool_embeddings))
+            .with_history_params(history, Some(history_embeddings.clone()), params);
         let full_ranks = ranks(&full, &queries, Some(&query_embeddings));
         methods.insert("hybrid+usage_prior".into(), report(&full_ranks, cold_ranks));
     }
@@ -183,6 +275,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         "queries": queries.len(),
         "queries_with_unknown_tool": unknown_tools,
         "query_kernels": embedder.kernels().name(),
+        "base_adapter": base_note,
         "methods": methods,
     });
     cache.save()?;
