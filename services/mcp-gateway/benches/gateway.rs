@@ -80,6 +80,8 @@ async fn run() {
     let loopback = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
     let mut config = GatewayConfig::in_memory(loopback, loopback, vec![format!("big={}", big.url())]);
     config.top_k = 8;
+    // The model's files decide whether the shipped base query adapter fits (it does for MiniLM).
+    config.model_dir = switchyard_testkit::model_dir();
     let server = GatewayServer::bind_with(&config, Stores::in_memory(), Some(embedder.clone())).await.expect("gateway");
     let gateway = server.gateway();
     let url = format!("http://{}/mcp", server.mcp_addr());
@@ -93,7 +95,12 @@ async fn run() {
     })
     .await;
     eprintln!("catalog of {TOOLS} tools embedded in {:?}", started.elapsed());
-    eprintln!("single-text kernels: {}, {} thread(s)", embedder.kernels().name(), embedder.query_threads());
+    eprintln!(
+        "single-text kernels: {}, {} thread(s); base query adapter: {}",
+        embedder.kernels().name(),
+        embedder.query_threads(),
+        if gateway.settings().base_adapter.is_some() { "shipped" } else { "none" }
+    );
 
     let through = client(&url).await;
     let direct = client(&big.url()).await;
