@@ -16,7 +16,7 @@ use sha2::{Digest, Sha256};
 use switchyard_models::cache_file::ModelDigest;
 
 /// How the adapter learns. The defaults were measured on the MetaTool dev split
-/// (BENCHMARKS.md, "A query adapter learned from history").
+/// (BENCHMARKS.md, "Query adapters in the product").
 #[derive(Debug, Clone, Copy)]
 pub struct AdapterParams {
     /// Pull towards the identity (L2 on `W − I`): small lets the map follow the history
@@ -204,7 +204,7 @@ impl QueryAdapter {
     }
 
     /// The adapter shipped with the gateway: learned from the public MetaTool dev queries
-    /// (4,174 requests for 199 tools; `switchyard-tool-eval --save-base-adapter`, strength
+    /// (16,384 requests for 199 tools; `switchyard-tool-eval --save-base-adapter`, strength
     /// 0.1) for all-MiniLM-L6-v2. Refused for any other model's embeddings.
     pub fn shipped(model: &ModelDigest) -> Result<Self, AdapterError> {
         Self::from_bytes(include_bytes!("../data/base-adapter.bin"), model)

@@ -10,6 +10,8 @@ pub mod prior;
 pub mod text;
 
 pub use adapter::{AdapterError, AdapterParams, QueryAdapter};
+use std::sync::Arc;
+
 use bm25::{Bm25Index, Bm25Params};
 use prior::UsagePrior;
 pub use prior::{NEIGHBOURS, PriorParams, Votes};
@@ -79,7 +81,7 @@ pub struct ToolRanker {
     /// Learned with the prior when [`PriorParams::adapter_weight`] is on.
     adapter: Option<QueryAdapter>,
     /// Maps queries before the semantic signal's cosine ([`ToolRanker::with_base_adapter`]).
-    base_adapter: Option<QueryAdapter>,
+    base_adapter: Option<Arc<QueryAdapter>>,
     /// See [`PriorParams::unseen_share`].
     unseen_share: f32,
     /// See [`PriorParams::adapted_neighbours`].
@@ -159,7 +161,8 @@ impl ToolRanker {
     /// Maps each query with `adapter` before its cosine with the tools (the semantic signal):
     /// an adapter learned beforehand from other tools' requests, so it helps before this
     /// ranker has any history of its own. Ignored if its dimensions are not the embeddings'.
-    pub fn with_base_adapter(mut self, adapter: QueryAdapter) -> Self {
+    /// Shared, since one adapter serves every catalog a gateway builds.
+    pub fn with_base_adapter(mut self, adapter: Arc<QueryAdapter>) -> Self {
         self.base_adapter = Some(adapter);
         self
     }

@@ -43,9 +43,9 @@ pub struct PriorParams {
     /// other tools' past ones; so it is off by default (BENCHMARKS.md, "Tool retrieval").
     pub lexical_neighbours: f32,
     /// Weight of the query adapter's signal against the neighbours' votes: a map of request
-    /// embeddings learned from the whole history ([`crate::adapter`]), and each used tool's
-    /// cosine with the mapped request (scaled between the worst and best used tool). 0: no
-    /// adapter is learned.
+    /// embeddings learned from the whole history ([`crate::adapter`]), and for each used tool
+    /// `exp((cosine − best) / temperature)` of the mapped request (the adapter's own softmax
+    /// temperature; the best used tool gets 1). 0: no adapter is learned.
     pub adapter_weight: f32,
     /// How the adapter learns.
     pub adapter: AdapterParams,

@@ -127,7 +127,7 @@ impl Catalog {
         cache: &EmbeddingCache,
         history: &History,
         semantic: bool,
-        base_adapter: Option<&QueryAdapter>,
+        base_adapter: Option<Arc<QueryAdapter>>,
     ) -> Self {
         let texts: Vec<ToolText> = tools.iter().map(|t| tool_text(&t.tool, &t.upstream_name)).collect();
         let by_name: HashMap<String, usize> = tools.iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
@@ -149,7 +149,7 @@ impl Catalog {
         if let Some(embeddings) = embeddings {
             ranker = ranker.with_tool_embeddings(embeddings);
             if let Some(adapter) = base_adapter {
-                ranker = ranker.with_base_adapter(adapter.clone());
+                ranker = ranker.with_base_adapter(adapter);
             }
         }
         let learned_pairs = pairs.len();

@@ -55,11 +55,9 @@ impl Gateway {
         let embeddings = self.embeddings.clone();
         let history = self.history.load_full();
         let base = self.settings.base_adapter.clone();
-        tokio::task::spawn_blocking(move || {
-            Catalog::from_tools(tools, &embeddings, &history, semantic, base.as_deref())
-        })
-        .await
-        .unwrap_or_else(|err| std::panic::resume_unwind(err.into_panic()))
+        tokio::task::spawn_blocking(move || Catalog::from_tools(tools, &embeddings, &history, semantic, base))
+            .await
+            .unwrap_or_else(|err| std::panic::resume_unwind(err.into_panic()))
     }
 
     fn publish(&self, catalog: Catalog) {

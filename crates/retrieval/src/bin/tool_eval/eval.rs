@@ -14,7 +14,7 @@
 //! (the single-text encoder, on the kernels `SWITCHYARD_ENCODER` / `SWITCHYARD_SIMD` choose;
 //! the report names them as `query_kernels`).
 
-use std::{collections::HashMap, fs, path::Path};
+use std::{collections::HashMap, fs, path::Path, sync::Arc};
 
 use anyhow::Context;
 use serde::Deserialize;
@@ -169,6 +169,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         fs::write(path, adapter.to_bytes(&model()?)).with_context(|| format!("writing {}", path.display()))?;
     }
 
+    let base = base.map(Arc::new);
+
     let mut methods = serde_json::Map::new();
     let bm25 = ToolRanker::new(&texts, weights(1.0, 0.0, 0.0));
     methods.insert("bm25".into(), report(&ranks(&bm25, &queries, None), None));
@@ -185,7 +187,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     methods.insert("hybrid_without_adapter".into(), report(&ranks(&plain, &queries, Some(&query_embeddings)), None));
     // The gateway's cold start: the base adapter maps each query before the semantic signal.
     let with_base = |ranker: ToolRanker| match &base {
-        Some(adapter) => ranker.with_base_adapter(adapter.clone()),
+        Some(adapter) => ranker.with_base_adapter(Arc::clone(adapter)),
         None => ranker,
     };
     let hybrid = with_base(plain);
@@ -234,21 +236,6 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             adapted_neighbours: tuning("SWITCHYARD_EVAL_ADAPTED_NEIGHBOURS", defaults.adapted_neighbours),
             cold_fallback: tuning("SWITCHYARD_EVAL_COLD_FALLBACK", defaults.cold_fallback),
         };
-        // The history's adapter alone: the embedding signal with each query mapped as the
-        // usage taught (what the prior's adapter part sees).
-        let started = std::time::Instant::now();
-        let used: Vec<usize> = history.iter().map(|(_, tool)| *tool).collect();
-        match QueryAdapter::learn(history_embeddings, &used, &tool_embeddings, params.adapter) {
-            Ok(adapter) => {
-                let seconds = started.elapsed().as_secs_f64();
-                let adapted: Vec<Vec<f32>> =
-                    query_embeddings.iter().map(|q| adapter.apply(q).unwrap_or_else(|| q.clone())).collect();
-                let mut figures = report(&ranks(&embedding, &queries, Some(&adapted)), cold_ranks);
-                figures["training_seconds"] = json!(seconds);
-                methods.insert("embedding+adapter".into(), figures);
-            }
-            Err(err) => eprintln!("no adapter: {err}"),
-        }
         // The plain nearest-neighbour vote over the same history: what the fusion must beat.
         let neighbours = ToolRanker::new(&texts, weights(0.0, 0.0, 1.0)).with_history_params(
             history,
@@ -265,8 +252,24 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         );
         let neighbour_ranks = ranks(&neighbours, &queries, Some(&query_embeddings));
         methods.insert("nearest_neighbours".into(), report(&neighbour_ranks, cold_ranks));
-        let full = with_base(ToolRanker::new(&texts, warm).with_fusion(fusion).with_tool_embeddings(tool_embeddings))
-            .with_history_params(history, Some(history_embeddings.clone()), params);
+        let unprimed =
+            with_base(ToolRanker::new(&texts, warm).with_fusion(fusion).with_tool_embeddings(tool_embeddings));
+        let started = std::time::Instant::now();
+        let full = unprimed.with_history_params(history, Some(history_embeddings.clone()), params);
+        // Learning the prior is the usage adapter's training, all but a few milliseconds.
+        let seconds = started.elapsed().as_secs_f64();
+        // The usage adapter alone: the embedding signal with each query mapped as the history
+        // taught (what the prior's adapter part sees).
+        match full.adapter() {
+            Some(adapter) => {
+                let adapted: Vec<Vec<f32>> =
+                    query_embeddings.iter().map(|q| adapter.apply(q).unwrap_or_else(|| q.clone())).collect();
+                let mut figures = report(&ranks(&embedding, &queries, Some(&adapted)), cold_ranks);
+                figures["training_seconds"] = json!(seconds);
+                methods.insert("embedding+adapter".into(), figures);
+            }
+            None => eprintln!("no usage adapter (too little history, or ADAPTER_WEIGHT 0)"),
+        }
         let full_ranks = ranks(&full, &queries, Some(&query_embeddings));
         methods.insert("hybrid+usage_prior".into(), report(&full_ranks, cold_ranks));
     }
