@@ -281,7 +281,7 @@ impl QueryAdapter {
 
 /// A small deterministic generator for shuffling minibatches (no statistical demands beyond
 /// "not in history order").
-struct SplitMix64(u64);
+pub(crate) struct SplitMix64(pub(crate) u64);
 
 impl SplitMix64 {
     fn next(&mut self) -> u64 {
@@ -292,7 +292,7 @@ impl SplitMix64 {
         z ^ (z >> 31)
     }
 
-    fn shuffle(&mut self, items: &mut [usize]) {
+    pub(crate) fn shuffle(&mut self, items: &mut [usize]) {
         for i in (1..items.len()).rev() {
             let j = (self.next() % (i as u64 + 1)) as usize;
             items.swap(i, j);

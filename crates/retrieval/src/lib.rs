@@ -8,6 +8,7 @@ pub mod adapter;
 pub mod bm25;
 pub mod prior;
 pub mod text;
+pub mod words;
 
 pub use adapter::{AdapterError, AdapterParams, QueryAdapter};
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use bm25::{Bm25Index, Bm25Params};
 use prior::UsagePrior;
 pub use prior::{NEIGHBOURS, PriorParams, Votes};
 use switchyard_models::cosine;
+pub use words::{WordClassifier, WordParams};
 
 /// What a tool is known by.
 #[derive(Debug, Clone)]
@@ -211,6 +213,11 @@ impl ToolRanker {
     /// The query adapter learned with the usage prior, if any.
     pub fn adapter(&self) -> Option<&QueryAdapter> {
         self.adapter.as_ref()
+    }
+
+    /// The usage prior's word classifier, if one was learned.
+    pub fn words(&self) -> Option<&WordClassifier> {
+        self.prior.as_ref().and_then(UsagePrior::words)
     }
 
     /// Each signal for `query` by tool index, scaled to [0, 1] for the query and already

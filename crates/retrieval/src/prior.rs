@@ -9,6 +9,7 @@ use crate::{
     adapter::AdapterParams,
     bm25::{Bm25Index, Bm25Params},
     text::terms,
+    words::{WordClassifier, WordParams},
 };
 
 /// How past queries vote. Defaults are the values measured best on the MetaTool dev split
@@ -58,6 +59,13 @@ pub struct PriorParams {
     /// Neighbours and centroids are found among the past requests as the adapter maps them
     /// (and the new request mapped the same way), rather than as the model embeds them.
     pub adapted_neighbours: bool,
+    /// Weight of the word classifier's vote against the neighbours' ([`crate::words`]): for
+    /// each used tool `exp((logit − best) / word_temperature)`, so the tool whose words the
+    /// request shares gets 1. 0: no classifier is learned.
+    pub word_weight: f32,
+    pub word_temperature: f32,
+    /// How the word classifier learns.
+    pub words: WordParams,
 }
 
 /// How the votes of several neighbours for one tool combine.
@@ -92,6 +100,9 @@ impl Default for PriorParams {
             adapter: AdapterParams::default(),
             adapted_neighbours: true,
             cold_fallback: false,
+            word_weight: 1.0,
+            word_temperature: 2.0,
+            words: WordParams::default(),
         }
     }
 }
@@ -107,6 +118,8 @@ pub struct UsagePrior {
     /// Past queries per tool.
     uses: Vec<usize>,
     tool_count: usize,
+    /// Learned when [`PriorParams::word_weight`] is on and the history is large enough.
+    words: Option<WordClassifier>,
     params: PriorParams,
 }
 
@@ -131,6 +144,7 @@ impl UsagePrior {
                 uses
             }),
             tool_count,
+            words: (params.word_weight > 0.0).then(|| WordClassifier::learn(history, params.words)).flatten(),
             params: PriorParams { neighbours: params.neighbours.max(1), ..params },
         }
     }
@@ -244,6 +258,19 @@ impl UsagePrior {
             }
             total += self.params.adapter_weight;
         }
+        if let Some(words) = &self.words {
+            let logits = words.logits(query_terms, self.tool_count);
+            let best = logits.iter().flatten().copied().fold(f32::MIN, f32::max);
+            if best > f32::MIN {
+                let temperature = self.params.word_temperature.max(1e-4);
+                for (vote, logit) in votes.iter_mut().zip(logits) {
+                    if let Some(logit) = logit {
+                        *vote += self.params.word_weight * ((logit - best) / temperature).exp();
+                    }
+                }
+                total += self.params.word_weight;
+            }
+        }
         if total > 1.0 {
             votes.iter_mut().for_each(|v| *v /= total);
         }
@@ -266,6 +293,11 @@ impl UsagePrior {
             }
         }
         true
+    }
+
+    /// The word classifier, when one was learned.
+    pub fn words(&self) -> Option<&WordClassifier> {
+        self.words.as_ref()
     }
 
     /// How many past queries led to `tool`.
@@ -313,6 +345,29 @@ mod tests {
         // Nothing in the history is within the confidence floor of this query: no push at all.
         let unrelated = prior.prior(&[], Some(&unit(&[0.2, 0.2, 1.0])), None);
         assert!(unrelated.iter().all(|v| *v == 0.0), "{unrelated:?}");
+    }
+
+    /// Past requests for two tools that the embedding cannot tell apart: the word classifier's
+    /// vote (on by default) sends a request with one tool's words to that tool.
+    #[test]
+    fn the_word_classifier_votes_for_the_tool_whose_words_a_request_uses() {
+        let mut history = Vec::new();
+        for round in 0..12 {
+            history.push((format!("recommend podcast episodes {round}"), 0));
+            history.push((format!("recommend music albums {round}"), 1));
+        }
+        let embeddings = vec![unit(&[1.0, 0.0, 0.0]); history.len()];
+        let query = terms("a podcast to recommend");
+        let vote = |word_weight| {
+            let params = PriorParams { word_weight, centroid_weight: 0.0, ..PriorParams::default() };
+            let prior = UsagePrior::learn_with(&history, 2, params).with_embeddings(embeddings.clone());
+            assert_eq!(prior.words().is_some(), word_weight > 0.0);
+            prior.prior(&query, Some(&unit(&[1.0, 0.0, 0.0])), None)
+        };
+        let neighbours_only = vote(0.0);
+        assert!((neighbours_only[0] - neighbours_only[1]).abs() < 1e-6, "{neighbours_only:?}");
+        let with_words = vote(1.0);
+        assert!(with_words[0] > with_words[1] + 0.2, "{with_words:?}");
     }
 
     /// Two past queries equally alike by meaning: shared words decide between them only when

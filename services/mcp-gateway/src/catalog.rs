@@ -52,6 +52,9 @@ pub struct Catalog {
     pub learned_pairs: usize,
     /// A query adapter was learned from them (enough history with embeddings).
     pub adapted: bool,
+    /// Words and word pairs the usage prior's word classifier learned (0: none, too little
+    /// history).
+    pub word_features: usize,
 }
 
 impl std::fmt::Debug for Catalog {
@@ -61,6 +64,7 @@ impl std::fmt::Debug for Catalog {
             .field("embedded", &self.embedded)
             .field("learned_pairs", &self.learned_pairs)
             .field("adapted", &self.adapted)
+            .field("word_features", &self.word_features)
             .finish_non_exhaustive()
     }
 }
@@ -160,7 +164,16 @@ impl Catalog {
             ranker = ranker.with_history_params(&pairs, history_embeddings, PriorParams::default());
         }
         let adapted = ranker.adapter().is_some();
-        Self { tools: tools.into_iter().map(Arc::new).collect(), by_name, ranker, embedded, learned_pairs, adapted }
+        let word_features = ranker.words().map_or(0, |words| words.features_len());
+        Self {
+            tools: tools.into_iter().map(Arc::new).collect(),
+            by_name,
+            ranker,
+            embedded,
+            learned_pairs,
+            adapted,
+            word_features,
+        }
     }
 
     pub fn len(&self) -> usize {

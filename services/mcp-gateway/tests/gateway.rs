@@ -653,9 +653,9 @@ async fn stateless_clients_keep_a_context_by_handle_beside_session_clients() {
     running.stop().await;
 }
 
-/// Recorded usage teaches a query adapter once there is enough of it (20 pairs, two tools),
-/// and the gateway picks its base adapter as `--base-adapter` says: the shipped one for this
-/// model, none, or a file — a file that is missing or made for another model stops start-up
+/// Recorded usage teaches a query adapter and a word classifier once there is enough of it
+/// (20 pairs, two tools), and the gateway picks its base adapter as `--base-adapter` says:
+/// the shipped one for this model, none, or a file — a file that is missing or made for another model stops start-up
 /// with the reason, rather than ranking silently without it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_query_adapter_is_learned_from_usage_and_the_base_adapter_is_chosen_by_flag() {
@@ -693,6 +693,7 @@ async fn a_query_adapter_is_learned_from_usage_and_the_base_adapter_is_chosen_by
     assert_eq!(gateway.refresh_history().await.unwrap(), recorded);
     let catalog = gateway.catalog();
     assert_eq!((catalog.learned_pairs, catalog.adapted), (24, true));
+    assert!(catalog.word_features > 10, "a word classifier was learned too: {catalog:?}");
     // A request phrased like the recorded ones: the tool they used is shown, with votes.
     let key = common::session_key("default", "adapter-after");
     let (_, shown) = gateway.set_context(&key, "convert 75 swiss francs to dollars", None).await.unwrap();

@@ -66,12 +66,14 @@ impl Gateway {
             || before.tools().iter().zip(catalog.tools()).any(|(a, b)| a.name != b.name || a.tool != b.tool);
         // Info when what clients see changes (tools, or the semantic signal coming on): with
         // a large catalogue this is when start-up is over.
-        if changed || before.embedded != catalog.embedded || before.adapted != catalog.adapted {
+        let learned = before.adapted != catalog.adapted || before.word_features != catalog.word_features;
+        if changed || before.embedded != catalog.embedded || learned {
             tracing::info!(
                 tools = catalog.len(),
                 embedded = catalog.embedded,
                 learned_pairs = catalog.learned_pairs,
                 adapted = catalog.adapted,
+                word_features = catalog.word_features,
                 "catalog published"
             );
         } else {

@@ -21,7 +21,8 @@ use serde::Deserialize;
 use serde_json::json;
 use switchyard_models::{Embedder, cache_file::ModelDigest};
 use switchyard_retrieval::{
-    AdapterParams, Fusion, PriorParams, QueryAdapter, ToolRanker, ToolText, Votes, Weights, tool_document,
+    AdapterParams, Fusion, PriorParams, QueryAdapter, ToolRanker, ToolText, Votes, Weights, WordClassifier, WordParams,
+    tool_document,
 };
 
 use crate::{
@@ -77,6 +78,23 @@ fn ranks(ranker: &ToolRanker, queries: &[(String, usize)], embeddings: Option<&[
             ranker.rank(query, embedding).iter().position(|tool| tool == expected).map_or(usize::MAX, |p| p + 1)
         })
         .collect()
+}
+
+/// Writes every tool's score for each query (little-endian f32, queries × tools, in file
+/// order) for experiments that fuse another signal with the ranker's.
+fn dump_scores(
+    path: &Path,
+    ranker: &ToolRanker,
+    queries: &[(String, usize)],
+    embeddings: &[Vec<f32>],
+) -> anyhow::Result<()> {
+    let mut bytes = Vec::new();
+    for ((query, _), embedding) in queries.iter().zip(embeddings) {
+        for score in ranker.scores(query, Some(embedding)) {
+            bytes.extend_from_slice(&score.to_le_bytes());
+        }
+    }
+    fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))
 }
 
 /// A method's figures; with a baseline, also how it moved each query against it.
@@ -235,6 +253,15 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             },
             adapted_neighbours: tuning("SWITCHYARD_EVAL_ADAPTED_NEIGHBOURS", defaults.adapted_neighbours),
             cold_fallback: tuning("SWITCHYARD_EVAL_COLD_FALLBACK", defaults.cold_fallback),
+            word_weight: tuning("SWITCHYARD_EVAL_WORD_WEIGHT", defaults.word_weight),
+            word_temperature: tuning("SWITCHYARD_EVAL_WORD_TEMPERATURE", defaults.word_temperature),
+            words: WordParams {
+                epochs: tuning("SWITCHYARD_EVAL_WORD_EPOCHS", defaults.words.epochs),
+                learning_rate: tuning("SWITCHYARD_EVAL_WORD_RATE", defaults.words.learning_rate),
+                regularisation: tuning("SWITCHYARD_EVAL_WORD_REGULARISATION", defaults.words.regularisation),
+                max_weights: tuning("SWITCHYARD_EVAL_WORD_MAX_WEIGHTS", defaults.words.max_weights),
+                ..defaults.words
+            },
         };
         // The plain nearest-neighbour vote over the same history: what the fusion must beat.
         let neighbours = ToolRanker::new(&texts, weights(0.0, 0.0, 1.0)).with_history_params(
@@ -247,11 +274,35 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 adapter_weight: 0.0,
                 adapted_neighbours: false,
                 cold_fallback: false,
+                word_weight: 0.0,
                 ..params
             },
         );
         let neighbour_ranks = ranks(&neighbours, &queries, Some(&query_embeddings));
         methods.insert("nearest_neighbours".into(), report(&neighbour_ranks, cold_ranks));
+        // The word classifier alone: each tool as likely as the words of its past requests.
+        let started = std::time::Instant::now();
+        match WordClassifier::learn(history, params.words) {
+            Some(words) => {
+                let seconds = started.elapsed().as_secs_f64();
+                let word_ranks: Vec<usize> = queries
+                    .iter()
+                    .map(|(query, expected)| {
+                        let logits = words.logits(&switchyard_retrieval::text::terms(query), texts.len());
+                        // No logit (no shared feature, or a tool never used): ranked last.
+                        match logits[*expected] {
+                            Some(own) => 1 + logits.iter().flatten().filter(|l| **l > own).count(),
+                            None => texts.len(),
+                        }
+                    })
+                    .collect();
+                let mut figures = report(&word_ranks, cold_ranks);
+                figures["training_seconds"] = json!(seconds);
+                figures["features"] = json!(words.features_len());
+                methods.insert("word_classifier".into(), figures);
+            }
+            None => eprintln!("no word classifier (too little history)"),
+        }
         let unprimed =
             with_base(ToolRanker::new(&texts, warm).with_fusion(fusion).with_tool_embeddings(tool_embeddings));
         let started = std::time::Instant::now();
@@ -269,6 +320,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 methods.insert("embedding+adapter".into(), figures);
             }
             None => eprintln!("no usage adapter (too little history, or ADAPTER_WEIGHT 0)"),
+        }
+        if let Ok(path) = std::env::var("SWITCHYARD_EVAL_DUMP_SCORES") {
+            dump_scores(Path::new(&path), &full, &queries, &query_embeddings)?;
         }
         let full_ranks = ranks(&full, &queries, Some(&query_embeddings));
         methods.insert("hybrid+usage_prior".into(), report(&full_ranks, cold_ranks));
