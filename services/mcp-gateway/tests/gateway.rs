@@ -655,8 +655,8 @@ async fn stateless_clients_keep_a_context_by_handle_beside_session_clients() {
 
 /// Recorded usage teaches a query adapter and a word classifier once there is enough of it
 /// (20 pairs, two tools), and the gateway picks its base adapter as `--base-adapter` says:
-/// the shipped one for this model, none, or a file — a file that is missing or made for another model stops start-up
-/// with the reason, rather than ranking silently without it.
+/// the shipped one for this model, none, or a file — a file that is missing or made for
+/// another model stops start-up with the reason, rather than ranking silently without it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_query_adapter_is_learned_from_usage_and_the_base_adapter_is_chosen_by_flag() {
     let fixture = FixtureServer::start(metatool_tools()).await.unwrap();
