@@ -29,6 +29,7 @@ pub mod batch;
 mod cache;
 pub mod cache_file;
 mod kernels;
+pub mod priority;
 pub mod recent;
 mod short;
 mod split;

@@ -5,7 +5,9 @@
 //!   against `tools/list` of a server with 8 tools (the HTTP + JSON-RPC floor);
 //! - `set_context` through the gateway — against an MCP `ping` on the same session (the
 //!   call's floor: the target is set_context − ping) and against embedding the same text alone;
-//! - `tools/call` through the gateway — against the same call made directly to the server.
+//! - `tools/call` through the gateway — against the same call made directly to the server;
+//! - `set_context` again with a recorded usage history (the prior ranks), and while the
+//!   catalog is rebuilt without pause (the prior retraining), each against `ping`.
 //!
 //! Run: `cargo bench -p switchyard-mcp-gateway --bench gateway` (needs models/; see
 //! scripts/fetch-models.sh). `SWITCHYARD_ENCODER` / `SWITCHYARD_SIMD` choose the query
@@ -186,6 +188,90 @@ async fn run() {
     row("set_context (embed + store + rank)", &set_context, "embedding alone", &embed_only);
     row("tools/list, context set, 1,000 tools", &list, "tools/list of an 8-tool server", &list_floor);
     row("tools/call through the gateway", &call_through, "same call direct", &call_direct);
+
+    // With a recorded history: ten past contexts for each of MetaTool's 199 tools, each set and
+    // then used as a session would (with the calls above, which were recorded too), so the usage prior (neighbours, usage adapter, word
+    // classifier) ranks every set_context. Then the same while the catalog is rebuilt without
+    // pause, each rebuild training the prior again: the worst case of a gateway whose history
+    // keeps changing (it rebuilds at most once per --history-refresh).
+    let mut recorded = 0;
+    let catalog = gateway.catalog();
+    for (i, tool) in catalog.tools().iter().take(199).enumerate() {
+        let description = tool.tool.description.as_deref().unwrap_or_default();
+        let words: Vec<&str> = description.split_whitespace().take(8).collect();
+        for k in 0..10 {
+            let tenant = switchyard_kit::TenantId::parse("default").expect("tenant");
+            let id = switchyard_kit::SessionId::parse(&format!("history-{i}-{k}")).expect("session id");
+            let key = switchyard_mcp_gateway::store::SessionKey::new(tenant, id);
+            let context = format!("{} (past request {k})", words.join(" "));
+            gateway.set_context(&key, &context, None).await.expect("set_context");
+            let arguments = json!({"input": context}).as_object().cloned();
+            gateway.call_tool(Some(&key), &tool.name, arguments).await.expect("call");
+            recorded += 1;
+        }
+    }
+    eventually(Duration::from_secs(60), "the calls recorded", || async {
+        gateway.usage().history(recorded + 1).await.map(|h| h.len()).unwrap_or(0) >= recorded
+    })
+    .await;
+    let started = Instant::now();
+    gateway.refresh_history().await.expect("history");
+    let catalog = gateway.catalog();
+    eprintln!(
+        "history of {} pairs learned in {:?}: usage adapter {}, {} word features",
+        catalog.learned_pairs,
+        started.elapsed(),
+        catalog.adapted,
+        catalog.word_features
+    );
+    let set_with_history = sequential(WARMUP, SAMPLES, |_| {
+        let params = call_params("set_context", json!({"query": next_context()}));
+        let through = &through;
+        async move {
+            through.call_tool(params).await.expect("set_context");
+        }
+    })
+    .await;
+    let ping_with_history = sequential(WARMUP, SAMPLES, |_| {
+        let through = &through;
+        async move {
+            through.send_request(ClientRequest::PingRequest(PingRequest::default())).await.expect("ping");
+        }
+    })
+    .await;
+    let retraining = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let rebuilds = tokio::spawn({
+        let (gateway, retraining) = (gateway.clone(), retraining.clone());
+        async move {
+            let (started, mut count) = (Instant::now(), 0u32);
+            while retraining.load(std::sync::atomic::Ordering::Relaxed) {
+                gateway.rebuild_catalog().await;
+                count += 1;
+            }
+            (count, started.elapsed())
+        }
+    });
+    let set_retraining = sequential(WARMUP, SAMPLES, |_| {
+        let params = call_params("set_context", json!({"query": next_context()}));
+        let through = &through;
+        async move {
+            through.call_tool(params).await.expect("set_context");
+        }
+    })
+    .await;
+    let ping_retraining = sequential(WARMUP, SAMPLES, |_| {
+        let through = &through;
+        async move {
+            through.send_request(ClientRequest::PingRequest(PingRequest::default())).await.expect("ping");
+        }
+    })
+    .await;
+    retraining.store(false, std::sync::atomic::Ordering::Relaxed);
+    let (count, spent) = rebuilds.await.expect("rebuilds");
+    eprintln!("{count} catalog rebuilds while measuring, {:?} each", spent / count.max(1));
+    let with_history = format!("set_context, {}-pair history", catalog.learned_pairs);
+    row(&with_history, &set_with_history, "ping, same session", &ping_with_history);
+    row("set_context while the prior retrains", &set_retraining, "ping, same session", &ping_retraining);
 
     for client in [through, direct, floor] {
         let _ = client.cancel().await;

@@ -1,7 +1,7 @@
 //! Keeping the published tool catalog current: rebuilt from the servers' listings and the
 //! usage history, embedded when the model is loaded, and announced when it changed.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use tokio::sync::broadcast;
 
@@ -10,6 +10,22 @@ use crate::{
     catalog::{Catalog, CatalogTool, History},
     error::GatewayError,
 };
+
+/// One thread, at lowered priority, for every catalog build of the process (builds are
+/// rare: start-up, a server's listing changing, the history changing).
+static CATALOG_BUILDER: LazyLock<Option<rayon::ThreadPool>> = LazyLock::new(|| {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .thread_name(|_| "catalog-build".to_owned())
+        .start_handler(|_| {
+            if !switchyard_models::priority::lower_this_thread() {
+                tracing::debug!("catalog builds run at normal priority");
+            }
+        })
+        .build()
+        .inspect_err(|err| tracing::warn!(%err, "no catalog-build thread; catalogs build on the blocking pool"))
+        .ok()
+});
 
 impl Gateway {
     /// Ticks whenever the tool catalog changes.
@@ -49,15 +65,23 @@ impl Gateway {
         self.publish(self.build_catalog(tools, semantic).await);
     }
 
-    /// Indexes `tools` with the current history. Learning the query adapter from the history
-    /// takes about a second of CPU (BENCHMARKS.md), so it runs off the async workers.
+    /// Indexes `tools` with the current history. Learning the usage prior from the history
+    /// takes seconds of CPU (BENCHMARKS.md), so it runs off the async workers, on one thread
+    /// of lowered priority: on busy cores it must not slow the embedding of a set_context.
     async fn build_catalog(&self, tools: Vec<CatalogTool>, semantic: bool) -> Catalog {
         let embeddings = self.embeddings.clone();
         let history = self.history.load_full();
         let base = self.settings.base_adapter.clone();
-        tokio::task::spawn_blocking(move || Catalog::from_tools(tools, &embeddings, &history, semantic, base))
-            .await
-            .unwrap_or_else(|err| std::panic::resume_unwind(err.into_panic()))
+        tokio::task::spawn_blocking(move || {
+            let build = || Catalog::from_tools(tools, &embeddings, &history, semantic, base);
+            // The adapter's matrix products run on the current rayon pool: this one.
+            match &*CATALOG_BUILDER {
+                Some(pool) => pool.install(build),
+                None => build(),
+            }
+        })
+        .await
+        .unwrap_or_else(|err| std::panic::resume_unwind(err.into_panic()))
     }
 
     fn publish(&self, catalog: Catalog) {
