@@ -22,30 +22,24 @@ pub fn lower_this_thread() -> bool {
 
 #[cfg(test)]
 mod tests {
+    /// The calling thread's nice value: field 19 of /proc/thread-self/stat (after the
+    /// parenthesised name).
+    #[cfg(target_os = "linux")]
+    fn own_nice() -> i64 {
+        let stat = std::fs::read_to_string("/proc/thread-self/stat").expect("stat");
+        stat.rsplit(')')
+            .next()
+            .and_then(|rest| rest.split_whitespace().nth(16))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no nice value in {stat}"))
+    }
+
     #[test]
     #[cfg(target_os = "linux")]
     fn a_thread_lowers_its_own_priority_only() {
-        let lowered =
-            std::thread::spawn(|| (super::lower_this_thread(), std::fs::read_to_string("/proc/thread-self/stat")))
-                .join()
-                .expect("thread");
-        assert!(lowered.0, "setpriority refused");
-        // Field 19 of /proc/<tid>/stat is the nice value (after the parenthesised name).
-        let stat = lowered.1.expect("stat");
-        let nice: i64 = stat
-            .rsplit(')')
-            .next()
-            .and_then(|rest| rest.split_whitespace().nth(16))
-            .and_then(|n| n.parse().ok())
-            .expect("nice");
-        assert_eq!(nice, 10, "{stat}");
-        let own = std::fs::read_to_string("/proc/thread-self/stat").expect("stat");
-        let own_nice: i64 = own
-            .rsplit(')')
-            .next()
-            .and_then(|rest| rest.split_whitespace().nth(16))
-            .and_then(|n| n.parse().ok())
-            .expect("nice");
-        assert_ne!(own_nice, 10, "the test's own thread is untouched");
+        let (lowered, nice) = std::thread::spawn(|| (super::lower_this_thread(), own_nice())).join().expect("thread");
+        assert!(lowered, "setpriority refused");
+        assert_eq!(nice, 10);
+        assert_ne!(own_nice(), 10, "the test's own thread is untouched");
     }
 }
