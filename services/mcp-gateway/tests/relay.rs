@@ -165,6 +165,32 @@ async fn a_server_s_requests_and_logs_reach_the_calling_client() {
     running.stop().await;
 }
 
+/// The server's last log message comes a moment before its result; the connection hands the
+/// two on by different paths, and the log message must not be lost to the race.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_message_sent_just_before_the_result_is_never_lost() {
+    const CALLS: usize = 20;
+    let running = gateway(Duration::from_secs(30)).await;
+    let app = App::capable("ada");
+    let client = connect(&running.mcp_url(), app.clone()).await;
+    client.set_level(SetLevelRequestParams::new(LoggingLevel::Debug)).await.unwrap();
+    for _ in 0..CALLS {
+        call(&client, "test_tool_with_logging", json!({})).await.unwrap();
+    }
+    eventually(Duration::from_secs(5), "every call's three log messages relayed", || async {
+        let logs = app.logs.lock().unwrap().clone();
+        let completed = logs.iter().filter(|l| l.data.to_string().contains("Tool execution completed")).count();
+        if logs.len() == 3 * CALLS && completed == CALLS {
+            Ok(())
+        } else {
+            Err(format!("{} log messages, {completed} of them the last one before the result", logs.len()))
+        }
+    })
+    .await;
+    client.cancel().await.unwrap();
+    running.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_a_client_cannot_answer_or_that_could_be_anyone_s_are_refused_never_guessed() {
     let running = gateway(Duration::from_secs(30)).await;

@@ -26,6 +26,10 @@ use crate::{
     upstream::Caller,
 };
 
+/// Longest a result waits for the server's earlier messages to reach the client: they are
+/// already on their way, so only a client that stopped reading takes this long.
+const RELAY_DRAIN: Duration = Duration::from_secs(2);
+
 #[derive(Debug)]
 pub struct CallOutcome {
     pub response: CallToolResponse,
@@ -77,6 +81,8 @@ impl Gateway {
         let mut params = CallToolRequestParams::new(tool.upstream_name.clone());
         params.arguments = arguments;
 
+        // Registered before the request goes out, so nothing the server sends at once is lost.
+        let relayed = caller.map(|caller| self.upstreams.relay().register(&tool.server, caller));
         let started = Instant::now();
         let sent = peer
             .send_request_with_option(
@@ -88,8 +94,9 @@ impl Gateway {
             Err(err) => Ok(Err(err)),
             Ok(handle) => {
                 // The connection numbers the call's progress token itself; relay under that one.
-                let _relayed =
-                    caller.map(|caller| self.upstreams.relay().register(&tool.server, &handle.progress_token, caller));
+                if let Some(relayed) = &relayed {
+                    relayed.set_progress_token(&handle.progress_token);
+                }
                 let (id, upstream) = (handle.id.clone(), handle.peer.clone());
                 let outcome = tokio::time::timeout(self.settings.call_timeout, handle.await_response()).await;
                 if outcome.is_err() {
@@ -110,6 +117,12 @@ impl Gateway {
                 })
             }
         };
+        // What the server sent before its result reaches the client before the result does.
+        if let Some(relayed) = relayed
+            && !relayed.delivered(RELAY_DRAIN).await
+        {
+            tracing::warn!(server = %tool.server, "the client did not take the call's messages within {RELAY_DRAIN:?}");
+        }
         let duration = started.elapsed();
         let (result, is_error) = match outcome {
             Err(_) => (

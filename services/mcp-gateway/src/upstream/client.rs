@@ -22,7 +22,7 @@ use rmcp::{
 };
 use tokio::sync::mpsc;
 
-use super::{Listing, Relay, Upstream};
+use super::{Listing, Relay, Upstream, relay::Delivery};
 
 /// Longest listing a server's tools, resources or prompts may take.
 const LIST_TIMEOUT: Duration = Duration::from_secs(15);
@@ -69,19 +69,20 @@ fn request_name(request: &ServerRequest) -> &'static str {
 }
 
 impl ClientHandler for UpstreamClient {
-    async fn on_progress(&self, params: ProgressNotificationParam, _context: NotificationContext<RoleClient>) {
-        self.relay.progress(&self.server, params).await;
+    async fn on_progress(&self, params: ProgressNotificationParam, context: NotificationContext<RoleClient>) {
+        // Routed as it arrived (see `relay`); held until passed on, so the call waits for it.
+        if let Some(delivery) = context.extensions.get::<Delivery>() {
+            delivery.caller().progress(params).await;
+        }
     }
 
     async fn on_logging_message(
         &self,
         params: LoggingMessageNotificationParam,
-        _context: NotificationContext<RoleClient>,
+        context: NotificationContext<RoleClient>,
     ) {
-        match self.relay.caller_on(&self.server) {
-            Ok(caller) => caller.log(params).await,
-            // Not the gateway's own log: kept at debug so a chatty server cannot flood it.
-            Err(why) => tracing::debug!(server = %self.server, %why, "a server's log message was not relayed"),
+        if let Some(delivery) = context.extensions.get::<Delivery>() {
+            delivery.caller().log(params).await;
         }
     }
 

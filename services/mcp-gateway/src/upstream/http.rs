@@ -8,7 +8,10 @@ use rmcp::{
     transport::{StreamableHttpClientTransport, streamable_http_client::StreamableHttpClientTransportConfig},
 };
 
-use super::client::{Running, UpstreamClient};
+use super::{
+    client::{Running, UpstreamClient},
+    relay::Tapped,
+};
 
 /// Opens an MCP session with the server and runs the initialize handshake.
 pub(super) async fn connect(
@@ -24,5 +27,6 @@ pub(super) async fn connect(
         .collect();
     let config = StreamableHttpClientTransportConfig::with_uri(url).custom_headers(headers);
     let transport = StreamableHttpClientTransport::from_config(config);
+    let transport = Tapped::new(transport, &client.server, client.relay.clone());
     client.serve(transport).await.map_err(|err| format!("initialize failed: {err}"))
 }

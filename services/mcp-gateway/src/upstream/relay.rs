@@ -10,6 +10,13 @@
 //! a request is: it is refused (the server gets an error and carries on without the answer) and
 //! a log message is dropped. Never guessing is the point: a wrong guess would show one client
 //! another's data, possibly across tenants.
+//!
+//! Notifications are routed the moment they are read off the connection ([`Tapped`]), not when
+//! their handler runs: the connection hands each notification to a task of its own but the
+//! call's result straight to the waiting call, so a log message sent just before the result
+//! could otherwise be routed after the call had ended, and be lost. A call then waits (briefly)
+//! until what was routed to it has reached its client before it returns its result, so the
+//! client sees the server's messages before the result, in the order the server sent them.
 
 #![allow(
     deprecated,
@@ -18,17 +25,24 @@
 
 use std::{
     collections::HashMap,
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+    },
+    time::Duration,
 };
 
 use async_trait::async_trait;
 use rmcp::{
     ErrorData as McpError,
     model::{
-        ClientResult, LoggingMessageNotificationParam, NumberOrString, ProgressNotificationParam, ProgressToken,
-        ServerRequest,
+        ClientResult, JsonRpcMessage, LoggingMessageNotificationParam, NumberOrString, ProgressNotificationParam,
+        ProgressToken, ServerNotification, ServerRequest,
     },
+    service::{RoleClient, RxJsonRpcMessage, TxJsonRpcMessage},
+    transport::Transport,
 };
+use tokio::sync::Notify;
 
 /// The client a call is made for.
 #[async_trait]
@@ -48,15 +62,64 @@ pub trait Caller: Send + Sync + 'static {
 
 struct InFlight {
     server: String,
-    token: String,
+    /// The downstream progress token, known once the request is sent.
+    token: Option<String>,
     caller: Arc<dyn Caller>,
+    pending: Arc<Pending>,
+}
+
+/// How many notifications routed to one call have not reached its client yet.
+#[derive(Default)]
+struct Pending {
+    count: AtomicUsize,
+    settled: Notify,
+}
+
+impl Pending {
+    fn add(&self) {
+        self.count.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn done(&self) {
+        if self.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.settled.notify_waiters();
+        }
+    }
+}
+
+/// A notification routed to its caller, carried in the notification's extensions from the
+/// connection to its handler. The calls it belongs to count it as pending until the handler
+/// has passed it on and let go of it.
+#[derive(Clone)]
+pub struct Delivery(Arc<Routed>);
+
+struct Routed {
+    caller: Arc<dyn Caller>,
+    calls: Vec<Arc<Pending>>,
+}
+
+impl Delivery {
+    fn new(caller: Arc<dyn Caller>, calls: Vec<Arc<Pending>>) -> Self {
+        calls.iter().for_each(|call| call.add());
+        Self(Arc::new(Routed { caller, calls }))
+    }
+
+    pub fn caller(&self) -> &Arc<dyn Caller> {
+        &self.0.caller
+    }
+}
+
+impl Drop for Routed {
+    fn drop(&mut self) {
+        self.calls.iter().for_each(|call| call.done());
+    }
 }
 
 /// The calls in flight, by id.
 #[derive(Default)]
 pub struct Relay {
     calls: Mutex<HashMap<u64, InFlight>>,
-    next: std::sync::atomic::AtomicU64,
+    next: AtomicU64,
 }
 
 /// Why a server-to-client message found no caller.
@@ -81,18 +144,16 @@ impl std::fmt::Display for NoCaller {
 }
 
 impl Relay {
-    /// Relays what `server` sends during one call (progress under `upstream_token`) to
-    /// `caller`, until the guard is dropped (the call finished).
-    pub fn register(
-        self: &Arc<Self>,
-        server: &str,
-        upstream_token: &ProgressToken,
-        caller: Arc<dyn Caller>,
-    ) -> CallGuard {
-        let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let call = InFlight { server: server.to_owned(), token: token_key(upstream_token), caller };
+    /// Relays what `server` sends during one call to `caller`, until the guard is dropped (the
+    /// call finished). Register before sending the request, so nothing the server sends at once
+    /// finds the call missing; give the progress token once it is known
+    /// ([`CallGuard::set_progress_token`]).
+    pub fn register(self: &Arc<Self>, server: &str, caller: Arc<dyn Caller>) -> CallGuard {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let pending = Arc::new(Pending::default());
+        let call = InFlight { server: server.to_owned(), token: None, caller, pending: pending.clone() };
         self.lock().insert(id, call);
-        CallGuard { relay: self.clone(), id }
+        CallGuard { relay: self.clone(), id, pending }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, InFlight>> {
@@ -100,29 +161,59 @@ impl Relay {
         self.calls.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    pub(super) async fn progress(&self, server: &str, params: ProgressNotificationParam) {
-        let token = token_key(&params.progress_token);
-        let target = self.lock().values().find(|c| c.server == server && c.token == token).map(|c| c.caller.clone());
-        if let Some(caller) = target {
-            caller.progress(params).await;
+    /// Routes a notification `server` just sent: progress to the call its token names, a log
+    /// message to the one client calling the server. What finds no caller is dropped here.
+    pub(super) fn route(&self, server: &str, notification: &mut ServerNotification) {
+        match notification {
+            ServerNotification::ProgressNotification(progress) => {
+                let token = token_key(&progress.params.progress_token);
+                let calls = self.lock();
+                let call = calls.values().find(|c| c.server == server && c.token.as_ref() == Some(&token));
+                if let Some(call) = call {
+                    progress.extensions.insert(Delivery::new(call.caller.clone(), vec![call.pending.clone()]));
+                }
+            }
+            ServerNotification::LoggingMessageNotification(log) => match self.client_on(server) {
+                Ok(client) => {
+                    log.extensions.insert(Delivery::new(client.caller, client.calls));
+                }
+                // Not the gateway's own log: kept at debug so a chatty server cannot flood it.
+                Err(why) => tracing::debug!(server, %why, "a server's log message was not relayed"),
+            },
+            _ => {}
         }
     }
 
     /// The one client with calls in flight on `server`.
     pub(super) fn caller_on(&self, server: &str) -> Result<Arc<dyn Caller>, NoCaller> {
+        self.client_on(server).map(|client| client.caller)
+    }
+
+    /// The one client with calls in flight on `server`, and those calls.
+    fn client_on(&self, server: &str) -> Result<ClientCalls, NoCaller> {
         let calls = self.lock();
-        let mut callers: Vec<&Arc<dyn Caller>> = Vec::new();
-        for call in calls.values().filter(|c| c.server == server) {
-            if !callers.iter().any(|known| known.client_id() == call.caller.client_id()) {
-                callers.push(&call.caller);
+        let mut on_server = calls.values().filter(|c| c.server == server).peekable();
+        let Some(first) = on_server.peek().map(|c| c.caller.clone()) else { return Err(NoCaller::Idle) };
+        let mut clients = vec![first.client_id()];
+        let mut pending = Vec::new();
+        for call in on_server {
+            let client = call.caller.client_id();
+            if !clients.contains(&client) {
+                clients.push(client);
             }
+            pending.push(call.pending.clone());
         }
-        match callers.as_slice() {
-            [] => Err(NoCaller::Idle),
-            [one] => Ok((*one).clone()),
-            many => Err(NoCaller::Ambiguous(many.len())),
+        match clients.len() {
+            1 => Ok(ClientCalls { caller: first, calls: pending }),
+            many => Err(NoCaller::Ambiguous(many)),
         }
     }
+}
+
+/// One client's calls in flight on a server.
+struct ClientCalls {
+    caller: Arc<dyn Caller>,
+    calls: Vec<Arc<Pending>>,
 }
 
 /// Each connection numbers its own progress tokens; the server is compared beside it.
@@ -133,9 +224,38 @@ fn token_key(token: &ProgressToken) -> String {
     }
 }
 
+/// One call in flight; dropping it ends the relaying.
 pub struct CallGuard {
     relay: Arc<Relay>,
     id: u64,
+    pending: Arc<Pending>,
+}
+
+impl CallGuard {
+    /// The token the connection put on the request, which the server's progress names.
+    pub fn set_progress_token(&self, token: &ProgressToken) {
+        if let Some(call) = self.relay.lock().get_mut(&self.id) {
+            call.token = Some(token_key(token));
+        }
+    }
+
+    /// Waits until everything routed to this call has reached its client, at most `limit` (a
+    /// client that stopped reading must not hold the result back). False if time ran out.
+    pub async fn delivered(&self, limit: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let settled = self.pending.settled.notified();
+            tokio::pin!(settled);
+            // Registered before the count is read, so a delivery finishing in between wakes us.
+            settled.as_mut().enable();
+            if self.pending.count.load(Ordering::Acquire) == 0 {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, settled).await.is_err() {
+                return false;
+            }
+        }
+    }
 }
 
 impl Drop for CallGuard {
@@ -144,8 +264,51 @@ impl Drop for CallGuard {
     }
 }
 
+/// A downstream connection whose notifications are routed as they are read, in order, before
+/// anything read after them (the call's result above all) is handed on.
+pub(super) struct Tapped<T> {
+    inner: T,
+    server: String,
+    relay: Arc<Relay>,
+}
+
+impl<T> Tapped<T> {
+    pub(super) fn new(inner: T, server: &str, relay: Arc<Relay>) -> Self {
+        Self { inner, server: server.to_owned(), relay }
+    }
+}
+
+impl<T: Transport<RoleClient>> Transport<RoleClient> for Tapped<T> {
+    type Error = T::Error;
+
+    fn name() -> std::borrow::Cow<'static, str> {
+        T::name()
+    }
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        let mut message = self.inner.receive().await?;
+        if let JsonRpcMessage::Notification(notification) = &mut message {
+            self.relay.route(&self.server, &mut notification.notification);
+        }
+        Some(message)
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use rmcp::model::{LoggingLevel, LoggingMessageNotification, ProgressNotification};
+
     use super::*;
 
     struct Client(u64);
@@ -166,15 +329,35 @@ mod tests {
         ProgressToken(NumberOrString::Number(n))
     }
 
+    fn call(relay: &Arc<Relay>, server: &str, progress: i64, client: u64) -> CallGuard {
+        let guard = relay.register(server, Arc::new(Client(client)));
+        guard.set_progress_token(&token(progress));
+        guard
+    }
+
+    fn log_message() -> ServerNotification {
+        ServerNotification::LoggingMessageNotification(LoggingMessageNotification::new(
+            LoggingMessageNotificationParam::new(LoggingLevel::Info, serde_json::json!("working")),
+        ))
+    }
+
+    fn delivery(notification: &ServerNotification) -> Option<Delivery> {
+        match notification {
+            ServerNotification::LoggingMessageNotification(n) => n.extensions.get::<Delivery>().cloned(),
+            ServerNotification::ProgressNotification(n) => n.extensions.get::<Delivery>().cloned(),
+            _ => None,
+        }
+    }
+
     #[test]
     fn the_one_client_calling_a_server_is_its_caller_until_the_call_ends() {
         let relay = Arc::new(Relay::default());
         assert_eq!(relay.caller_on("a").err(), Some(NoCaller::Idle));
-        let first = relay.register("a", &token(1), Arc::new(Client(7)));
+        let first = call(&relay, "a", 1, 7);
         // The same client's second call, and another client's call on another server, are no
         // ambiguity.
-        let second = relay.register("a", &token(2), Arc::new(Client(7)));
-        let _elsewhere = relay.register("b", &token(1), Arc::new(Client(8)));
+        let second = call(&relay, "a", 2, 7);
+        let _elsewhere = call(&relay, "b", 1, 8);
         assert_eq!(relay.caller_on("a").map(|c| c.client_id()).ok(), Some(7));
         drop((first, second));
         assert_eq!(relay.caller_on("a").err(), Some(NoCaller::Idle), "gone with the calls");
@@ -184,8 +367,50 @@ mod tests {
     #[test]
     fn two_clients_calling_one_server_are_never_guessed_between() {
         let relay = Arc::new(Relay::default());
-        let _a = relay.register("s", &token(1), Arc::new(Client(1)));
-        let _b = relay.register("s", &token(2), Arc::new(Client(2)));
+        let _a = call(&relay, "s", 1, 1);
+        let _b = call(&relay, "s", 2, 2);
         assert_eq!(relay.caller_on("s").err(), Some(NoCaller::Ambiguous(2)));
+        let mut log = log_message();
+        relay.route("s", &mut log);
+        assert!(delivery(&log).is_none(), "a log message of one of two clients is dropped, not guessed");
+    }
+
+    #[test]
+    fn progress_goes_to_the_call_its_token_names() {
+        let relay = Arc::new(Relay::default());
+        let _a = call(&relay, "s", 1, 1);
+        let _b = call(&relay, "s", 2, 2);
+        let mut progress = ServerNotification::ProgressNotification(ProgressNotification::new(
+            ProgressNotificationParam::new(token(2), 50.0),
+        ));
+        relay.route("s", &mut progress);
+        assert_eq!(delivery(&progress).map(|d| d.caller().client_id()), Some(2));
+        let mut elsewhere = ServerNotification::ProgressNotification(ProgressNotification::new(
+            ProgressNotificationParam::new(token(2), 50.0),
+        ));
+        relay.route("other", &mut elsewhere);
+        assert!(delivery(&elsewhere).is_none(), "the same token on another server is another call");
+    }
+
+    #[tokio::test]
+    async fn a_call_waits_for_what_was_routed_to_it_before_it_ends() {
+        let relay = Arc::new(Relay::default());
+        let guard = call(&relay, "s", 1, 7);
+        assert!(guard.delivered(Duration::from_millis(1)).await, "nothing routed, nothing to wait for");
+
+        // Routed while the call is in flight; its handler runs later, on a task of its own.
+        let mut log = log_message();
+        relay.route("s", &mut log);
+        let routed = delivery(&log).expect("routed to the one caller");
+        assert_eq!(routed.caller().client_id(), 7);
+        drop(log);
+        assert!(!guard.delivered(Duration::from_millis(20)).await, "the handler has not passed it on yet");
+
+        let handler = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            drop(routed);
+        });
+        assert!(guard.delivered(Duration::from_secs(5)).await, "the call ends once the handler let go");
+        handler.await.expect("handler");
     }
 }

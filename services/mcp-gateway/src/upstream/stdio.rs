@@ -9,6 +9,7 @@ use tokio::io::AsyncBufReadExt;
 use super::{
     Upstream,
     client::{Running, UpstreamClient},
+    relay::Tapped,
 };
 
 /// The gateway's environment variables a stdio server inherits (everything else must be
@@ -53,5 +54,6 @@ pub(super) async fn connect(
         });
     }
     upstream.update(|s| s.pid = pid);
+    let process = Tapped::new(process, &upstream.spec.name, client.relay.clone());
     client.serve(process).await.map_err(|err| format!("initialize failed: {err}"))
 }
