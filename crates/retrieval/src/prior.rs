@@ -244,31 +244,17 @@ impl UsagePrior {
             // likely as the adapter's softmax makes it against the best: sharp, like the
             // neighbours' votes, so that a tool nobody used yet still competes through its
             // stand-in.
-            let best = adapted
-                .iter()
-                .enumerate()
-                .filter(|(tool, _)| self.uses(*tool) > 0)
-                .map(|(_, s)| *s)
-                .fold(f32::MIN, f32::max);
-            let temperature = self.params.adapter.temperature.max(1e-4);
-            for (tool, (vote, similarity)) in votes.iter_mut().zip(adapted).enumerate() {
-                if self.uses(tool) > 0 {
-                    *vote += self.params.adapter_weight * ((similarity - best) / temperature).exp();
-                }
+            let used = adapted.iter().enumerate().map(|(tool, s)| (self.uses(tool) > 0).then_some(*s));
+            let temperature = self.params.adapter.temperature;
+            if add_sharpened(&mut votes, used, self.params.adapter_weight, temperature) {
+                total += self.params.adapter_weight;
             }
-            total += self.params.adapter_weight;
         }
         if let Some(words) = &self.words {
             let logits = words.logits(query_terms, self.tool_count);
-            let best = logits.iter().flatten().copied().fold(f32::MIN, f32::max);
-            if best > f32::MIN {
-                let temperature = self.params.word_temperature.max(1e-4);
-                for (vote, logit) in votes.iter_mut().zip(logits) {
-                    if let Some(logit) = logit {
-                        *vote += self.params.word_weight * ((logit - best) / temperature).exp();
-                    }
-                }
-                total += self.params.word_weight;
+            let weight = self.params.word_weight;
+            if add_sharpened(&mut votes, logits.into_iter(), weight, self.params.word_temperature) {
+                total += weight;
             }
         }
         if total > 1.0 {
@@ -310,6 +296,21 @@ impl UsagePrior {
         let PriorParams { confidence_floor: floor, confidence_full: full, .. } = self.params;
         if full > floor { ((nearest - floor) / (full - floor)).clamp(0.0, 1.0) } else { 1.0 }
     }
+}
+
+/// Adds `weight` × `exp((score − best) / temperature)` for each tool with a score (a softmax
+/// against the best, so a tool well behind the best adds almost nothing); false when no tool
+/// has one (nothing added).
+fn add_sharpened(votes: &mut [f32], scores: impl Iterator<Item = Option<f32>>, weight: f32, temperature: f32) -> bool {
+    let scores: Vec<Option<f32>> = scores.collect();
+    let Some(best) = scores.iter().flatten().copied().reduce(f32::max) else { return false };
+    let temperature = temperature.max(1e-4);
+    for (vote, score) in votes.iter_mut().zip(scores) {
+        if let Some(score) = score {
+            *vote += weight * ((score - best) / temperature).exp();
+        }
+    }
+    true
 }
 
 #[cfg(test)]

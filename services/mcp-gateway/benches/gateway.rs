@@ -26,7 +26,7 @@ use switchyard_models::Embedder;
 use switchyard_testkit::{
     eventually,
     latency::{ms, sequential},
-    mcp::{FixtureServer, client, tool},
+    mcp::{Client, FixtureServer, client, tool},
 };
 
 const TOOLS: usize = 1000;
@@ -64,6 +64,26 @@ fn row(name: &str, subject: &Histogram<u64>, baseline_name: &str, baseline: &His
         subject.value_at_quantile(0.5) as f64 / baseline.value_at_quantile(0.5).max(1) as f64,
         ms(subject.value_at_quantile(0.5)) - ms(baseline.value_at_quantile(0.5)),
     );
+}
+
+/// `set_context` with a new context each time, then an MCP `ping` on the same session: its
+/// floor, measured right after it under the same conditions.
+async fn set_context_against_ping(
+    through: &Client,
+    next_context: &mut impl FnMut() -> String,
+) -> (Histogram<u64>, Histogram<u64>) {
+    let set_context = sequential(WARMUP, SAMPLES, |_| {
+        let params = call_params("set_context", json!({"query": next_context()}));
+        async move {
+            through.call_tool(params).await.expect("set_context");
+        }
+    })
+    .await;
+    let ping = sequential(WARMUP, SAMPLES, |_| async move {
+        through.send_request(ClientRequest::PingRequest(PingRequest::default())).await.expect("ping");
+    })
+    .await;
+    (set_context, ping)
 }
 
 fn main() {
@@ -123,21 +143,7 @@ async fn run() {
         sent += 1;
         format!("{} (request {sent})", queries[sent % queries.len()])
     };
-    let set_context = sequential(WARMUP, SAMPLES, |_| {
-        let params = call_params("set_context", json!({"query": next_context()}));
-        let through = &through;
-        async move {
-            through.call_tool(params).await.expect("set_context");
-        }
-    })
-    .await;
-    let ping = sequential(WARMUP, SAMPLES, |_| {
-        let through = &through;
-        async move {
-            through.send_request(ClientRequest::PingRequest(PingRequest::default())).await.expect("ping");
-        }
-    })
-    .await;
+    let (set_context, ping) = set_context_against_ping(&through, &mut next_context).await;
     let embed_only = sequential(WARMUP, SAMPLES, |_| {
         let embedder = embedder.clone();
         let query = next_context();
@@ -224,21 +230,7 @@ async fn run() {
         catalog.adapted,
         catalog.word_features
     );
-    let set_with_history = sequential(WARMUP, SAMPLES, |_| {
-        let params = call_params("set_context", json!({"query": next_context()}));
-        let through = &through;
-        async move {
-            through.call_tool(params).await.expect("set_context");
-        }
-    })
-    .await;
-    let ping_with_history = sequential(WARMUP, SAMPLES, |_| {
-        let through = &through;
-        async move {
-            through.send_request(ClientRequest::PingRequest(PingRequest::default())).await.expect("ping");
-        }
-    })
-    .await;
+    let (set_with_history, ping_with_history) = set_context_against_ping(&through, &mut next_context).await;
     let retraining = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let rebuilds = tokio::spawn({
         let (gateway, retraining) = (gateway.clone(), retraining.clone());
@@ -251,21 +243,7 @@ async fn run() {
             (count, started.elapsed())
         }
     });
-    let set_retraining = sequential(WARMUP, SAMPLES, |_| {
-        let params = call_params("set_context", json!({"query": next_context()}));
-        let through = &through;
-        async move {
-            through.call_tool(params).await.expect("set_context");
-        }
-    })
-    .await;
-    let ping_retraining = sequential(WARMUP, SAMPLES, |_| {
-        let through = &through;
-        async move {
-            through.send_request(ClientRequest::PingRequest(PingRequest::default())).await.expect("ping");
-        }
-    })
-    .await;
+    let (set_retraining, ping_retraining) = set_context_against_ping(&through, &mut next_context).await;
     retraining.store(false, std::sync::atomic::Ordering::Relaxed);
     let (count, spent) = rebuilds.await.expect("rebuilds");
     eprintln!("{count} catalog rebuilds while measuring, {:?} each", spent / count.max(1));
