@@ -65,6 +65,9 @@ pub struct Embedder {
     tokenizer: Tokenizer,
     device: Device,
     dimensions: usize,
+    /// The folder the model was loaded from, and the digest of its files once asked for.
+    dir: PathBuf,
+    digest: std::sync::OnceLock<cache_file::ModelDigest>,
 }
 
 fn file(dir: &Path, name: &str) -> Result<PathBuf, ModelError> {
@@ -124,11 +127,33 @@ impl Embedder {
         };
         // Tensors share their storage with the short path's: the weights are in memory once.
         let model = BertModel::load(VarBuilder::from_tensors(tensors, DTYPE, &device), &config)?;
-        Ok(Self { model, short, kernels, query_threads: split::threads_from_env(), tokenizer, device, dimensions })
+        Ok(Self {
+            model,
+            short,
+            kernels,
+            query_threads: split::threads_from_env(),
+            tokenizer,
+            device,
+            dimensions,
+            dir: dir.to_owned(),
+            digest: std::sync::OnceLock::new(),
+        })
     }
 
     pub fn dimensions(&self) -> usize {
         self.dimensions
+    }
+
+    /// The digest of this model's files ([`cache_file::ModelDigest::of_dir`] of the folder it
+    /// was loaded from), read once and kept: what keys on the model (the embedding cache file,
+    /// a base query adapter) shares one pass over its 90 MB, and names the model that really
+    /// embeds rather than whatever folder a configuration names. Blocking on first use.
+    pub fn model_digest(&self) -> std::io::Result<cache_file::ModelDigest> {
+        if let Some(digest) = self.digest.get() {
+            return Ok(*digest);
+        }
+        let digest = cache_file::ModelDigest::of_dir(&self.dir)?;
+        Ok(*self.digest.get_or_init(|| digest))
     }
 
     /// What a single text's dense layers run on.

@@ -54,3 +54,19 @@ fn a_missing_model_folder_says_how_to_get_it() {
     let err = Embedder::load(std::path::Path::new("/nonexistent")).err().expect("fails");
     assert!(err.to_string().contains("scripts/fetch-models.sh"), "{err}");
 }
+
+#[test]
+fn the_model_digest_is_that_of_the_folder_the_model_was_loaded_from_and_read_once() {
+    let copy = std::env::temp_dir().join(format!("switchyard-digest-{}", std::process::id()));
+    std::fs::create_dir_all(&copy).expect("temp dir");
+    for name in ["config.json", "tokenizer.json", "model.safetensors"] {
+        std::fs::copy(model_dir().join(name), copy.join(name)).expect("copy the model");
+    }
+    let embedder = Embedder::load_with(&copy, DenseKernels::F32(Simd::detect())).expect("the copied model loads");
+    let digest = embedder.model_digest().expect("the model's files are readable");
+    // The same files in another folder are the same model.
+    assert_eq!(digest, switchyard_models::cache_file::ModelDigest::of_dir(&model_dir()).expect("digest"));
+    // Kept: asked again after its files are gone, it is still there (not read again).
+    std::fs::remove_dir_all(&copy).expect("remove the copy");
+    assert_eq!(embedder.model_digest().expect("kept"), digest);
+}

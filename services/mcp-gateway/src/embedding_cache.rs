@@ -17,7 +17,7 @@ use std::{
 };
 
 use switchyard_models::{
-    EmbeddingCache,
+    Embedder, EmbeddingCache,
     cache_file::{self, CacheFileError, ModelDigest},
 };
 
@@ -46,14 +46,19 @@ pub struct EmbeddingFile {
 }
 
 impl EmbeddingFile {
-    /// The cache file at `path` for the model in `model_dir` (blocking: digests the model's
-    /// files). `None`, with a warning, when the model's files cannot be read.
-    pub fn open(path: &Path, model_dir: &Path, dimensions: usize) -> Option<Self> {
-        match ModelDigest::of_dir(model_dir) {
-            Ok(model) => Some(Self { path: path.to_owned(), model, dimensions, order: Mutex::new(Vec::new()) }),
+    /// The cache file at `path` for `embedder`'s model (blocking the first time the model's
+    /// files are digested). `None`, with a warning, when the model's files cannot be read.
+    pub fn open(path: &Path, embedder: &Embedder) -> Option<Self> {
+        match embedder.model_digest() {
+            Ok(model) => Some(Self {
+                path: path.to_owned(),
+                model,
+                dimensions: embedder.dimensions(),
+                order: Mutex::new(Vec::new()),
+            }),
             Err(err) => {
                 tracing::warn!(
-                    path = %path.display(), model_dir = %model_dir.display(), error = %err,
+                    path = %path.display(), error = %err,
                     "cannot identify the embedding model; the embedding cache file is not used"
                 );
                 None

@@ -35,7 +35,7 @@ use rmcp::transport::streamable_http_server::{
     session::{SessionState, SessionStore, SessionStoreError, local::LocalSessionManager},
 };
 use switchyard_kit::{GrpcServer, identity::IdentityLayer, store::StorePlan};
-use switchyard_models::{Embedder, cache_file::ModelDigest};
+use switchyard_models::Embedder;
 use switchyard_proto::mcp::v1::mcp_gateway_service_server::McpGatewayServiceServer;
 use switchyard_retrieval::QueryAdapter;
 use tokio_util::sync::CancellationToken;
@@ -105,11 +105,12 @@ pub fn load_embedder(config: &GatewayConfig) -> anyhow::Result<Option<Arc<Embedd
 /// The base query adapter `--base-adapter` names, for the model in `--model-dir` (none without
 /// an embedder). The shipped adapter only fits the model it was learned for: with another one
 /// it is skipped with a warning. An adapter file the operator named must load.
-pub fn load_base_adapter(config: &GatewayConfig, embedder: bool) -> anyhow::Result<Option<Arc<QueryAdapter>>> {
-    if !embedder || config.base_adapter == "none" {
-        return Ok(None);
-    }
-    let model = ModelDigest::of_dir(&config.model_dir);
+pub fn load_base_adapter(
+    config: &GatewayConfig,
+    embedder: Option<&Embedder>,
+) -> anyhow::Result<Option<Arc<QueryAdapter>>> {
+    let Some(embedder) = embedder.filter(|_| config.base_adapter != "none") else { return Ok(None) };
+    let model = embedder.model_digest();
     let adapter = if config.base_adapter == "shipped" {
         match model.map_err(anyhow::Error::from).and_then(|model| Ok(QueryAdapter::shipped(&model)?)) {
             Ok(adapter) => adapter,
@@ -148,7 +149,6 @@ fn settings(config: &GatewayConfig, base_adapter: Option<Arc<QueryAdapter>>) -> 
         tool_mode: config.tool_mode,
         recent_contexts: config.recent_contexts,
         embedding_cache: config.embedding_cache.clone(),
-        model_dir: config.model_dir.clone(),
         base_adapter,
     }
 }
@@ -162,7 +162,7 @@ pub fn start_gateway(
 ) -> anyhow::Result<Arc<Gateway>> {
     let specs = config.upstreams().context("downstream MCP servers")?;
     let upstreams = Upstreams::start(specs, config.backoff(), shutdown.clone());
-    let base_adapter = load_base_adapter(config, embedder.is_some())?;
+    let base_adapter = load_base_adapter(config, embedder.as_deref())?;
     Ok(Gateway::start(upstreams, stores.contexts, stores.usage, embedder, settings(config, base_adapter), shutdown))
 }
 

@@ -47,16 +47,15 @@ impl Gateway {
 
     /// The embedding cache file, read into the in-memory cache on first use (once, whoever
     /// asks first); none without `--embedding-cache`.
-    pub(super) async fn embedding_file(&self, embedder: &Embedder) -> Option<Arc<EmbeddingFile>> {
-        let dimensions = embedder.dimensions();
+    pub(super) async fn embedding_file(&self, embedder: &Arc<Embedder>) -> Option<Arc<EmbeddingFile>> {
         self.embedding_file
             .get_or_init(|| async {
                 let path = self.settings.embedding_cache.clone()?;
-                let model_dir = self.settings.model_dir.clone();
+                let embedder = embedder.clone();
                 let cache = self.embeddings.clone();
                 let started = Instant::now();
                 let opened = tokio::task::spawn_blocking(move || {
-                    let file = EmbeddingFile::open(&path, &model_dir, dimensions)?;
+                    let file = EmbeddingFile::open(&path, &embedder)?;
                     let loaded = file.load_into(&cache);
                     Some((Arc::new(file), loaded))
                 })

@@ -45,8 +45,6 @@ pub struct Settings {
     pub recent_contexts: usize,
     /// The embedding cache file (`--embedding-cache`), if any.
     pub embedding_cache: Option<PathBuf>,
-    /// The embedder's model folder, whose files key the embedding cache file.
-    pub model_dir: PathBuf,
     /// Maps contexts before the semantic signal (`--base-adapter`).
     pub base_adapter: Option<Arc<QueryAdapter>>,
 }
