@@ -196,17 +196,19 @@ async fn run() {
     row("tools/call through the gateway", &call_through, "same call direct", &call_direct);
 
     // With a recorded history: ten past contexts for each of MetaTool's 199 tools, each set and
-    // then used as a session would (with the calls above, which were recorded too), so the usage prior (neighbours, usage adapter, word
-    // classifier) ranks every set_context. Then the same while the catalog is rebuilt without
-    // pause, each rebuild training the prior again: the worst case of a gateway whose history
-    // keeps changing (it rebuilds at most once per --history-refresh).
+    // then used as a session would (with the calls above, which were recorded too), so the
+    // usage prior (neighbours, usage adapter, word classifier) ranks every set_context. Then
+    // the same while the catalog is rebuilt without pause, each rebuild training the prior
+    // again: the worst case of a gateway whose history keeps changing (it rebuilds at most
+    // once per --history-refresh).
     let mut recorded = 0;
+    let tenant = switchyard_kit::TenantId::parse("default").expect("tenant");
     let catalog = gateway.catalog();
     for (i, tool) in catalog.tools().iter().take(199).enumerate() {
         let description = tool.tool.description.as_deref().unwrap_or_default();
         let words: Vec<&str> = description.split_whitespace().take(8).collect();
         for k in 0..10 {
-            let tenant = switchyard_kit::TenantId::parse("default").expect("tenant");
+            let tenant = tenant.clone();
             let id = switchyard_kit::SessionId::parse(&format!("history-{i}-{k}")).expect("session id");
             let key = switchyard_mcp_gateway::store::SessionKey::new(tenant, id);
             let context = format!("{} (past request {k})", words.join(" "));

@@ -102,8 +102,8 @@ pub fn load_embedder(config: &GatewayConfig) -> anyhow::Result<Option<Arc<Embedd
     Ok(Some(Arc::new(embedder)))
 }
 
-/// The base query adapter `--base-adapter` names, for the model in `--model-dir` (none without
-/// an embedder). The shipped adapter only fits the model it was learned for: with another one
+/// The base query adapter `--base-adapter` names, for the embedder's model (none without an
+/// embedder). The shipped adapter only fits the model it was learned for: with another one
 /// it is skipped with a warning. An adapter file the operator named must load.
 pub fn load_base_adapter(
     config: &GatewayConfig,
