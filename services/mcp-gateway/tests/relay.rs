@@ -1,5 +1,5 @@
-//! What a downstream server sends during a call reaches the client that made it: log messages,
-//! and its requests to the client — sampling, elicitation, roots — answered by that client and
+//! What a downstream server sends during a call reaches the client that made it: progress, log
+//! messages, and its requests to the client — sampling, elicitation, roots — answered by that client and
 //! handed back. Real pieces: the gateway over streamable HTTP on loopback, the Python SDK's
 //! fixture server behind it over stdio (tests/conformance/fixture_server.py), and rmcp clients
 //! whose handlers answer as a chat application would.
@@ -21,8 +21,8 @@ use rmcp::{
     model::{
         CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, CreateMessageRequestParams,
         CreateMessageResult, ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationCapability,
-        Implementation, ListRootsResult, LoggingLevel, LoggingMessageNotificationParam, ProtocolVersion, Role, Root,
-        RootsCapabilities, SamplingCapability, SamplingMessage, SetLevelRequestParams,
+        Implementation, ListRootsResult, LoggingLevel, LoggingMessageNotificationParam, ProgressNotificationParam,
+        ProtocolVersion, Role, Root, RootsCapabilities, SamplingCapability, SamplingMessage, SetLevelRequestParams,
     },
     service::{NotificationContext, RequestContext, RoleClient, RunningService},
     transport::{StreamableHttpClientTransport, streamable_http_client::StreamableHttpClientTransportConfig},
@@ -33,12 +33,13 @@ use switchyard_testkit::{eventually, peer_tool, root};
 use tokio::sync::Notify;
 
 /// A chat application's client: its model answers sampling, its user elicitation (after
-/// `hold`, when set), and it works in one root; it keeps the log messages it hears.
+/// `hold`, when set), and it works in one root; it keeps the log messages and progress it hears.
 #[derive(Clone, Default)]
 struct App {
     name: &'static str,
     capabilities: ClientCapabilities,
     logs: Arc<Mutex<Vec<LoggingMessageNotificationParam>>>,
+    progress: Arc<Mutex<Vec<ProgressNotificationParam>>>,
     hold: Option<Arc<Notify>>,
 }
 
@@ -89,6 +90,10 @@ impl ClientHandler for App {
         _context: NotificationContext<RoleClient>,
     ) {
         self.logs.lock().unwrap().push(params);
+    }
+
+    async fn on_progress(&self, params: ProgressNotificationParam, _context: NotificationContext<RoleClient>) {
+        self.progress.lock().unwrap().push(params);
     }
 
     fn get_info(&self) -> ClientConfig {
@@ -184,6 +189,45 @@ async fn a_log_message_sent_just_before_the_result_is_never_lost() {
             Ok(())
         } else {
             Err(format!("{} log messages, {completed} of them the last one before the result", logs.len()))
+        }
+    })
+    .await;
+    client.cancel().await.unwrap();
+    running.stop().await;
+}
+
+/// The server reports progress the moment the call starts: the connection notes the call's
+/// progress token as it sends the request, so no report is lost, and each reaches the client
+/// under the client's own token for that call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_reported_at_once_reaches_the_caller_under_its_own_token() {
+    const CALLS: usize = 20;
+    let running = gateway(Duration::from_secs(30)).await;
+    let app = App::capable("ada");
+    let client = connect(&running.mcp_url(), app.clone()).await;
+    for _ in 0..CALLS {
+        let result = call(&client, "test_tool_with_progress", json!({})).await.unwrap();
+        assert_eq!(text(&result), "Tool with progress executed successfully");
+    }
+    // The client hands each notification to a task of its own, so count once they have run.
+    eventually(Duration::from_secs(5), "every call's three progress reports relayed", || async {
+        let heard = app.progress.lock().unwrap().clone();
+        let mut by_token: std::collections::HashMap<String, Vec<f64>> = std::collections::HashMap::new();
+        for report in &heard {
+            by_token.entry(format!("{:?}", report.progress_token)).or_default().push(report.progress);
+        }
+        let complete = by_token
+            .values()
+            .filter(|steps| {
+                let mut steps = steps.to_vec();
+                steps.sort_by(f64::total_cmp);
+                steps == [0.0, 50.0, 100.0]
+            })
+            .count();
+        if heard.len() == 3 * CALLS && complete == CALLS {
+            Ok(())
+        } else {
+            Err(format!("{} reports over {} tokens, {complete} calls complete", heard.len(), by_token.len()))
         }
     })
     .await;

@@ -81,22 +81,20 @@ impl Gateway {
         let mut params = CallToolRequestParams::new(tool.upstream_name.clone());
         params.arguments = arguments;
 
-        // Registered before the request goes out, so nothing the server sends at once is lost.
+        // Registered before the request goes out, so nothing the server sends at once is lost;
+        // the mark lets the connection note the progress token it numbers as it sends.
         let relayed = caller.map(|caller| self.upstreams.relay().register(&tool.server, caller));
+        let mut request = CallToolRequest::new(params);
+        if let Some(relayed) = &relayed {
+            request.extensions.insert(relayed.mark());
+        }
         let started = Instant::now();
         let sent = peer
-            .send_request_with_option(
-                ClientRequest::CallToolRequest(CallToolRequest::new(params)),
-                PeerRequestOptions::no_options(),
-            )
+            .send_request_with_option(ClientRequest::CallToolRequest(request), PeerRequestOptions::no_options())
             .await;
         let outcome = match sent {
             Err(err) => Ok(Err(err)),
             Ok(handle) => {
-                // The connection numbers the call's progress token itself; relay under that one.
-                if let Some(relayed) = &relayed {
-                    relayed.set_progress_token(&handle.progress_token);
-                }
                 let (id, upstream) = (handle.id.clone(), handle.peer.clone());
                 let outcome = tokio::time::timeout(self.settings.call_timeout, handle.await_response()).await;
                 if outcome.is_err() {

@@ -36,8 +36,8 @@ use async_trait::async_trait;
 use rmcp::{
     ErrorData as McpError,
     model::{
-        ClientResult, JsonRpcMessage, LoggingMessageNotificationParam, NumberOrString, ProgressNotificationParam,
-        ProgressToken, ServerNotification, ServerRequest,
+        ClientResult, GetExtensions, GetMeta, JsonRpcMessage, LoggingMessageNotificationParam, NumberOrString,
+        ProgressNotificationParam, ProgressToken, ServerNotification, ServerRequest,
     },
     service::{RoleClient, RxJsonRpcMessage, TxJsonRpcMessage},
     transport::Transport,
@@ -146,8 +146,9 @@ impl std::fmt::Display for NoCaller {
 impl Relay {
     /// Relays what `server` sends during one call to `caller`, until the guard is dropped (the
     /// call finished). Register before sending the request, so nothing the server sends at once
-    /// finds the call missing; give the progress token once it is known
-    /// ([`CallGuard::set_progress_token`]).
+    /// finds the call missing, and put the guard's [`RelayedCall`] in the request's extensions:
+    /// the connection then learns the progress token it numbered as it writes the request out,
+    /// before the server can answer with progress.
     pub fn register(self: &Arc<Self>, server: &str, caller: Arc<dyn Caller>) -> CallGuard {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let pending = Arc::new(Pending::default());
@@ -159,6 +160,15 @@ impl Relay {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, InFlight>> {
         // Entries are inserted and removed whole: a poisoned lock still holds a consistent map.
         self.calls.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Learns the progress token of a marked call's request the connection is about to send.
+    fn learn_token(&self, message: &TxJsonRpcMessage<RoleClient>) {
+        let JsonRpcMessage::Request(request) = message else { return };
+        let Some(RelayedCall(id)) = request.request.extensions().get::<RelayedCall>().copied() else { return };
+        if let (Some(token), Some(call)) = (request.request.get_meta().get_progress_token(), self.lock().get_mut(&id)) {
+            call.token = Some(token_key(&token));
+        }
     }
 
     /// Routes a notification `server` just sent: progress to the call its token names, a log
@@ -224,6 +234,11 @@ fn token_key(token: &ProgressToken) -> String {
     }
 }
 
+/// Marks a call's request (in its extensions, never sent) as the one a [`CallGuard`] relays
+/// for, so the connection can note the request's progress token as it sends it.
+#[derive(Debug, Clone, Copy)]
+pub struct RelayedCall(u64);
+
 /// One call in flight; dropping it ends the relaying.
 pub struct CallGuard {
     relay: Arc<Relay>,
@@ -232,7 +247,13 @@ pub struct CallGuard {
 }
 
 impl CallGuard {
-    /// The token the connection put on the request, which the server's progress names.
+    /// The mark for this call's request.
+    pub fn mark(&self) -> RelayedCall {
+        RelayedCall(self.id)
+    }
+
+    /// The token the connection put on the request, which the server's progress names; for a
+    /// request that went out without the [`mark`](Self::mark).
     pub fn set_progress_token(&self, token: &ProgressToken) {
         if let Some(call) = self.relay.lock().get_mut(&self.id) {
             call.token = Some(token_key(token));
@@ -289,6 +310,8 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Tapped<T> {
         &mut self,
         item: TxJsonRpcMessage<RoleClient>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        // Before the bytes leave: progress the server sends at once must find its call.
+        self.relay.learn_token(&item);
         self.inner.send(item)
     }
 
@@ -390,6 +413,40 @@ mod tests {
         ));
         relay.route("other", &mut elsewhere);
         assert!(delivery(&elsewhere).is_none(), "the same token on another server is another call");
+    }
+
+    /// The token is known from the moment the request is written out, so progress the server
+    /// sends before the call's sender has even seen its own token still finds the call.
+    #[test]
+    fn a_marked_request_teaches_its_progress_token_as_it_is_sent() {
+        use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest, RequestId};
+
+        let relay = Arc::new(Relay::default());
+        let guard = relay.register("s", Arc::new(Client(3)));
+        let _other = call(&relay, "s", 9, 4);
+        let request = |marked: bool| {
+            let mut request = ClientRequest::CallToolRequest(CallToolRequest::new(CallToolRequestParams::new("echo")));
+            request.get_meta_mut().set_progress_token(token(5));
+            if marked {
+                request.extensions_mut().insert(guard.mark());
+            }
+            JsonRpcMessage::request(request, RequestId::Number(1))
+        };
+        let progress = || {
+            ServerNotification::ProgressNotification(ProgressNotification::new(ProgressNotificationParam::new(
+                token(5),
+                1.0,
+            )))
+        };
+        relay.learn_token(&request(false));
+        let mut early = progress();
+        relay.route("s", &mut early);
+        assert!(delivery(&early).is_none(), "an unmarked request teaches nothing");
+
+        relay.learn_token(&request(true));
+        let mut early = progress();
+        relay.route("s", &mut early);
+        assert_eq!(delivery(&early).map(|d| d.caller().client_id()), Some(3));
     }
 
     #[tokio::test]
