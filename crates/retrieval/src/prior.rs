@@ -259,7 +259,7 @@ impl UsagePrior {
         if let Some(words) = &self.words {
             let logits = words.logits(query_terms, self.tool_count);
             let weight = self.params.word_weight;
-            if add_sharpened(&mut votes, logits.into_iter(), weight, self.params.word_temperature) {
+            if add_sharpened(&mut votes, logits.iter().copied(), weight, self.params.word_temperature) {
                 total += weight;
             }
         }
@@ -306,10 +306,15 @@ impl UsagePrior {
 
 /// Adds `weight` × `exp((score − best) / temperature)` for each tool with a score (a softmax
 /// against the best, so a tool well behind the best adds almost nothing); false when no tool
-/// has one (nothing added).
-fn add_sharpened(votes: &mut [f32], scores: impl Iterator<Item = Option<f32>>, weight: f32, temperature: f32) -> bool {
-    let scores: Vec<Option<f32>> = scores.collect();
-    let Some(best) = scores.iter().flatten().copied().reduce(f32::max) else { return false };
+/// has one (nothing added). `scores` is walked twice, the best found first: it is cloned, not
+/// collected, so a vote allocates nothing.
+fn add_sharpened(
+    votes: &mut [f32],
+    scores: impl Iterator<Item = Option<f32>> + Clone,
+    weight: f32,
+    temperature: f32,
+) -> bool {
+    let Some(best) = scores.clone().flatten().reduce(f32::max) else { return false };
     let temperature = temperature.max(1e-4);
     for (vote, score) in votes.iter_mut().zip(scores) {
         if let Some(score) = score {
