@@ -1,8 +1,8 @@
 //! What a downstream server sends during a call reaches the client that made it: progress, log
-//! messages, and its requests to the client — sampling, elicitation, roots — answered by that client and
-//! handed back. Real pieces: the gateway over streamable HTTP on loopback, the Python SDK's
-//! fixture server behind it over stdio (tests/conformance/fixture_server.py), and rmcp clients
-//! whose handlers answer as a chat application would.
+//! messages, and its requests to the client — sampling, elicitation, roots — answered by that
+//! client and handed back. Real pieces: the gateway over streamable HTTP on loopback, the Python
+//! SDK's fixture server behind it over stdio (tests/conformance/fixture_server.py), and rmcp
+//! clients whose handlers answer as a chat application would.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(
     deprecated,
