@@ -252,14 +252,6 @@ impl CallGuard {
         RelayedCall(self.id)
     }
 
-    /// The token the connection put on the request, which the server's progress names; for a
-    /// request that went out without the [`mark`](Self::mark).
-    pub fn set_progress_token(&self, token: &ProgressToken) {
-        if let Some(call) = self.relay.lock().get_mut(&self.id) {
-            call.token = Some(token_key(token));
-        }
-    }
-
     /// Waits until everything routed to this call has reached its client, at most `limit` (a
     /// client that stopped reading must not hold the result back). False if time ran out.
     pub async fn delivered(&self, limit: Duration) -> bool {
@@ -330,7 +322,10 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Tapped<T> {
 
 #[cfg(test)]
 mod tests {
-    use rmcp::model::{LoggingLevel, LoggingMessageNotification, ProgressNotification};
+    use rmcp::model::{
+        CallToolRequest, CallToolRequestParams, ClientRequest, LoggingLevel, LoggingMessageNotification,
+        ProgressNotification, RequestId,
+    };
 
     use super::*;
 
@@ -352,9 +347,21 @@ mod tests {
         ProgressToken(NumberOrString::Number(n))
     }
 
+    /// A call's request as the connection sends it: the token rmcp numbered, and the mark
+    /// when the call is relayed.
+    fn request(progress: i64, mark: Option<RelayedCall>) -> TxJsonRpcMessage<RoleClient> {
+        let mut request = ClientRequest::CallToolRequest(CallToolRequest::new(CallToolRequestParams::new("echo")));
+        request.get_meta_mut().set_progress_token(token(progress));
+        if let Some(mark) = mark {
+            request.extensions_mut().insert(mark);
+        }
+        JsonRpcMessage::request(request, RequestId::Number(progress))
+    }
+
+    /// A relayed call whose request was sent with `progress` as its token.
     fn call(relay: &Arc<Relay>, server: &str, progress: i64, client: u64) -> CallGuard {
         let guard = relay.register(server, Arc::new(Client(client)));
-        guard.set_progress_token(&token(progress));
+        relay.learn_token(&request(progress, Some(guard.mark())));
         guard
     }
 
@@ -419,31 +426,21 @@ mod tests {
     /// sends before the call's sender has even seen its own token still finds the call.
     #[test]
     fn a_marked_request_teaches_its_progress_token_as_it_is_sent() {
-        use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest, RequestId};
-
         let relay = Arc::new(Relay::default());
         let guard = relay.register("s", Arc::new(Client(3)));
         let _other = call(&relay, "s", 9, 4);
-        let request = |marked: bool| {
-            let mut request = ClientRequest::CallToolRequest(CallToolRequest::new(CallToolRequestParams::new("echo")));
-            request.get_meta_mut().set_progress_token(token(5));
-            if marked {
-                request.extensions_mut().insert(guard.mark());
-            }
-            JsonRpcMessage::request(request, RequestId::Number(1))
-        };
         let progress = || {
             ServerNotification::ProgressNotification(ProgressNotification::new(ProgressNotificationParam::new(
                 token(5),
                 1.0,
             )))
         };
-        relay.learn_token(&request(false));
+        relay.learn_token(&request(5, None));
         let mut early = progress();
         relay.route("s", &mut early);
         assert!(delivery(&early).is_none(), "an unmarked request teaches nothing");
 
-        relay.learn_token(&request(true));
+        relay.learn_token(&request(5, Some(guard.mark())));
         let mut early = progress();
         relay.route("s", &mut early);
         assert_eq!(delivery(&early).map(|d| d.caller().client_id()), Some(3));
