@@ -42,8 +42,8 @@ pub struct PriorParams {
     /// picks and weighs the neighbours only; the confidence gate still reads the nearest
     /// cosine, because shared words with *other* tools' past requests are no sign that the
     /// history knows this request (a new tool's requests share words too, and a gate opened
-    /// by them buried new tools). 0.3 lifts recall@1 by 1.0 and 0.9 points by query and
-    /// costs nothing by tool (BENCHMARKS.md, "Shared words pick the neighbours").
+    /// by them buried new tools). 0.3 lifts recall@1 by 0.9 and 1.0 points by query and no
+    /// by-tool split loses recall@1 (BENCHMARKS.md, "Shared words pick the neighbours").
     pub lexical_neighbours: f32,
     /// Weight of the query adapter's signal against the neighbours' votes: a map of request
     /// embeddings learned from the whole history ([`crate::adapter`]), and for each used tool
@@ -191,13 +191,12 @@ impl UsagePrior {
         if self.tool_of.is_empty() {
             return (votes, 0.0);
         }
-        // The nearest past query by meaning alone, which the confidence gate reads (NaN when
-        // neighbours are found by shared words only).
-        let mut nearest_cosine = f32::NAN;
-        let (scores, by_meaning) = match (&self.embeddings, query_embedding) {
+        // With embeddings, also the nearest past query by meaning alone, which the confidence
+        // gate reads (None: neighbours are found by shared words only).
+        let (scores, nearest_cosine) = match (&self.embeddings, query_embedding) {
             (Some(embeddings), Some(query)) => {
                 let mut scores: Vec<f32> = embeddings.iter().map(|e| cosine(e, query)).collect();
-                nearest_cosine = scores.iter().copied().fold(f32::MIN, f32::max);
+                let nearest_cosine = scores.iter().copied().fold(f32::MIN, f32::max);
                 if self.params.lexical_neighbours > 0.0 {
                     let words = self.index.scores(query_terms);
                     let best = words.iter().copied().fold(0.0f32, f32::max);
@@ -206,10 +205,11 @@ impl UsagePrior {
                         scores.iter_mut().zip(words).for_each(|(s, w)| *s += weight * w);
                     }
                 }
-                (scores, true)
+                (scores, Some(nearest_cosine))
             }
-            _ => (self.index.scores(query_terms), false),
+            _ => (self.index.scores(query_terms), None),
         };
+        let by_meaning = nearest_cosine.is_some();
         let mut ranked: Vec<(usize, f32)> = scores.into_iter().enumerate().filter(|(_, s)| *s > 0.0).collect();
         let keep = self.params.neighbours.min(ranked.len());
         if keep == 0 {
@@ -266,7 +266,7 @@ impl UsagePrior {
         if total > 1.0 {
             votes.iter_mut().for_each(|v| *v /= total);
         }
-        let confidence = if by_meaning { self.confidence(nearest_cosine) } else { 1.0 };
+        let confidence = nearest_cosine.map_or(1.0, |nearest| self.confidence(nearest));
         votes.iter_mut().for_each(|v| *v *= confidence);
         (votes, confidence)
     }

@@ -12,6 +12,7 @@
 mod common;
 
 use std::{
+    collections::HashMap,
     sync::{Arc, Mutex},
     time::Duration,
 };
@@ -212,7 +213,7 @@ async fn progress_reported_at_once_reaches_the_caller_under_its_own_token() {
     // The client hands each notification to a task of its own, so count once they have run.
     eventually(Duration::from_secs(5), "every call's three progress reports relayed", || async {
         let heard = app.progress.lock().unwrap().clone();
-        let mut by_token: std::collections::HashMap<String, Vec<f64>> = std::collections::HashMap::new();
+        let mut by_token: HashMap<String, Vec<f64>> = HashMap::new();
         for report in &heard {
             by_token.entry(format!("{:?}", report.progress_token)).or_default().push(report.progress);
         }
