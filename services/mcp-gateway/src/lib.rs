@@ -214,8 +214,8 @@ pub fn mcp_router(gateway: Arc<Gateway>, config: &GatewayConfig, shutdown: Cance
 
 /// `DELETE /mcp` ends a session. The transport answers 202 whether or not it held the
 /// session; clients expect 200 or 204 (the Python SDK logs "Session termination failed: 202"),
-/// a session nobody holds is 404, and the gateway's own state of the session — its context and
-/// the list it was last shown — goes with the transport's record, on every replica (they share
+/// a session nobody holds is 404, and the gateway's own state of the session — its context,
+/// the list it was last shown and its resource subscriptions — goes with the transport's record, on every replica (they share
 /// the stores). Requests for the session afterwards are 404, as the transport finds no record.
 async fn end_session(
     axum::extract::State(gateway): axum::extract::State<Arc<Gateway>>,
@@ -247,6 +247,9 @@ async fn end_session(
     if let Err(err) = gateway.contexts().end_session(&key).await {
         tracing::warn!(session = %key.store_key(), error = %err, "MCP session ended but its context could not be removed");
     }
+    // Its resource subscriptions go with it (held by this replica, which took them).
+    let emptied = gateway.upstreams().subscriptions().end_session(&key.store_key());
+    gateway.upstreams().release(emptied).await;
     tracing::debug!(session = %key.store_key(), "MCP session ended");
     http::StatusCode::NO_CONTENT.into_response()
 }

@@ -13,8 +13,9 @@ use rmcp::{
         CompleteResult, ContentBlock, DiscoverResult, GetPromptRequestParams, GetPromptResponse, Implementation,
         JsonObject, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
         PaginatedRequestParams, ProgressNotificationParam, ProgressToken, Prompt, ProtocolVersion,
-        ReadResourceRequestParams, ReadResourceResponse, Reference, RequestParamsMeta, ResultType, ServerCapabilities,
-        ServerConfig, ServerRequest, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
+        ReadResourceRequestParams, ReadResourceResponse, Reference, RequestParamsMeta,
+        ResourceUpdatedNotificationParam, ResultType, ServerCapabilities, ServerConfig, ServerRequest,
+        SubscribeRequestParams, Tool, UnsubscribeRequestParams,
     },
     service::{NotificationContext, Peer, RequestContext, RoleServer},
 };
@@ -28,7 +29,7 @@ use crate::{
     naming::{self, CALL_TOOL, FIND_TOOLS, SET_CONTEXT},
     scope::{self, CONTEXT_META, ContextScope},
     store::SessionKey,
-    upstream::{Caller, Upstream},
+    upstream::{Caller, Subscriber, Upstream},
 };
 
 const INSTRUCTIONS: &str = "This server fronts many tool servers. Call `set_context` with the user's request (and \
@@ -145,6 +146,23 @@ impl McpHandler {
         let id = SessionId::parse_field(&session, "mcp-session-id")
             .map_err(|err| McpError::invalid_request(err.to_string(), None))?;
         Ok(Some(identity(extensions).session(id)))
+    }
+
+    /// The session that subscribes (its store key): updates need a session's stream to go to,
+    /// which a stateless (2026-07-28) request does not have. (That revision has no
+    /// `resources/subscribe`, so the transport refuses it first; this holds should one reach
+    /// the handler anyway.)
+    fn subscribing_session(&self, context: &RequestContext<RoleServer>, what: &str) -> Result<String, McpError> {
+        match self.session_key(&context.extensions)? {
+            Some(key) => Ok(key.store_key()),
+            None => Err(McpError::invalid_request(
+                format!(
+                    "{what} needs an MCP session (protocol revisions up to 2025-11-25): a request without one \
+                     has no stream for notifications/resources/updated"
+                ),
+                None,
+            )),
+        }
     }
 
     /// Where a request's context lives: its MCP session, or for a stateless (2026-07-28)
@@ -611,26 +629,60 @@ impl ServerHandler for McpHandler {
         Ok(())
     }
 
+    /// Subscribes this session to a resource: the owning server's
+    /// `notifications/resources/updated` for it reach this session (and only the sessions
+    /// subscribed), over one downstream subscription however many sessions hold it.
     #[allow(deprecated, reason = "legacy subscriptions, still what session-based clients use")]
     async fn subscribe(
         &self,
         request: SubscribeRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
+        let session = self.subscribing_session(&context, "resources/subscribe")?;
         let server = self.resource_owner(&request.uri)?;
         let peer = server.peer().map_err(|why| McpError::internal_error(why, None))?;
-        peer.subscribe(request).await.map_err(|err| service_error(server.name(), err))
+        let subscriptions = self.gateway.upstreams().subscriptions();
+        let subscriber = Arc::new(ClientSubscriber { peer: context.peer.clone() });
+        if subscriptions.add(server.name(), &request.uri, &session, subscriber)
+            && let Err(err) = peer.subscribe(request.clone()).await
+        {
+            subscriptions.remove(server.name(), &request.uri, &session);
+            return Err(service_error(server.name(), err));
+        }
+        Ok(())
     }
 
+    /// Takes this session off a resource; the downstream subscription ends with its last
+    /// subscriber. Unsubscribing from a resource the session does not hold is not an error.
     #[allow(deprecated, reason = "legacy subscriptions, still what session-based clients use")]
     async fn unsubscribe(
         &self,
         request: UnsubscribeRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        let server = self.resource_owner(&request.uri)?;
-        let peer = server.peer().map_err(|why| McpError::internal_error(why, None))?;
-        peer.unsubscribe(request).await.map_err(|err| service_error(server.name(), err))
+        let session = self.subscribing_session(&context, "resources/unsubscribe")?;
+        let upstreams = self.gateway.upstreams();
+        // Whichever server it was subscribed on, even one that no longer lists the resource.
+        let emptied: Vec<(String, String)> = upstreams
+            .servers()
+            .iter()
+            .filter(|server| upstreams.subscriptions().remove(server.name(), &request.uri, &session))
+            .map(|server| (server.name().to_owned(), request.uri.clone()))
+            .collect();
+        upstreams.release(emptied).await;
+        Ok(())
+    }
+}
+
+/// A session subscribed to resources: the owning server's updates go to its client.
+struct ClientSubscriber {
+    peer: Peer<RoleServer>,
+}
+
+#[async_trait::async_trait]
+impl Subscriber for ClientSubscriber {
+    async fn resource_updated(&self, params: ResourceUpdatedNotificationParam) -> bool {
+        !self.peer.is_transport_closed() && self.peer.notify_resource_updated(params).await.is_ok()
     }
 }
 

@@ -1,11 +1,12 @@
 //! Our side of each downstream connection: the handler that hears a server's `list_changed`
 //! notifications, relays what it sends during a call to the calling client (progress, log
-//! messages, sampling, elicitation and roots requests — see `relay`), and the listing of what
-//! the server offers.
+//! messages, sampling, elicitation and roots requests — see `relay`), passes its resource
+//! updates to the sessions subscribed to them (`subscriptions`), and the listing of what the
+//! server offers.
 
 #![allow(
     deprecated,
-    reason = "sampling, roots and logging are deprecated by the 2026-07-28 revision, and still what session-based clients and servers use"
+    reason = "sampling, roots, logging and resource subscriptions are deprecated by the 2026-07-28 revision, and still what session-based clients and servers use"
 )]
 
 use std::{sync::Arc, time::Duration};
@@ -16,13 +17,14 @@ use rmcp::{
         ClientCapabilities, ClientConfig, ClientResult, CreateMessageRequest, CreateMessageRequestParams,
         CreateMessageResult, ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationCapability, Implementation,
         ListRootsRequest, ListRootsResult, LoggingMessageNotificationParam, ProgressNotificationParam, ProtocolVersion,
-        RootsCapabilities, SamplingCapability, ServerRequest,
+        ResourceUpdatedNotificationParam, RootsCapabilities, SamplingCapability, ServerRequest, SubscribeRequestParams,
+        UnsubscribeRequestParams,
     },
     service::{NotificationContext, Peer, RequestContext, RoleClient},
 };
 use tokio::sync::mpsc;
 
-use super::{Listing, Relay, Upstream, relay::Delivery};
+use super::{Listing, Relay, Subscriptions, Upstream, relay::Delivery};
 
 /// Longest listing a server's tools, resources or prompts may take.
 const LIST_TIMEOUT: Duration = Duration::from_secs(15);
@@ -45,6 +47,7 @@ pub(super) struct UpstreamClient {
     pub(super) server: String,
     pub(super) changes: mpsc::UnboundedSender<ListChanged>,
     pub(super) relay: Arc<Relay>,
+    pub(super) subscriptions: Arc<Subscriptions>,
 }
 
 impl UpstreamClient {
@@ -116,6 +119,29 @@ impl ClientHandler for UpstreamClient {
         }
     }
 
+    async fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        context: NotificationContext<RoleClient>,
+    ) {
+        let mut gone = Vec::new();
+        for (session, subscriber) in self.subscriptions.subscribers(&self.server, &params.uri) {
+            if !subscriber.resource_updated(params.clone()).await {
+                gone.push(session);
+            }
+        }
+        // Sessions whose connection closed without unsubscribing: drop them, and the
+        // downstream subscription with the last of them.
+        for session in gone {
+            if self.subscriptions.remove(&self.server, &params.uri, &session) {
+                let unsubscribed = context.peer.unsubscribe(UnsubscribeRequestParams::new(params.uri.clone())).await;
+                if let Err(err) = unsubscribed {
+                    tracing::warn!(server = %self.server, uri = %params.uri, error = %err, "ending a resource subscription downstream");
+                }
+            }
+        }
+    }
+
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         let _ = self.changes.send(ListChanged::Tools);
     }
@@ -173,6 +199,16 @@ pub(super) async fn refresh(
     };
     upstream.listing.store(Arc::new(Listing { tools, resources, resource_templates, prompts }));
     Ok(())
+}
+
+/// Subscribes a new connection to every URI of `server` that clients are subscribed to.
+pub(super) async fn resubscribe(server: &str, peer: &Peer<RoleClient>, subscriptions: &Subscriptions) {
+    for uri in subscriptions.uris_of(server) {
+        match within(peer.subscribe(SubscribeRequestParams::new(uri.clone()))).await {
+            Ok(()) => tracing::debug!(server, %uri, "resource subscription made again after reconnecting"),
+            Err(err) => tracing::warn!(server, %uri, error = %err, "resource subscription lost on reconnecting"),
+        }
+    }
 }
 
 async fn within<T, E: std::fmt::Display>(call: impl Future<Output = Result<T, E>>) -> Result<T, String> {

@@ -9,13 +9,15 @@
 //!
 //! Here: the servers and their state. The supervision loop is in `supervisor`, our side of a
 //! connection in `client`, each transport in `stdio` and `http`, relaying what a server sends
-//! during a call (progress, logs, its requests to the client) in `relay`.
+//! during a call (progress, logs, its requests to the client) in `relay`, which clients hear
+//! of a resource's changes in `subscriptions`.
 
 mod client;
 pub mod config;
 mod http;
 mod relay;
 mod stdio;
+mod subscriptions;
 mod supervisor;
 
 use std::{
@@ -25,6 +27,8 @@ use std::{
 
 use arc_swap::{ArcSwap, ArcSwapOption};
 use chrono::{DateTime, Utc};
+#[allow(deprecated, reason = "legacy resource subscriptions, still what session-based clients use")]
+use rmcp::model::UnsubscribeRequestParams;
 use rmcp::{
     model::{Prompt, Resource, ResourceTemplate, Tool},
     service::{Peer, RoleClient},
@@ -33,6 +37,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use config::{Transport, UpstreamSpec};
 pub use relay::{CallGuard, Caller, NoCaller, Relay};
+pub use subscriptions::{Subscriber, Subscriptions};
 pub use supervisor::Backoff;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,6 +134,7 @@ pub struct Upstreams {
     servers: Vec<Arc<Upstream>>,
     changed: tokio::sync::watch::Sender<u64>,
     relay: Arc<Relay>,
+    subscriptions: Arc<Subscriptions>,
 }
 
 impl Upstreams {
@@ -142,6 +148,7 @@ impl Upstreams {
             servers: specs.into_iter().map(|s| Arc::new(Upstream::new(s))).collect(),
             changed,
             relay: Arc::default(),
+            subscriptions: Arc::default(),
         });
         for upstream in &set.servers {
             tokio::spawn(supervisor::supervise(upstream.clone(), set.clone(), backoff.clone(), shutdown.clone()));
@@ -155,6 +162,24 @@ impl Upstreams {
 
     pub fn relay(&self) -> &Arc<Relay> {
         &self.relay
+    }
+
+    pub fn subscriptions(&self) -> &Arc<Subscriptions> {
+        &self.subscriptions
+    }
+
+    /// Ends the downstream subscriptions that no client holds any more (`(server, uri)`
+    /// pairs, as [`Subscriptions`] hands them back). A server that is down has lost them
+    /// already; one that refuses is logged, and its later updates find nobody to tell.
+    pub async fn release(&self, emptied: Vec<(String, String)>) {
+        for (server, uri) in emptied {
+            let Some(peer) = self.get(&server).and_then(|upstream| upstream.peer().ok()) else { continue };
+            #[allow(deprecated, reason = "legacy resource subscriptions, still what session-based clients use")]
+            let unsubscribed = peer.unsubscribe(UnsubscribeRequestParams::new(uri.clone())).await;
+            if let Err(err) = unsubscribed {
+                tracing::warn!(server = %server, %uri, error = %err, "ending a resource subscription downstream");
+            }
+        }
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<Upstream>> {

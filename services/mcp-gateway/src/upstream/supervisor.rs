@@ -42,7 +42,12 @@ pub(super) async fn supervise(
         // supervisor.
         let connecting = tokio::spawn({
             let upstream = upstream.clone();
-            let client = UpstreamClient { server: name.clone(), changes: changes_tx, relay: set.relay.clone() };
+            let client = UpstreamClient {
+                server: name.clone(),
+                changes: changes_tx,
+                relay: set.relay.clone(),
+                subscriptions: set.subscriptions.clone(),
+            };
             async move { connect(&upstream, client).await }
         });
         let abort = connecting.abort_handle();
@@ -92,6 +97,8 @@ pub(super) async fn supervise(
         });
         tracing::info!(server = %name, tools = upstream.listing().tools.len(), "connected");
         set.notify();
+        // A new connection holds none of the old one's subscriptions.
+        client::resubscribe(&name, &peer, &set.subscriptions).await;
 
         let cancel = running.cancellation_token();
         let mut waiting = std::pin::pin!(running.waiting());

@@ -3,18 +3,32 @@
 the gateway (stdio) in tests/conformance.rs, or alone over HTTP: `fixture_server.py PORT`.
 
 The sampling, elicitation and roots tools send the server-to-client requests the gateway
-relays to the calling client (tests/conformance.rs and tests/relay.rs)."""
+relays to the calling client (tests/conformance.rs and tests/relay.rs). Resources can be
+subscribed to: `test_update_resource` announces a change to a subscribed resource,
+`test_subscriptions` lists what the fixture's client (the gateway) holds, and `test_exit` ends
+the process, as a crash would (tests/subscriptions.rs)."""
 
 import asyncio
 import base64
 import json
+import os
 import sys
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.prompts.base import UserMessage
 from mcp.server.mcpserver.utilities.types import Audio, Image
-from mcp_types import Completion, EmbeddedResource, ImageContent, SamplingMessage, TextContent, TextResourceContents
+from mcp_types import (
+    Completion,
+    EmbeddedResource,
+    EmptyResult,
+    ImageContent,
+    SamplingMessage,
+    SubscribeRequestParams,
+    TextContent,
+    TextResourceContents,
+    UnsubscribeRequestParams,
+)
 
 # A 1x1 PNG and a tiny WAV header, as the scenarios only check type, data and mime type.
 PNG = base64.b64decode(
@@ -206,6 +220,46 @@ def template_data(id: str) -> str:
 @app.resource("test://watched-resource", mime_type="text/plain", description="A resource to subscribe to")
 def watched() -> str:
     return "Watched resource content."
+
+
+# The URIs the client (the gateway) is subscribed to. The SDK's high-level server has no
+# subscription handlers of its own, so they are registered on the protocol server beneath it.
+SUBSCRIBED: set[str] = set()
+
+
+async def subscribe(_ctx, params: SubscribeRequestParams) -> EmptyResult:
+    SUBSCRIBED.add(str(params.uri))
+    return EmptyResult()
+
+
+async def unsubscribe(_ctx, params: UnsubscribeRequestParams) -> EmptyResult:
+    SUBSCRIBED.discard(str(params.uri))
+    return EmptyResult()
+
+
+app._lowlevel_server.add_request_handler("resources/subscribe", SubscribeRequestParams, subscribe)
+app._lowlevel_server.add_request_handler("resources/unsubscribe", UnsubscribeRequestParams, unsubscribe)
+
+
+@app.tool()
+async def test_update_resource(uri: str, ctx: Context) -> str:
+    """Changes a resource; if it is subscribed to, says so (notifications/resources/updated)."""
+    if uri not in SUBSCRIBED:
+        return f"{uri} changed; nobody is subscribed"
+    await ctx.session.send_resource_updated(uri)
+    return f"{uri} changed; subscribers told"
+
+
+@app.tool()
+def test_subscriptions() -> str:
+    """The resource URIs this server's client is subscribed to, as a JSON list."""
+    return json.dumps(sorted(SUBSCRIBED))
+
+
+@app.tool()
+def test_exit() -> str:
+    """Ends the process at once, as a crash would."""
+    os._exit(3)
 
 
 @app.prompt()

@@ -1,0 +1,226 @@
+//! Resource subscriptions through the gateway: a downstream server's
+//! `notifications/resources/updated` reaches the sessions subscribed to that resource and no
+//! other; the gateway holds one downstream subscription per resource, ends it with its last
+//! subscriber (unsubscribing or its session ending), and makes it again when the server
+//! restarts. Real pieces: the gateway over streamable HTTP on loopback, the Python SDK's
+//! fixture server behind it over stdio (tests/conformance/fixture_server.py), rmcp clients.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(deprecated, reason = "resource subscriptions: deprecated by 2026-07-28, served to session-based clients")]
+
+mod common;
+
+use std::{
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use rmcp::{
+    ClientHandler, ServiceExt,
+    model::{
+        CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, ProtocolVersion,
+        ResourceUpdatedNotificationParam, SubscribeRequestParams, UnsubscribeRequestParams,
+    },
+    service::{NotificationContext, RoleClient, RunningService},
+    transport::{StreamableHttpClientTransport, streamable_http_client::StreamableHttpClientTransportConfig},
+};
+use serde_json::{Value, json};
+use switchyard_mcp_gateway::Stores;
+use switchyard_testkit::{eventually, peer_tool, root};
+
+const WATCHED: &str = "test://watched-resource";
+
+/// A client that keeps the resource updates it hears.
+#[derive(Clone, Default)]
+struct Watcher {
+    updates: Arc<Mutex<Vec<String>>>,
+}
+
+impl Watcher {
+    fn heard(&self) -> usize {
+        self.updates.lock().unwrap().len()
+    }
+}
+
+impl ClientHandler for Watcher {
+    async fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.updates.lock().unwrap().push(params.uri);
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(ClientCapabilities::default(), Implementation::new("watcher", "0"))
+            .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
+    }
+}
+
+type Client = RunningService<RoleClient, Watcher>;
+
+async fn connect(url: &str, watcher: Watcher) -> Client {
+    let transport =
+        StreamableHttpClientTransport::from_config(StreamableHttpClientTransportConfig::with_uri(url.to_owned()));
+    watcher.serve(transport).await.expect("client connects")
+}
+
+async fn call(client: &Client, name: &str, arguments: Value) -> Result<String, String> {
+    let mut params = CallToolRequestParams::new(name.to_owned());
+    params.arguments = arguments.as_object().cloned();
+    let result = client.call_tool(params).await.map_err(|err| err.to_string())?;
+    Ok(result.content.iter().filter_map(|c| c.as_text()).map(|t| t.text.clone()).collect::<Vec<_>>().join("\n"))
+}
+
+/// What the fixture server itself is subscribed to: the gateway's downstream subscriptions.
+async fn downstream(client: &Client) -> Vec<String> {
+    serde_json::from_str(&call(client, "test_subscriptions", json!({})).await.unwrap()).unwrap()
+}
+
+async fn update(client: &Client) -> String {
+    call(client, "test_update_resource", json!({"uri": WATCHED})).await.unwrap()
+}
+
+async fn gateway() -> common::Running {
+    let fixture = root().join("services/mcp-gateway/tests/conformance/fixture_server.py");
+    let mut config = common::config(&[format!("fixture={} {}", peer_tool("mcp-python"), fixture.display())]);
+    config.prefix_tools = false;
+    let running = common::start(&config, Stores::in_memory(), None).await;
+    running.ready(8).await;
+    running
+}
+
+/// After the last update a client should hear has arrived, a short grace for one it must not
+/// hear: the gateway sends both at once, so a stray one would have come by then.
+async fn settle() {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn updates_reach_only_the_sessions_subscribed_to_them() {
+    let running = gateway().await;
+    let (ada, bob, cy) = (Watcher::default(), Watcher::default(), Watcher::default());
+    let ada_client = connect(&running.mcp_url(), ada.clone()).await;
+    let bob_client = connect(&running.mcp_url(), bob.clone()).await;
+    let cy_client = connect(&running.mcp_url(), cy.clone()).await;
+
+    assert!(downstream(&cy_client).await.is_empty());
+    ada_client.subscribe(SubscribeRequestParams::new(WATCHED)).await.unwrap();
+    bob_client.subscribe(SubscribeRequestParams::new(WATCHED)).await.unwrap();
+    // Subscribing twice is no new subscription.
+    bob_client.subscribe(SubscribeRequestParams::new(WATCHED)).await.unwrap();
+    assert_eq!(downstream(&cy_client).await, vec![WATCHED], "one downstream subscription for both sessions");
+
+    // A change made by a client that is not subscribed reaches those that are, and not it.
+    assert!(update(&cy_client).await.contains("subscribers told"));
+    eventually(Duration::from_secs(5), "both subscribers told once", || async {
+        if (ada.heard(), bob.heard()) == (1, 1) { Ok(()) } else { Err(format!("{} / {}", ada.heard(), bob.heard())) }
+    })
+    .await;
+    assert_eq!(ada.updates.lock().unwrap().as_slice(), [WATCHED]);
+
+    // Ada leaves; Bob still holds the downstream subscription and alone hears the next change.
+    ada_client.unsubscribe(UnsubscribeRequestParams::new(WATCHED)).await.unwrap();
+    assert_eq!(downstream(&cy_client).await, vec![WATCHED]);
+    assert!(update(&cy_client).await.contains("subscribers told"));
+    eventually(Duration::from_secs(5), "Bob told again", || async {
+        if bob.heard() == 2 { Ok(()) } else { Err(format!("{}", bob.heard())) }
+    })
+    .await;
+    settle().await;
+    assert_eq!((ada.heard(), cy.heard()), (1, 0), "neither Ada (unsubscribed) nor Cy (never subscribed) hears it");
+
+    // The last subscriber leaves: the downstream subscription ends with it. Unsubscribing
+    // again is not an error.
+    bob_client.unsubscribe(UnsubscribeRequestParams::new(WATCHED)).await.unwrap();
+    bob_client.unsubscribe(UnsubscribeRequestParams::new(WATCHED)).await.unwrap();
+    assert!(downstream(&cy_client).await.is_empty());
+    assert!(update(&cy_client).await.contains("nobody is subscribed"));
+
+    // A resource no server offers is the client's mistake, named.
+    let err = ada_client.subscribe(SubscribeRequestParams::new("test://nowhere")).await.unwrap_err().to_string();
+    assert!(err.contains("no server offers resource `test://nowhere`"), "{err}");
+
+    for client in [ada_client, bob_client, cy_client] {
+        client.cancel().await.unwrap();
+    }
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_that_ends_gives_up_its_subscriptions() {
+    let running = gateway().await;
+    let observer = connect(&running.mcp_url(), Watcher::default()).await;
+    let leaving = connect(&running.mcp_url(), Watcher::default()).await;
+    leaving.subscribe(SubscribeRequestParams::new(WATCHED)).await.unwrap();
+    assert_eq!(downstream(&observer).await, vec![WATCHED]);
+
+    // Closing the client ends its session (DELETE /mcp), and the gateway lets go downstream.
+    leaving.cancel().await.unwrap();
+    eventually(Duration::from_secs(5), "the downstream subscription ended with the session", || async {
+        let held = downstream(&observer).await;
+        if held.is_empty() { Ok(()) } else { Err(format!("{held:?}")) }
+    })
+    .await;
+    observer.cancel().await.unwrap();
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscriptions_are_made_again_when_the_server_restarts() {
+    let running = gateway().await;
+    let watcher = Watcher::default();
+    let client = connect(&running.mcp_url(), watcher.clone()).await;
+    client.subscribe(SubscribeRequestParams::new(WATCHED)).await.unwrap();
+
+    // The server dies mid-call; its supervisor starts it again, and the new process, which
+    // knows nothing of the old one's subscriptions, is subscribed again.
+    assert!(call(&client, "test_exit", json!({})).await.is_err(), "the call dies with the server");
+    eventually(Duration::from_secs(30), "the restarted server subscribed to again", || async {
+        match call(&client, "test_subscriptions", json!({})).await {
+            Ok(text) if text == format!("[\"{WATCHED}\"]") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert!(update(&client).await.contains("subscribers told"));
+    eventually(Duration::from_secs(5), "the update after the restart reaches the client", || async {
+        if watcher.heard() == 1 { Ok(()) } else { Err(format!("{}", watcher.heard())) }
+    })
+    .await;
+    client.cancel().await.unwrap();
+    running.stop().await;
+}
+
+/// A 2026-07-28 request has no session, so nowhere for updates to go, and that revision has no
+/// `resources/subscribe` (its `subscriptions/listen` replaces it): the request is refused as an
+/// unknown method, not accepted and then never honoured.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_without_a_session_cannot_subscribe() {
+    let running = gateway().await;
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "resources/subscribe", "params": {
+        "uri": WATCHED,
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}
+        }
+    }});
+    let response = reqwest::Client::new()
+        .post(running.mcp_url())
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "resources/subscribe")
+        .header("mcp-name", WATCHED)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status();
+    let text = response.text().await.unwrap();
+    let data = text.lines().find_map(|line| line.strip_prefix("data:")).unwrap_or(&text).trim().to_owned();
+    let answer: Value = serde_json::from_str(&data).unwrap_or_else(|err| panic!("{status} {text}: {err}"));
+    let observer = connect(&running.mcp_url(), Watcher::default()).await;
+    assert!(downstream(&observer).await.is_empty(), "nothing subscribed downstream");
+    assert_eq!(answer["error"]["code"], -32601, "{status} {answer}");
+    observer.cancel().await.unwrap();
+    running.stop().await;
+}
