@@ -15,12 +15,13 @@ use rmcp::{
         PaginatedRequestParams, ProgressNotificationParam, ProgressToken, Prompt, ProtocolVersion,
         ReadResourceRequestParams, ReadResourceResponse, Reference, RequestParamsMeta,
         ResourceUpdatedNotificationParam, ResultType, ServerCapabilities, ServerConfig, ServerRequest,
-        SubscribeRequestParams, Tool, UnsubscribeRequestParams,
+        SubscribeRequestParams, SubscriptionFilter, Tool, UnsubscribeRequestParams,
     },
-    service::{NotificationContext, Peer, RequestContext, RoleServer},
+    service::{NotificationContext, Peer, RequestContext, RoleServer, SubscriptionContext, SubscriptionSink},
 };
 use serde_json::json;
 use switchyard_kit::{Identity, SessionId};
+use tokio::sync::broadcast::error::RecvError;
 
 use crate::{
     config::ToolMode,
@@ -29,7 +30,7 @@ use crate::{
     naming::{self, CALL_TOOL, FIND_TOOLS, SET_CONTEXT},
     scope::{self, CONTEXT_META, ContextScope},
     store::SessionKey,
-    upstream::{Caller, Subscriber, Upstream},
+    upstream::{Caller, ListChanged, Subscriber, Upstream},
 };
 
 const INSTRUCTIONS: &str = "This server fronts many tool servers. Call `set_context` with the user's request (and \
@@ -422,7 +423,9 @@ impl ServerHandler for McpHandler {
                 .enable_completions()
                 .enable_logging()
                 .enable_prompts()
+                .enable_prompts_list_changed()
                 .enable_resources()
+                .enable_resources_list_changed()
                 .enable_resources_subscribe()
                 .enable_tools()
                 .enable_tool_list_changed()
@@ -439,12 +442,31 @@ impl ServerHandler for McpHandler {
             tracing::warn!(error = %err, "counting a new MCP session");
         }
         // Tell this client whenever the tool catalog changes (a server came, went or changed
-        // its tools), until its session ends.
-        let mut changes = self.gateway.subscribe_catalog();
+        // its tools) and whenever a server's resources or prompts change, until its session
+        // ends.
+        let mut catalog = self.gateway.subscribe_catalog();
+        let mut listings = self.gateway.upstreams().subscribe_listings();
         let peer = context.peer.clone();
         tokio::spawn(async move {
-            while let Ok(()) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) = changes.recv().await {
-                if peer.notify_tool_list_changed().await.is_err() {
+            loop {
+                let told = tokio::select! {
+                    changed = catalog.recv() => match changed {
+                        Ok(()) | Err(RecvError::Lagged(_)) => peer.notify_tool_list_changed().await,
+                        Err(RecvError::Closed) => break,
+                    },
+                    changed = listings.recv() => match changed {
+                        Ok(ListChanged::Resources) => peer.notify_resource_list_changed().await,
+                        Ok(ListChanged::Prompts) => peer.notify_prompt_list_changed().await,
+                        // Tools are told of when the catalog built from them is published.
+                        Ok(ListChanged::Tools) => Ok(()),
+                        Err(RecvError::Lagged(_)) => match peer.notify_resource_list_changed().await {
+                            Ok(()) => peer.notify_prompt_list_changed().await,
+                            failed => failed,
+                        },
+                        Err(RecvError::Closed) => break,
+                    },
+                };
+                if told.is_err() {
                     break;
                 }
             }
@@ -629,6 +651,82 @@ impl ServerHandler for McpHandler {
         Ok(())
     }
 
+    /// `subscriptions/listen` (2026-07-28): the notification channel of a client without a
+    /// session. It hears of tool-list changes (not in search mode, whose list never changes),
+    /// resource and prompt list changes, and updates of the resources it names — those some
+    /// server offers; the acknowledged filter leaves out the rest.
+    fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+        let mut accepted = requested.clone();
+        if self.mode() == ToolMode::Search {
+            accepted.tools_list_changed = None;
+        }
+        if let Some(uris) = accepted.resource_subscriptions.as_mut() {
+            uris.retain(|uri| self.resource_owner(uri).is_ok());
+        }
+        Some(accepted)
+    }
+
+    /// Runs one `subscriptions/listen` until the client cancels it or its stream closes. Its
+    /// resource subscriptions share the downstream ones of session clients (see
+    /// [`crate::upstream::Subscriptions`]) and end with it.
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
+        let sink = context.sink().clone();
+        let accepted = context.accepted().clone();
+        let upstreams = self.gateway.upstreams();
+        let listener = format!("listen-{}", uuid::Uuid::new_v4());
+        for uri in accepted.resource_subscriptions.iter().flatten() {
+            let Ok(server) = self.resource_owner(uri) else { continue };
+            let subscriber = Arc::new(ListenSubscriber(sink.clone()));
+            if upstreams.subscriptions().add(server.name(), uri, &listener, subscriber)
+                && let Ok(peer) = server.peer()
+            {
+                // A server that is down is subscribed when it is back (the supervisor).
+                #[allow(deprecated, reason = "servers behind the gateway still use legacy subscriptions")]
+                if let Err(err) = peer.subscribe(SubscribeRequestParams::new(uri.clone())).await {
+                    tracing::warn!(server = %server.name(), %uri, error = %err, "subscribing downstream for a listener");
+                }
+            }
+        }
+        let wants = |flag: Option<bool>| flag == Some(true);
+        let (tools, resources, prompts) = (
+            wants(accepted.tools_list_changed),
+            wants(accepted.resources_list_changed),
+            wants(accepted.prompts_list_changed),
+        );
+        let mut catalog = self.gateway.subscribe_catalog();
+        let mut listings = upstreams.subscribe_listings();
+        loop {
+            let told = tokio::select! {
+                () = context.cancelled() => break,
+                changed = catalog.recv(), if tools => match changed {
+                    Ok(()) | Err(RecvError::Lagged(_)) => sink.notify_tool_list_changed().await,
+                    Err(RecvError::Closed) => break,
+                },
+                changed = listings.recv() => match changed {
+                    Ok(ListChanged::Resources) if resources => sink.notify_resource_list_changed().await,
+                    Ok(ListChanged::Prompts) if prompts => sink.notify_prompt_list_changed().await,
+                    Ok(_) => Ok(()),
+                    Err(RecvError::Lagged(_)) => {
+                        let mut told = Ok(());
+                        if resources {
+                            told = sink.notify_resource_list_changed().await;
+                        }
+                        if prompts && told.is_ok() {
+                            told = sink.notify_prompt_list_changed().await;
+                        }
+                        told
+                    }
+                    Err(RecvError::Closed) => break,
+                },
+            };
+            if told.is_err() {
+                break;
+            }
+        }
+        upstreams.release(upstreams.subscriptions().end_session(&listener)).await;
+        Ok(())
+    }
+
     /// Subscribes this session to a resource: the owning server's
     /// `notifications/resources/updated` for it reach this session (and only the sessions
     /// subscribed), over one downstream subscription however many sessions hold it.
@@ -671,6 +769,16 @@ impl ServerHandler for McpHandler {
             .collect();
         upstreams.release(emptied).await;
         Ok(())
+    }
+}
+
+/// A `subscriptions/listen` that named resources: their updates go down its stream.
+struct ListenSubscriber(SubscriptionSink);
+
+#[async_trait::async_trait]
+impl Subscriber for ListenSubscriber {
+    async fn resource_updated(&self, params: ResourceUpdatedNotificationParam) -> bool {
+        self.0.notify_resource_updated(params.uri).await.is_ok()
     }
 }
 

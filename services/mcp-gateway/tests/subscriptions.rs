@@ -2,7 +2,8 @@
 //! `notifications/resources/updated` reaches the sessions subscribed to that resource and no
 //! other; the gateway holds one downstream subscription per resource, ends it with its last
 //! subscriber (unsubscribing or its session ending), and makes it again when the server
-//! restarts. Real pieces: the gateway over streamable HTTP on loopback, the Python SDK's
+//! restarts. A client of the stateless revision hears the same through `subscriptions/listen`,
+//! with the list changes. Real pieces: the gateway over streamable HTTP on loopback, the Python SDK's
 //! fixture server behind it over stdio (tests/conformance/fixture_server.py), rmcp clients.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(deprecated, reason = "resource subscriptions: deprecated by 2026-07-28, served to session-based clients")]
@@ -18,21 +19,23 @@ use rmcp::{
     ClientHandler, ServiceExt,
     model::{
         CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, ProtocolVersion,
-        ResourceUpdatedNotificationParam, SubscribeRequestParams, UnsubscribeRequestParams,
+        ResourceUpdatedNotificationParam, ServerNotification, SubscribeRequestParams, SubscriptionFilter,
+        UnsubscribeRequestParams,
     },
     service::{NotificationContext, RoleClient, RunningService},
     transport::{StreamableHttpClientTransport, streamable_http_client::StreamableHttpClientTransportConfig},
 };
 use serde_json::{Value, json};
 use switchyard_mcp_gateway::Stores;
-use switchyard_testkit::{eventually, peer_tool, root};
+use switchyard_testkit::{eventually, mcp::stateless_client, peer_tool, root};
 
 const WATCHED: &str = "test://watched-resource";
 
-/// A client that keeps the resource updates it hears.
+/// A client that keeps the resource updates and list changes it hears.
 #[derive(Clone, Default)]
 struct Watcher {
     updates: Arc<Mutex<Vec<String>>>,
+    lists: Arc<Mutex<Vec<&'static str>>>,
 }
 
 impl Watcher {
@@ -48,6 +51,18 @@ impl ClientHandler for Watcher {
         _context: NotificationContext<RoleClient>,
     ) {
         self.updates.lock().unwrap().push(params.uri);
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.lists.lock().unwrap().push("tools");
+    }
+
+    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.lists.lock().unwrap().push("resources");
+    }
+
+    async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.lists.lock().unwrap().push("prompts");
     }
 
     fn get_info(&self) -> ClientConfig {
@@ -78,6 +93,19 @@ async fn downstream(client: &Client) -> Vec<String> {
 
 async fn update(client: &Client) -> String {
     call(client, "test_update_resource", json!({"uri": WATCHED})).await.unwrap()
+}
+
+/// Ends the fixture server mid-call and waits until its supervisor has started it again and the
+/// new process (which knows nothing of the old one's subscriptions) is subscribed to again.
+async fn restart_and_wait_for_resubscription(client: &Client) {
+    assert!(call(client, "test_exit", json!({})).await.is_err(), "the call dies with the server");
+    eventually(Duration::from_secs(30), "the restarted server subscribed to again", || async {
+        match call(client, "test_subscriptions", json!({})).await {
+            Ok(text) if text == format!("[\"{WATCHED}\"]") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
 }
 
 async fn gateway() -> common::Running {
@@ -146,6 +174,30 @@ async fn updates_reach_only_the_sessions_subscribed_to_them() {
     running.stop().await;
 }
 
+/// A server whose tools, resources and prompts change: session clients are told of each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_clients_hear_that_tools_resources_and_prompts_changed() {
+    let running = gateway().await;
+    let watcher = Watcher::default();
+    let client = connect(&running.mcp_url(), watcher.clone()).await;
+    assert_eq!(call(&client, "test_grow", json!({"name": "sprout"})).await.unwrap(), "sprout added");
+    eventually(Duration::from_secs(20), "tools, resources and prompts said changed", || async {
+        let lists = watcher.lists.lock().unwrap().clone();
+        if ["tools", "resources", "prompts"].iter().all(|kind| lists.contains(kind)) {
+            Ok(())
+        } else {
+            Err(format!("{lists:?}"))
+        }
+    })
+    .await;
+    let resources = client.list_all_resources().await.unwrap();
+    assert!(resources.iter().any(|r| r.uri == "test://grown/sprout"), "the new resource is listed");
+    let prompts = client.list_all_prompts().await.unwrap();
+    assert!(prompts.iter().any(|p| p.name == "sprout"), "the new prompt is listed");
+    client.cancel().await.unwrap();
+    running.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_that_ends_gives_up_its_subscriptions() {
     let running = gateway().await;
@@ -172,16 +224,7 @@ async fn subscriptions_are_made_again_when_the_server_restarts() {
     let client = connect(&running.mcp_url(), watcher.clone()).await;
     client.subscribe(SubscribeRequestParams::new(WATCHED)).await.unwrap();
 
-    // The server dies mid-call; its supervisor starts it again, and the new process, which
-    // knows nothing of the old one's subscriptions, is subscribed again.
-    assert!(call(&client, "test_exit", json!({})).await.is_err(), "the call dies with the server");
-    eventually(Duration::from_secs(30), "the restarted server subscribed to again", || async {
-        match call(&client, "test_subscriptions", json!({})).await {
-            Ok(text) if text == format!("[\"{WATCHED}\"]") => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
+    restart_and_wait_for_resubscription(&client).await;
     assert!(update(&client).await.contains("subscribers told"));
     eventually(Duration::from_secs(5), "the update after the restart reaches the client", || async {
         if watcher.heard() == 1 { Ok(()) } else { Err(format!("{}", watcher.heard())) }
@@ -222,5 +265,86 @@ async fn a_request_without_a_session_cannot_subscribe() {
     assert!(downstream(&observer).await.is_empty(), "nothing subscribed downstream");
     assert_eq!(answer["error"]["code"], -32601, "{status} {answer}");
     observer.cancel().await.unwrap();
+    running.stop().await;
+}
+
+/// The stateless revision's notification channel: `subscriptions/listen` with the resources to
+/// watch and the list changes wanted. The listener hears a resource's updates over the same
+/// downstream subscription session clients use (made again when the server restarts), and that
+/// the tools, resources and prompts changed when the server's do; the subscription ends when it
+/// is cancelled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stateless_client_listens_for_updates_and_list_changes() {
+    let running = gateway().await;
+    let session = connect(&running.mcp_url(), Watcher::default()).await;
+    let stateless = stateless_client(&running.mcp_url()).await;
+    let filter = SubscriptionFilter::builder()
+        .tools_list_changed()
+        .resources_list_changed()
+        .prompts_list_changed()
+        .resource_subscription(WATCHED)
+        .resource_subscription("test://nowhere")
+        .build();
+    let mut listening = stateless.peer().listen(filter).await.expect("subscriptions/listen acknowledged");
+    let acknowledged = listening.acknowledged().clone();
+    assert_eq!(acknowledged.resource_subscriptions, Some(vec![WATCHED.to_owned()]), "no server offers the other");
+    assert_eq!(acknowledged.tools_list_changed, Some(true));
+    assert_eq!(downstream(&session).await, vec![WATCHED]);
+
+    let mut next = async || {
+        tokio::time::timeout(Duration::from_secs(20), listening.next())
+            .await
+            .expect("a notification within 20 s")
+            .expect("the stream carries valid messages")
+            .expect("the subscription is still open")
+    };
+    assert!(update(&session).await.contains("subscribers told"));
+    match next().await {
+        ServerNotification::ResourceUpdatedNotification(note) => assert_eq!(note.params.uri, WATCHED),
+        other => panic!("expected the resource's update, got {other:?}"),
+    }
+
+    // The server adds a tool, a resource and a prompt: the listener hears all three changed.
+    assert_eq!(call(&session, "test_grow", json!({"name": "sprout"})).await.unwrap(), "sprout added");
+    let mut heard = Vec::new();
+    while heard.len() < 3 {
+        let kind = match next().await {
+            ServerNotification::ToolListChangedNotification(_) => "tools",
+            ServerNotification::ResourceListChangedNotification(_) => "resources",
+            ServerNotification::PromptListChangedNotification(_) => "prompts",
+            other => panic!("unexpected {other:?}"),
+        };
+        if !heard.contains(&kind) {
+            heard.push(kind);
+        }
+    }
+
+    // The server restarts (its lists are as they were at its start, without the sprout) and
+    // is subscribed to again; the next update reaches the listener.
+    restart_and_wait_for_resubscription(&session).await;
+    assert!(update(&session).await.contains("subscribers told"));
+    loop {
+        match next().await {
+            ServerNotification::ResourceUpdatedNotification(note) => {
+                assert_eq!(note.params.uri, WATCHED);
+                break;
+            }
+            // The restarted server's lists lost the sprout: said as changes.
+            ServerNotification::ToolListChangedNotification(_)
+            | ServerNotification::ResourceListChangedNotification(_)
+            | ServerNotification::PromptListChangedNotification(_) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    // Cancelled: the downstream subscription ends with it.
+    listening.cancel().await.unwrap();
+    eventually(Duration::from_secs(5), "the listener's subscription ended downstream", || async {
+        let held = downstream(&session).await;
+        if held.is_empty() { Ok(()) } else { Err(format!("{held:?}")) }
+    })
+    .await;
+    stateless.cancel().await.unwrap();
+    session.cancel().await.unwrap();
     running.stop().await;
 }

@@ -32,9 +32,9 @@ const LIST_TIMEOUT: Duration = Duration::from_secs(15);
 /// A running connection to one server.
 pub(super) type Running = rmcp::service::RunningService<RoleClient, UpstreamClient>;
 
-/// What a server told us changed.
-#[derive(Debug, Clone, Copy)]
-pub(super) enum ListChanged {
+/// What a server told us changed (or, on connecting, everything).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListChanged {
     Tools,
     Resources,
     Prompts,

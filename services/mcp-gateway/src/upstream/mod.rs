@@ -35,6 +35,7 @@ use rmcp::{
 };
 use tokio_util::sync::CancellationToken;
 
+pub use client::ListChanged;
 pub use config::{Transport, UpstreamSpec};
 pub use relay::{CallGuard, Caller, NoCaller, Relay};
 pub use subscriptions::{Subscriber, Subscriptions};
@@ -69,6 +70,23 @@ pub struct Listing {
     pub resources: Vec<Resource>,
     pub resource_templates: Vec<ResourceTemplate>,
     pub prompts: Vec<Prompt>,
+}
+
+impl Listing {
+    /// Which kinds differ from `before` (what clients are told changed).
+    fn changes_from(&self, before: &Listing) -> Vec<ListChanged> {
+        let mut changed = Vec::new();
+        if self.tools != before.tools {
+            changed.push(ListChanged::Tools);
+        }
+        if self.resources != before.resources || self.resource_templates != before.resource_templates {
+            changed.push(ListChanged::Resources);
+        }
+        if self.prompts != before.prompts {
+            changed.push(ListChanged::Prompts);
+        }
+        changed
+    }
 }
 
 /// One downstream server and its live connection.
@@ -135,6 +153,8 @@ pub struct Upstreams {
     changed: tokio::sync::watch::Sender<u64>,
     relay: Arc<Relay>,
     subscriptions: Arc<Subscriptions>,
+    /// Which kind of listing changed, for the clients that asked to hear of it.
+    listings: tokio::sync::broadcast::Sender<ListChanged>,
 }
 
 impl Upstreams {
@@ -149,6 +169,7 @@ impl Upstreams {
             changed,
             relay: Arc::default(),
             subscriptions: Arc::default(),
+            listings: tokio::sync::broadcast::channel(64).0,
         });
         for upstream in &set.servers {
             tokio::spawn(supervisor::supervise(upstream.clone(), set.clone(), backoff.clone(), shutdown.clone()));
@@ -191,8 +212,20 @@ impl Upstreams {
         self.changed.subscribe()
     }
 
-    fn notify(&self) {
+    /// Hears which kind of listing changed on any server (a receiver that lags has missed some:
+    /// it should take every kind as changed).
+    pub fn subscribe_listings(&self) -> tokio::sync::broadcast::Receiver<ListChanged> {
+        self.listings.subscribe()
+    }
+
+    /// A server was listed again (it connected, or said something changed): the catalog is
+    /// rebuilt, and the kinds in `changed` — those that really differ — are announced.
+    fn notify(&self, changed: &[ListChanged]) {
         self.changed.send_modify(|generation| *generation += 1);
+        for kind in changed {
+            // Nobody listening is fine.
+            let _ = self.listings.send(*kind);
+        }
     }
 
     /// Waits until every server has connected at least once or failed, up to `timeout`.

@@ -85,6 +85,7 @@ pub(super) async fn supervise(
         };
         let peer = Arc::new(running.peer().clone());
         let connected = Instant::now();
+        let before = upstream.listing();
         if let Err(err) = client::refresh(&upstream, &peer, None).await {
             tracing::warn!(server = %name, error = %err, "listing failed; will retry on the next change");
         }
@@ -96,7 +97,7 @@ pub(super) async fn supervise(
             s.tool_count = upstream.listing().tools.len();
         });
         tracing::info!(server = %name, tools = upstream.listing().tools.len(), "connected");
-        set.notify();
+        set.notify(&upstream.listing().changes_from(&before));
         // A new connection holds none of the old one's subscriptions.
         client::resubscribe(&name, &peer, &set.subscriptions).await;
 
@@ -111,11 +112,12 @@ pub(super) async fn supervise(
                 }
                 reason = &mut waiting => break reason,
                 Some(change) = changes.recv() => {
+                    let before = upstream.listing();
                     match client::refresh(&upstream, &peer, Some(change)).await {
                         Ok(()) => {
                             upstream.update(|s| s.tool_count = upstream.listing().tools.len());
                             tracing::info!(server = %name, ?change, "list changed");
-                            set.notify();
+                            set.notify(&upstream.listing().changes_from(&before));
                         }
                         Err(err) => tracing::warn!(server = %name, error = %err, "re-listing failed"),
                     }

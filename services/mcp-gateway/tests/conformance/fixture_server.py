@@ -5,8 +5,9 @@ the gateway (stdio) in tests/conformance.rs, or alone over HTTP: `fixture_server
 The sampling, elicitation and roots tools send the server-to-client requests the gateway
 relays to the calling client (tests/conformance.rs and tests/relay.rs). Resources can be
 subscribed to: `test_update_resource` announces a change to a subscribed resource,
-`test_subscriptions` lists what the fixture's client (the gateway) holds, and `test_exit` ends
-the process, as a crash would (tests/subscriptions.rs)."""
+`test_subscriptions` lists what the fixture's client (the gateway) holds, `test_grow` adds a
+tool, a resource and a prompt and says the lists changed, and `test_exit` ends the process, as
+a crash would (tests/subscriptions.rs)."""
 
 import asyncio
 import base64
@@ -254,6 +255,23 @@ async def test_update_resource(uri: str, ctx: Context) -> str:
 def test_subscriptions() -> str:
     """The resource URIs this server's client is subscribed to, as a JSON list."""
     return json.dumps(sorted(SUBSCRIBED))
+
+
+@app.tool()
+async def test_grow(name: str, ctx: Context) -> str:
+    """Adds a tool, a resource and a prompt called `name`, and tells the client its tool,
+    resource and prompt lists changed."""
+
+    def grown() -> str:
+        return f"{name} grown"
+
+    app.add_tool(grown, name=name, description=f"A tool added at run time: {name}")
+    app.resource(f"test://grown/{name}", name=name, mime_type="text/plain")(grown)
+    app.prompt(name=name, description=f"A prompt added at run time: {name}")(grown)
+    await ctx.session.send_tool_list_changed()
+    await ctx.session.send_resource_list_changed()
+    await ctx.session.send_prompt_list_changed()
+    return f"{name} added"
 
 
 @app.tool()
