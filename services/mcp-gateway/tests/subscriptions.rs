@@ -348,3 +348,26 @@ async fn a_stateless_client_listens_for_updates_and_list_changes() {
     session.cancel().await.unwrap();
     running.stop().await;
 }
+
+/// The reference server-everything behind the gateway: a client subscribed to one of its
+/// resources hears the updates it sends once asked to (its `toggle-subscriber-updates` tool
+/// announces every subscribed resource at once, then every 5 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reference_server_s_resource_updates_reach_the_subscriber() {
+    let config = common::config(&[format!("every={} stdio", peer_tool("mcp-server-everything"))]);
+    let running = common::start(&config, Stores::in_memory(), None).await;
+    running.ready(12).await;
+    let watcher = Watcher::default();
+    let client = connect(&running.mcp_url(), watcher.clone()).await;
+    let resources = client.list_all_resources().await.unwrap();
+    let uri = resources.first().expect("server-everything lists resources").uri.clone();
+    client.subscribe(SubscribeRequestParams::new(uri.clone())).await.unwrap();
+    call(&client, "every__toggle-subscriber-updates", json!({})).await.unwrap();
+    eventually(Duration::from_secs(20), "server-everything's update relayed", || async {
+        let updates = watcher.updates.lock().unwrap().clone();
+        if updates.contains(&uri) { Ok(()) } else { Err(format!("{updates:?}")) }
+    })
+    .await;
+    client.cancel().await.unwrap();
+    running.stop().await;
+}
