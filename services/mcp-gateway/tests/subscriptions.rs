@@ -91,6 +91,15 @@ async fn downstream(client: &Client) -> Vec<String> {
     serde_json::from_str(&call(client, "test_subscriptions", json!({})).await.unwrap()).unwrap()
 }
 
+/// Waits until the fixture server holds no subscription any more.
+async fn unsubscribed_downstream(client: &Client, what: &str) {
+    eventually(Duration::from_secs(5), what, || async {
+        let held = downstream(client).await;
+        if held.is_empty() { Ok(()) } else { Err(format!("{held:?}")) }
+    })
+    .await;
+}
+
 async fn update(client: &Client) -> String {
     call(client, "test_update_resource", json!({"uri": WATCHED})).await.unwrap()
 }
@@ -208,11 +217,7 @@ async fn a_session_that_ends_gives_up_its_subscriptions() {
 
     // Closing the client ends its session (DELETE /mcp), and the gateway lets go downstream.
     leaving.cancel().await.unwrap();
-    eventually(Duration::from_secs(5), "the downstream subscription ended with the session", || async {
-        let held = downstream(&observer).await;
-        if held.is_empty() { Ok(()) } else { Err(format!("{held:?}")) }
-    })
-    .await;
+    unsubscribed_downstream(&observer, "the downstream subscription ended with the session").await;
     observer.cancel().await.unwrap();
     running.stop().await;
 }
@@ -339,11 +344,7 @@ async fn a_stateless_client_listens_for_updates_and_list_changes() {
 
     // Cancelled: the downstream subscription ends with it.
     listening.cancel().await.unwrap();
-    eventually(Duration::from_secs(5), "the listener's subscription ended downstream", || async {
-        let held = downstream(&session).await;
-        if held.is_empty() { Ok(()) } else { Err(format!("{held:?}")) }
-    })
-    .await;
+    unsubscribed_downstream(&session, "the listener's subscription ended downstream").await;
     stateless.cancel().await.unwrap();
     session.cancel().await.unwrap();
     running.stop().await;
@@ -369,5 +370,33 @@ async fn a_reference_server_s_resource_updates_reach_the_subscriber() {
     })
     .await;
     client.cancel().await.unwrap();
+    running.stop().await;
+}
+
+/// The Python SDK as both kinds of subscriber (tests/clients/python_subscriber.py): a session
+/// client's `resources/subscribe` and a stateless client's `subscriptions/listen` both hear a
+/// change a third client makes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_subscribers_of_both_revisions_hear_a_change() {
+    let running = gateway().await;
+    let script = root().join("services/mcp-gateway/tests/clients/python_subscriber.py");
+    let python = peer_tool("mcp-python");
+    let url = running.mcp_url();
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(python).arg(script).arg(url).output().expect("run the Python client")
+    })
+    .await
+    .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "python subscriber failed:\n{stderr}");
+    let report: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|err| panic!("{err}: {stdout}\n{stderr}"));
+    assert_eq!(report["listener_protocol"], "2026-07-28", "{report}");
+    assert_eq!(report["honored"], json!([WATCHED]), "only the resource a server offers: {report}");
+    assert_eq!(report["change"], format!("{WATCHED} changed; subscribers told"), "{report}");
+    assert_eq!(report["session_heard"], json!([WATCHED]), "{report}");
+    assert_eq!(report["listener_heard"], json!([WATCHED]), "{report}");
+    let observer = connect(&running.mcp_url(), Watcher::default()).await;
+    unsubscribed_downstream(&observer, "both subscriptions ended with their clients").await;
+    observer.cancel().await.unwrap();
     running.stop().await;
 }
