@@ -214,9 +214,10 @@ pub fn mcp_router(gateway: Arc<Gateway>, config: &GatewayConfig, shutdown: Cance
 
 /// `DELETE /mcp` ends a session. The transport answers 202 whether or not it held the
 /// session; clients expect 200 or 204 (the Python SDK logs "Session termination failed: 202"),
-/// a session nobody holds is 404, and the gateway's own state of the session — its context,
-/// the list it was last shown and its resource subscriptions — goes with the transport's record, on every replica (they share
-/// the stores). Requests for the session afterwards are 404, as the transport finds no record.
+/// a session nobody holds is 404, and the gateway's own state of the session — its context and
+/// the list it was last shown — goes with the transport's record, on every replica (they share
+/// the stores), as do the resource subscriptions this replica holds for it. Requests for the
+/// session afterwards are 404, as the transport finds no record.
 async fn end_session(
     axum::extract::State(gateway): axum::extract::State<Arc<Gateway>>,
     request: axum::extract::Request,

@@ -654,14 +654,14 @@ impl ServerHandler for McpHandler {
     /// `subscriptions/listen` (2026-07-28): the notification channel of a client without a
     /// session. It hears of tool-list changes (not in search mode, whose list never changes),
     /// resource and prompt list changes, and updates of the resources it names — those some
-    /// server offers; the acknowledged filter leaves out the rest.
+    /// server offers and can be subscribed to at; the acknowledged filter leaves out the rest.
     fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
         let mut accepted = requested.clone();
         if self.mode() == ToolMode::Search {
             accepted.tools_list_changed = None;
         }
         if let Some(uris) = accepted.resource_subscriptions.as_mut() {
-            uris.retain(|uri| self.resource_owner(uri).is_ok());
+            uris.retain(|uri| self.resource_owner(uri).is_ok_and(|server| supports_subscriptions(&server)));
         }
         Some(accepted)
     }
@@ -837,6 +837,14 @@ impl McpHandler {
             .cloned()
             .ok_or_else(|| McpError::resource_not_found(format!("no server offers resource `{uri}`"), None))
     }
+}
+
+/// Whether `server` takes resource subscriptions (a server that is not connected is given the
+/// benefit of the doubt: it is subscribed to when it is back).
+fn supports_subscriptions(server: &Upstream) -> bool {
+    let Ok(peer) = server.peer() else { return true };
+    let Some(info) = peer.peer_info() else { return true };
+    info.capabilities.resources.as_ref().is_some_and(|resources| resources.subscribe == Some(true))
 }
 
 fn service_error(server: &str, err: rmcp::ServiceError) -> McpError {

@@ -32,7 +32,7 @@ const LIST_TIMEOUT: Duration = Duration::from_secs(15);
 /// A running connection to one server.
 pub(super) type Running = rmcp::service::RunningService<RoleClient, UpstreamClient>;
 
-/// What a server told us changed (or, on connecting, everything).
+/// A kind of listing: what a server said changed, or what a new listing of it changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ListChanged {
     Tools,
