@@ -118,8 +118,14 @@ async fn restart_and_wait_for_resubscription(client: &Client) {
 }
 
 async fn gateway() -> common::Running {
+    gateway_with("").await
+}
+
+/// The gateway in front of the fixture server started with `flags`.
+async fn gateway_with(flags: &str) -> common::Running {
     let fixture = root().join("services/mcp-gateway/tests/conformance/fixture_server.py");
-    let mut config = common::config(&[format!("fixture={} {}", peer_tool("mcp-python"), fixture.display())]);
+    let server = format!("fixture={} {} {flags}", peer_tool("mcp-python"), fixture.display());
+    let mut config = common::config(&[server.trim_end().to_owned()]);
     config.prefix_tools = false;
     let running = common::start(&config, Stores::in_memory(), None).await;
     running.ready(8).await;
@@ -398,5 +404,27 @@ async fn python_sdk_subscribers_of_both_revisions_hear_a_change() {
     let observer = connect(&running.mcp_url(), Watcher::default()).await;
     unsubscribed_downstream(&observer, "both subscriptions ended with their clients").await;
     observer.cancel().await.unwrap();
+    running.stop().await;
+}
+
+/// A server that offers resources but takes no subscriptions: a session's subscribe gets the
+/// server's own refusal, and a listener's acknowledgment leaves its resources out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_takes_no_subscriptions_is_never_promised_any() {
+    let running = gateway_with("--no-subscriptions").await;
+    let client = connect(&running.mcp_url(), Watcher::default()).await;
+    let err = client.subscribe(SubscribeRequestParams::new(WATCHED)).await.unwrap_err().to_string();
+    assert!(err.to_lowercase().contains("method not found"), "the server's own error: {err}");
+    assert!(update(&client).await.contains("nobody is subscribed"));
+
+    let stateless = stateless_client(&running.mcp_url()).await;
+    let filter = SubscriptionFilter::builder().tools_list_changed().resource_subscription(WATCHED).build();
+    let listening = stateless.peer().listen(filter).await.expect("subscriptions/listen acknowledged");
+    let acknowledged = listening.acknowledged().clone();
+    assert!(acknowledged.resource_subscriptions.unwrap_or_default().is_empty(), "no resource promised");
+    assert_eq!(acknowledged.tools_list_changed, Some(true));
+    drop(listening);
+    stateless.cancel().await.unwrap();
+    client.cancel().await.unwrap();
     running.stop().await;
 }

@@ -5,7 +5,8 @@ the gateway (stdio) in tests/conformance.rs, or alone over HTTP: `fixture_server
 The sampling, elicitation and roots tools send the server-to-client requests the gateway
 relays to the calling client (tests/conformance.rs and tests/relay.rs). Resources can be
 subscribed to: `test_update_resource` announces a change to a subscribed resource,
-`test_subscriptions` lists what the fixture's client (the gateway) holds, `test_grow` adds a
+`test_subscriptions` lists what the fixture's client (the gateway) holds (with
+`--no-subscriptions` the server takes none), `test_grow` adds a
 tool, a resource and a prompt and says the lists changed, and `test_exit` ends the process, as
 a crash would (tests/subscriptions.rs)."""
 
@@ -238,8 +239,12 @@ async def unsubscribe(_ctx, params: UnsubscribeRequestParams) -> EmptyResult:
     return EmptyResult()
 
 
-app._lowlevel_server.add_request_handler("resources/subscribe", SubscribeRequestParams, subscribe)
-app._lowlevel_server.add_request_handler("resources/unsubscribe", UnsubscribeRequestParams, unsubscribe)
+# `--no-subscriptions`: a server that offers resources but takes no subscriptions.
+if "--no-subscriptions" in sys.argv:
+    sys.argv.remove("--no-subscriptions")
+else:
+    app._lowlevel_server.add_request_handler("resources/subscribe", SubscribeRequestParams, subscribe)
+    app._lowlevel_server.add_request_handler("resources/unsubscribe", UnsubscribeRequestParams, unsubscribe)
 
 
 @app.tool()
