@@ -21,7 +21,7 @@ use rmcp::{
 };
 use serde_json::json;
 use switchyard_kit::{Identity, SessionId};
-use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::broadcast::{self, error::RecvError};
 
 use crate::{
     config::ToolMode,
@@ -444,33 +444,9 @@ impl ServerHandler for McpHandler {
         // Tell this client whenever the tool catalog changes (a server came, went or changed
         // its tools) and whenever a server's resources or prompts change, until its session
         // ends.
-        let mut catalog = self.gateway.subscribe_catalog();
-        let mut listings = self.gateway.upstreams().subscribe_listings();
+        let changes = ListChanges::new(&self.gateway);
         let peer = context.peer.clone();
-        tokio::spawn(async move {
-            loop {
-                let told = tokio::select! {
-                    changed = catalog.recv() => match changed {
-                        Ok(()) | Err(RecvError::Lagged(_)) => peer.notify_tool_list_changed().await,
-                        Err(RecvError::Closed) => break,
-                    },
-                    changed = listings.recv() => match changed {
-                        Ok(ListChanged::Resources) => peer.notify_resource_list_changed().await,
-                        Ok(ListChanged::Prompts) => peer.notify_prompt_list_changed().await,
-                        // Tools are told of when the catalog built from them is published.
-                        Ok(ListChanged::Tools) => Ok(()),
-                        Err(RecvError::Lagged(_)) => match peer.notify_resource_list_changed().await {
-                            Ok(()) => peer.notify_prompt_list_changed().await,
-                            failed => failed,
-                        },
-                        Err(RecvError::Closed) => break,
-                    },
-                };
-                if told.is_err() {
-                    break;
-                }
-            }
-        });
+        tokio::spawn(async move { changes.tell(&peer, |_| true).await });
     }
 
     async fn list_tools(
@@ -674,10 +650,10 @@ impl ServerHandler for McpHandler {
         let accepted = context.accepted().clone();
         let upstreams = self.gateway.upstreams();
         let listener = format!("listen-{}", uuid::Uuid::new_v4());
+        let subscriber: Arc<dyn Subscriber> = Arc::new(ListenSubscriber(sink.clone()));
         for uri in accepted.resource_subscriptions.iter().flatten() {
             let Ok(server) = self.resource_owner(uri) else { continue };
-            let subscriber = Arc::new(ListenSubscriber(sink.clone()));
-            if upstreams.subscriptions().add(server.name(), uri, &listener, subscriber)
+            if upstreams.subscriptions().add(server.name(), uri, &listener, subscriber.clone())
                 && let Ok(peer) = server.peer()
             {
                 // A server that is down is subscribed when it is back (the supervisor).
@@ -687,41 +663,17 @@ impl ServerHandler for McpHandler {
                 }
             }
         }
-        let wants = |flag: Option<bool>| flag == Some(true);
-        let (tools, resources, prompts) = (
-            wants(accepted.tools_list_changed),
-            wants(accepted.resources_list_changed),
-            wants(accepted.prompts_list_changed),
-        );
-        let mut catalog = self.gateway.subscribe_catalog();
-        let mut listings = upstreams.subscribe_listings();
-        loop {
-            let told = tokio::select! {
-                () = context.cancelled() => break,
-                changed = catalog.recv(), if tools => match changed {
-                    Ok(()) | Err(RecvError::Lagged(_)) => sink.notify_tool_list_changed().await,
-                    Err(RecvError::Closed) => break,
-                },
-                changed = listings.recv() => match changed {
-                    Ok(ListChanged::Resources) if resources => sink.notify_resource_list_changed().await,
-                    Ok(ListChanged::Prompts) if prompts => sink.notify_prompt_list_changed().await,
-                    Ok(_) => Ok(()),
-                    Err(RecvError::Lagged(_)) => {
-                        let mut told = Ok(());
-                        if resources {
-                            told = sink.notify_resource_list_changed().await;
-                        }
-                        if prompts && told.is_ok() {
-                            told = sink.notify_prompt_list_changed().await;
-                        }
-                        told
-                    }
-                    Err(RecvError::Closed) => break,
-                },
+        let wanted = |kind: ListChanged| {
+            let flag = match kind {
+                ListChanged::Tools => accepted.tools_list_changed,
+                ListChanged::Resources => accepted.resources_list_changed,
+                ListChanged::Prompts => accepted.prompts_list_changed,
             };
-            if told.is_err() {
-                break;
-            }
+            flag == Some(true)
+        };
+        tokio::select! {
+            () = context.cancelled() => {}
+            () = ListChanges::new(&self.gateway).tell(&sink, wanted) => {}
         }
         upstreams.release(upstreams.subscriptions().end_session(&listener)).await;
         Ok(())
@@ -760,15 +712,85 @@ impl ServerHandler for McpHandler {
     ) -> Result<(), McpError> {
         let session = self.subscribing_session(&context, "resources/unsubscribe")?;
         let upstreams = self.gateway.upstreams();
-        // Whichever server it was subscribed on, even one that no longer lists the resource.
-        let emptied: Vec<(String, String)> = upstreams
-            .servers()
-            .iter()
-            .filter(|server| upstreams.subscriptions().remove(server.name(), &request.uri, &session))
-            .map(|server| (server.name().to_owned(), request.uri.clone()))
-            .collect();
-        upstreams.release(emptied).await;
+        upstreams.release(upstreams.subscriptions().leave(&request.uri, &session)).await;
         Ok(())
+    }
+}
+
+/// The list changes a client hears of: the published tool catalog (the tools clients are
+/// shown: a server's own tool list only matters once the catalog built from it changes), and
+/// servers' resources and prompts.
+struct ListChanges {
+    catalog: broadcast::Receiver<()>,
+    listings: broadcast::Receiver<ListChanged>,
+}
+
+impl ListChanges {
+    fn new(gateway: &Gateway) -> Self {
+        Self { catalog: gateway.subscribe_catalog(), listings: gateway.upstreams().subscribe_listings() }
+    }
+
+    /// The kinds that changed next (every kind a lagging receiver may have missed), or None
+    /// once the gateway shuts down.
+    async fn next(&mut self) -> Option<&'static [ListChanged]> {
+        loop {
+            tokio::select! {
+                changed = self.catalog.recv() => return match changed {
+                    Ok(()) | Err(RecvError::Lagged(_)) => Some(&[ListChanged::Tools]),
+                    Err(RecvError::Closed) => None,
+                },
+                changed = self.listings.recv() => match changed {
+                    Ok(ListChanged::Resources) => return Some(&[ListChanged::Resources]),
+                    Ok(ListChanged::Prompts) => return Some(&[ListChanged::Prompts]),
+                    Ok(ListChanged::Tools) => {}
+                    Err(RecvError::Lagged(_)) => return Some(&[ListChanged::Resources, ListChanged::Prompts]),
+                    Err(RecvError::Closed) => return None,
+                },
+            }
+        }
+    }
+
+    /// Tells `client` of every change it `wants`, until the gateway shuts down or the client
+    /// is gone.
+    async fn tell(mut self, client: &impl ChangeListener, wants: impl Fn(ListChanged) -> bool) {
+        while let Some(kinds) = self.next().await {
+            for kind in kinds.iter().copied().filter(|kind| wants(*kind)) {
+                if !client.list_changed(kind).await {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Where list changes go: a session's peer, or a `subscriptions/listen` stream.
+#[async_trait::async_trait]
+trait ChangeListener: Sync {
+    /// Sends `notifications/<kind>/list_changed`; false when the client is gone.
+    async fn list_changed(&self, kind: ListChanged) -> bool;
+}
+
+#[async_trait::async_trait]
+impl ChangeListener for Peer<RoleServer> {
+    async fn list_changed(&self, kind: ListChanged) -> bool {
+        match kind {
+            ListChanged::Tools => self.notify_tool_list_changed().await,
+            ListChanged::Resources => self.notify_resource_list_changed().await,
+            ListChanged::Prompts => self.notify_prompt_list_changed().await,
+        }
+        .is_ok()
+    }
+}
+
+#[async_trait::async_trait]
+impl ChangeListener for SubscriptionSink {
+    async fn list_changed(&self, kind: ListChanged) -> bool {
+        match kind {
+            ListChanged::Tools => self.notify_tool_list_changed().await,
+            ListChanged::Resources => self.notify_resource_list_changed().await,
+            ListChanged::Prompts => self.notify_prompt_list_changed().await,
+        }
+        .is_ok()
     }
 }
 
@@ -790,7 +812,7 @@ struct ClientSubscriber {
 #[async_trait::async_trait]
 impl Subscriber for ClientSubscriber {
     async fn resource_updated(&self, params: ResourceUpdatedNotificationParam) -> bool {
-        !self.peer.is_transport_closed() && self.peer.notify_resource_updated(params).await.is_ok()
+        self.peer.notify_resource_updated(params).await.is_ok()
     }
 }
 

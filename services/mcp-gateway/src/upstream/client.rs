@@ -134,10 +134,7 @@ impl ClientHandler for UpstreamClient {
         // downstream subscription with the last of them.
         for session in gone {
             if self.subscriptions.remove(&self.server, &params.uri, &session) {
-                let unsubscribed = context.peer.unsubscribe(UnsubscribeRequestParams::new(params.uri.clone())).await;
-                if let Err(err) = unsubscribed {
-                    tracing::warn!(server = %self.server, uri = %params.uri, error = %err, "ending a resource subscription downstream");
-                }
+                unsubscribe(&self.server, &context.peer, &params.uri).await;
             }
         }
     }
@@ -208,6 +205,14 @@ pub(super) async fn resubscribe(server: &str, peer: &Peer<RoleClient>, subscript
             Ok(()) => tracing::debug!(server, %uri, "resource subscription made again after reconnecting"),
             Err(err) => tracing::warn!(server, %uri, error = %err, "resource subscription lost on reconnecting"),
         }
+    }
+}
+
+/// Ends the connection's subscription to `uri`, which no client holds any more. A refusal is
+/// logged: the server's later updates for it then find nobody to tell.
+pub(super) async fn unsubscribe(server: &str, peer: &Peer<RoleClient>, uri: &str) {
+    if let Err(err) = peer.unsubscribe(UnsubscribeRequestParams::new(uri)).await {
+        tracing::warn!(server, uri, error = %err, "ending a resource subscription downstream");
     }
 }
 

@@ -27,8 +27,6 @@ use std::{
 
 use arc_swap::{ArcSwap, ArcSwapOption};
 use chrono::{DateTime, Utc};
-#[allow(deprecated, reason = "legacy resource subscriptions, still what session-based clients use")]
-use rmcp::model::UnsubscribeRequestParams;
 use rmcp::{
     model::{Prompt, Resource, ResourceTemplate, Tool},
     service::{Peer, RoleClient},
@@ -191,14 +189,11 @@ impl Upstreams {
 
     /// Ends the downstream subscriptions that no client holds any more (`(server, uri)`
     /// pairs, as [`Subscriptions`] hands them back). A server that is down has lost them
-    /// already; one that refuses is logged, and its later updates find nobody to tell.
+    /// already.
     pub async fn release(&self, emptied: Vec<(String, String)>) {
         for (server, uri) in emptied {
-            let Some(peer) = self.get(&server).and_then(|upstream| upstream.peer().ok()) else { continue };
-            #[allow(deprecated, reason = "legacy resource subscriptions, still what session-based clients use")]
-            let unsubscribed = peer.unsubscribe(UnsubscribeRequestParams::new(uri.clone())).await;
-            if let Err(err) = unsubscribed {
-                tracing::warn!(server = %server, %uri, error = %err, "ending a resource subscription downstream");
+            if let Some(peer) = self.get(&server).and_then(|upstream| upstream.peer().ok()) {
+                client::unsubscribe(&server, &peer, &uri).await;
             }
         }
     }

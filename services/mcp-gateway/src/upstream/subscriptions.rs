@@ -67,13 +67,25 @@ impl Subscriptions {
         last
     }
 
+    /// Takes `session` off `uri` on whichever server it was subscribed (even one that no
+    /// longer lists the resource); the (server, URI) pairs left without subscribers, to
+    /// unsubscribe downstream.
+    pub fn leave(&self, uri: &str, session: &str) -> Vec<(String, String)> {
+        self.drop_session(session, |(_, subscribed)| subscribed == uri)
+    }
+
     /// Drops every subscription of `session` (its session ended); the (server, URI) pairs
     /// left without subscribers, to unsubscribe downstream.
     pub fn end_session(&self, session: &str) -> Vec<(String, String)> {
-        let mut table = self.table();
+        self.drop_session(session, |_| true)
+    }
+
+    /// Takes `session` off the (server, URI) pairs `which` picks; those left without
+    /// subscribers.
+    fn drop_session(&self, session: &str, which: impl Fn(&(String, String)) -> bool) -> Vec<(String, String)> {
         let mut emptied = Vec::new();
-        table.retain(|key, sessions| {
-            if sessions.remove(session).is_some() && sessions.is_empty() {
+        self.table().retain(|key, sessions| {
+            if which(key) && sessions.remove(session).is_some() && sessions.is_empty() {
                 emptied.push(key.clone());
                 return false;
             }
@@ -137,5 +149,18 @@ mod tests {
         assert_eq!(emptied, vec![("files".to_owned(), "file:///a".to_owned())], "file:///b still has s2");
         assert_eq!(subscriptions.uris_of("files"), vec!["file:///b".to_owned()]);
         assert!(subscriptions.end_session("s1").is_empty());
+    }
+
+    #[test]
+    fn leaving_a_uri_leaves_it_on_every_server() {
+        let subscriptions = Subscriptions::default();
+        subscriptions.add("files", "file:///a", "s1", Arc::new(Quiet));
+        subscriptions.add("mirror", "file:///a", "s1", Arc::new(Quiet));
+        subscriptions.add("mirror", "file:///a", "s2", Arc::new(Quiet));
+        subscriptions.add("files", "file:///b", "s1", Arc::new(Quiet));
+        assert_eq!(subscriptions.leave("file:///a", "s1"), vec![("files".to_owned(), "file:///a".to_owned())]);
+        assert_eq!(subscriptions.subscribers("mirror", "file:///a").len(), 1, "s2 keeps it");
+        assert_eq!(subscriptions.uris_of("files"), vec!["file:///b".to_owned()], "the other URI stays");
+        assert!(subscriptions.leave("file:///a", "s1").is_empty(), "not subscribed any more: nothing to do");
     }
 }
