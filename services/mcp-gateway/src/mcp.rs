@@ -149,6 +149,24 @@ impl McpHandler {
         Ok(Some(identity(extensions).session(id)))
     }
 
+    /// Waits for a request forwarded to `server` no longer than `--call-timeout`, so a server
+    /// that stops answering costs the client an error, not a request that never ends.
+    async fn forwarded<T>(
+        &self,
+        server: &str,
+        method: &str,
+        request: impl Future<Output = Result<T, rmcp::ServiceError>>,
+    ) -> Result<T, McpError> {
+        let timeout = self.gateway.settings().call_timeout;
+        match tokio::time::timeout(timeout, request).await {
+            Ok(result) => result.map_err(|err| service_error(server, err)),
+            Err(_) => Err(McpError::internal_error(
+                format!("server `{server}` did not answer {method} within {timeout:?}"),
+                None,
+            )),
+        }
+    }
+
     /// The session that subscribes (its store key): updates need a session's stream to go to,
     /// which a stateless (2026-07-28) request does not have. (That revision has no
     /// `resources/subscribe`, so the transport refuses it first; this holds should one reach
@@ -549,7 +567,7 @@ impl ServerHandler for McpHandler {
     ) -> Result<ReadResourceResponse, McpError> {
         let owner = self.resource_owner(&request.uri)?;
         let peer = owner.peer().map_err(|why| McpError::internal_error(why, None))?;
-        let mut response = peer.read_resource_once(request).await.map_err(|err| service_error(owner.name(), err))?;
+        let mut response = self.forwarded(owner.name(), "resources/read", peer.read_resource_once(request)).await?;
         if let ReadResourceResponse::Complete(result) = &mut response {
             result.result_type.get_or_insert(ResultType::COMPLETE);
         }
@@ -581,8 +599,7 @@ impl ServerHandler for McpHandler {
         let entry = self.prompt(&request.name)?;
         let peer = entry.server.peer().map_err(|why| McpError::internal_error(why, None))?;
         request.name = entry.prompt.name;
-        let mut response =
-            peer.get_prompt_once(request).await.map_err(|err| service_error(entry.server.name(), err))?;
+        let mut response = self.forwarded(entry.server.name(), "prompts/get", peer.get_prompt_once(request)).await?;
         if let GetPromptResponse::Complete(result) = &mut response {
             result.result_type.get_or_insert(ResultType::COMPLETE);
         }
@@ -605,7 +622,7 @@ impl ServerHandler for McpHandler {
             _ => return Ok(CompleteResult::default()),
         };
         let peer = server.peer().map_err(|why| McpError::internal_error(why, None))?;
-        let mut result = peer.complete(request).await.map_err(|err| service_error(server.name(), err))?;
+        let mut result = self.forwarded(server.name(), "completion/complete", peer.complete(request)).await?;
         result.result_type.get_or_insert(ResultType::COMPLETE);
         Ok(result)
     }
@@ -653,14 +670,17 @@ impl ServerHandler for McpHandler {
         let subscriber: Arc<dyn Subscriber> = Arc::new(ListenSubscriber(sink.clone()));
         for uri in accepted.resource_subscriptions.iter().flatten() {
             let Ok(server) = self.resource_owner(uri) else { continue };
-            if upstreams.subscriptions().add(server.name(), uri, &listener, subscriber.clone())
-                && let Ok(peer) = server.peer()
-            {
-                // A server that is down is subscribed when it is back (the supervisor).
-                #[allow(deprecated, reason = "servers behind the gateway still use legacy subscriptions")]
-                if let Err(err) = peer.subscribe(SubscribeRequestParams::new(uri.clone())).await {
-                    tracing::warn!(server = %server.name(), %uri, error = %err, "subscribing downstream for a listener");
-                }
+            let downstream = upstreams.subscriptions().add(server.name(), uri, &listener, subscriber.clone());
+            // A server that is down is subscribed when it is back (the supervisor).
+            let Ok(peer) = server.peer() else { continue };
+            #[allow(deprecated, reason = "servers behind the gateway still use legacy subscriptions")]
+            let subscribe = self.forwarded(
+                server.name(),
+                "resources/subscribe",
+                peer.subscribe(SubscribeRequestParams::new(uri.clone())),
+            );
+            if let Err(err) = downstream.ensure(subscribe).await {
+                tracing::warn!(server = %server.name(), %uri, error = %err.message, "subscribing downstream for a listener");
             }
         }
         let wanted = |kind: ListChanged| {
@@ -693,11 +713,13 @@ impl ServerHandler for McpHandler {
         let peer = server.peer().map_err(|why| McpError::internal_error(why, None))?;
         let subscriptions = self.gateway.upstreams().subscriptions();
         let subscriber = Arc::new(ClientSubscriber { peer: context.peer.clone() });
-        if subscriptions.add(server.name(), &request.uri, &session, subscriber)
-            && let Err(err) = peer.subscribe(request.clone()).await
-        {
+        let downstream = subscriptions.add(server.name(), &request.uri, &session, subscriber);
+        // The first subscriber makes the downstream subscription; any who come meanwhile wait
+        // for it, so none is told it is subscribed while the server refused.
+        let subscribe = self.forwarded(server.name(), "resources/subscribe", peer.subscribe(request.clone()));
+        if let Err(err) = downstream.ensure(subscribe).await {
             subscriptions.remove(server.name(), &request.uri, &session);
-            return Err(service_error(server.name(), err));
+            return Err(err);
         }
         Ok(())
     }

@@ -2,7 +2,8 @@
 //! messages, and its requests to the client — sampling, elicitation, roots — answered by that
 //! client and handed back. Real pieces: the gateway over streamable HTTP on loopback, the Python
 //! SDK's fixture server behind it over stdio (tests/conformance/fixture_server.py), and rmcp
-//! clients whose handlers answer as a chat application would.
+//! clients whose handlers answer as a chat application would. The other way round, a request
+//! the gateway forwards to a server that stops answering ends at `--call-timeout` too.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(
     deprecated,
@@ -23,7 +24,8 @@ use rmcp::{
         CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, CreateMessageRequestParams,
         CreateMessageResult, ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationCapability,
         Implementation, ListRootsResult, LoggingLevel, LoggingMessageNotificationParam, ProgressNotificationParam,
-        ProtocolVersion, Role, Root, RootsCapabilities, SamplingCapability, SamplingMessage, SetLevelRequestParams,
+        ProtocolVersion, ReadResourceRequestParams, Role, Root, RootsCapabilities, SamplingCapability, SamplingMessage,
+        SetLevelRequestParams,
     },
     service::{NotificationContext, RequestContext, RoleClient, RunningService},
     transport::{StreamableHttpClientTransport, streamable_http_client::StreamableHttpClientTransportConfig},
@@ -294,5 +296,27 @@ async fn a_client_that_never_answers_does_not_hold_the_call_past_its_timeout() {
     assert!(message.contains("timed out") || message.contains("within"), "{message}");
     assert!(started.elapsed() < Duration::from_secs(20), "ended by the timeout, after {:?}", started.elapsed());
     silent.cancel().await.unwrap();
+    running.stop().await;
+}
+
+/// `resources/read` (like `prompts/get`, `completion/complete` and `resources/subscribe`) goes
+/// to the server that owns the resource; one that never answers costs the client an error
+/// naming the server and the wait, not a request that hangs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_never_answers_a_read_does_not_hold_the_client_past_the_timeout() {
+    let running = gateway(Duration::from_secs(1)).await;
+    let client = connect(&running.mcp_url(), App::capable("reader")).await;
+    let started = std::time::Instant::now();
+    let err = client
+        .read_resource(ReadResourceRequestParams::new("test://slow-resource"))
+        .await
+        .expect_err("the fixture takes a minute to answer")
+        .to_string();
+    assert!(err.contains("server `fixture` did not answer resources/read within 1s"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(20), "ended by the timeout, after {:?}", started.elapsed());
+    // The connection is still good for reads that are answered.
+    let read = client.read_resource(ReadResourceRequestParams::new("test://static-text")).await.unwrap();
+    assert_eq!(read.contents.len(), 1);
+    client.cancel().await.unwrap();
     running.stop().await;
 }

@@ -30,6 +30,8 @@ use switchyard_mcp_gateway::Stores;
 use switchyard_testkit::{eventually, mcp::stateless_client, peer_tool, root};
 
 const WATCHED: &str = "test://watched-resource";
+/// The fixture refuses the first subscription to it, after a pause of a second.
+const REFUSED_ONCE: &str = "test://refused-once";
 
 /// A client that keeps the resource updates and list changes it hears.
 #[derive(Clone, Default)]
@@ -184,6 +186,44 @@ async fn updates_reach_only_the_sessions_subscribed_to_them() {
     assert!(err.contains("no server offers resource `test://nowhere`"), "{err}");
 
     for client in [ada_client, bob_client, cy_client] {
+        client.cancel().await.unwrap();
+    }
+    running.stop().await;
+}
+
+/// Two sessions subscribe to the same resource at once and the server refuses the first
+/// downstream attempt: one session hears the refusal, the other gets a subscription the server
+/// really holds (the gateway tries again for it) — never an acknowledgement with nothing behind
+/// it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_that_comes_while_the_first_attempt_is_refused_is_really_subscribed() {
+    let running = gateway().await;
+    let (ada, bob) = (Watcher::default(), Watcher::default());
+    let ada_client = connect(&running.mcp_url(), ada.clone()).await;
+    let bob_client = connect(&running.mcp_url(), bob.clone()).await;
+    let (ada_result, bob_result) =
+        tokio::join!(ada_client.subscribe(SubscribeRequestParams::new(REFUSED_ONCE)), async {
+            // While Ada's attempt is under way (the fixture pauses a second before refusing).
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            bob_client.subscribe(SubscribeRequestParams::new(REFUSED_ONCE)).await
+        });
+    let (refused, held) = match (ada_result, bob_result) {
+        (Err(err), Ok(())) => (err, &bob),
+        (Ok(()), Err(err)) => (err, &ada),
+        other => panic!("one refusal and one subscription expected: {other:?}"),
+    };
+    assert!(refused.to_string().contains("refused this once"), "the server's own refusal: {refused}");
+    assert_eq!(downstream(&ada_client).await, vec![REFUSED_ONCE], "the server holds the second subscription");
+
+    let changed = call(&ada_client, "test_update_resource", json!({"uri": REFUSED_ONCE})).await.unwrap();
+    assert!(changed.contains("subscribers told"), "{changed}");
+    eventually(Duration::from_secs(5), "the subscribed session told", || async {
+        if held.heard() == 1 { Ok(()) } else { Err(format!("{}", held.heard())) }
+    })
+    .await;
+    settle().await;
+    assert_eq!(ada.heard() + bob.heard(), 1, "the refused session hears nothing");
+    for client in [ada_client, bob_client] {
         client.cancel().await.unwrap();
     }
     running.stop().await;

@@ -24,7 +24,7 @@ use rmcp::{
 };
 use tokio::sync::mpsc;
 
-use super::{Listing, Relay, Subscriptions, Upstream, relay::Delivery};
+use super::{Downstream, Listing, Relay, Subscriptions, Upstream, relay::Delivery};
 
 /// Longest listing a server's tools, resources or prompts may take.
 const LIST_TIMEOUT: Duration = Duration::from_secs(15);
@@ -134,7 +134,7 @@ impl ClientHandler for UpstreamClient {
         // downstream subscription with the last of them.
         for session in gone {
             if self.subscriptions.remove(&self.server, &params.uri, &session) {
-                unsubscribe(&self.server, &context.peer, &params.uri).await;
+                unsubscribe(&self.server, &context.peer, &params.uri, &self.subscriptions).await;
             }
         }
     }
@@ -198,22 +198,26 @@ pub(super) async fn refresh(
     Ok(())
 }
 
-/// Subscribes a new connection to every URI of `server` that clients are subscribed to.
-pub(super) async fn resubscribe(server: &str, peer: &Peer<RoleClient>, subscriptions: &Subscriptions) {
-    for uri in subscriptions.uris_of(server) {
-        match within(peer.subscribe(SubscribeRequestParams::new(uri.clone()))).await {
-            Ok(()) => tracing::debug!(server, %uri, "resource subscription made again after reconnecting"),
-            Err(err) => tracing::warn!(server, %uri, error = %err, "resource subscription lost on reconnecting"),
+/// Makes `renewed` downstream subscriptions of `server` again on `peer` (the URIs clients are
+/// subscribed to, as [`Subscriptions::renew`] hands them back).
+pub(super) async fn resubscribe(server: &str, peer: &Peer<RoleClient>, renewed: Vec<(String, Arc<Downstream>)>) {
+    for (uri, downstream) in renewed {
+        match downstream.ensure(within(peer.subscribe(SubscribeRequestParams::new(uri.clone())))).await {
+            Ok(()) => tracing::debug!(server, %uri, "resource subscription made again"),
+            Err(err) => tracing::warn!(server, %uri, error = %err, "resource subscription lost"),
         }
     }
 }
 
 /// Ends the connection's subscription to `uri`, which no client holds any more. A refusal is
-/// logged: the server's later updates for it then find nobody to tell.
-pub(super) async fn unsubscribe(server: &str, peer: &Peer<RoleClient>, uri: &str) {
-    if let Err(err) = peer.unsubscribe(UnsubscribeRequestParams::new(uri)).await {
+/// logged: the server's later updates for it then find nobody to tell. A client that subscribed
+/// while this was under way may have had its subscribe reach the server first, so whoever holds
+/// the URI by the end has it made again.
+pub(super) async fn unsubscribe(server: &str, peer: &Peer<RoleClient>, uri: &str, subscriptions: &Subscriptions) {
+    if let Err(err) = within(peer.unsubscribe(UnsubscribeRequestParams::new(uri))).await {
         tracing::warn!(server, uri, error = %err, "ending a resource subscription downstream");
     }
+    resubscribe(server, peer, subscriptions.renew(server, Some(uri))).await;
 }
 
 async fn within<T, E: std::fmt::Display>(call: impl Future<Output = Result<T, E>>) -> Result<T, String> {

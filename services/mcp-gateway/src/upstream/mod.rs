@@ -36,7 +36,7 @@ use tokio_util::sync::CancellationToken;
 pub use client::ListChanged;
 pub use config::{Transport, UpstreamSpec};
 pub use relay::{CallGuard, Caller, NoCaller, Relay};
-pub use subscriptions::{Subscriber, Subscriptions};
+pub use subscriptions::{Downstream, Subscriber, Subscriptions};
 pub use supervisor::Backoff;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -193,7 +193,7 @@ impl Upstreams {
     pub async fn release(&self, emptied: Vec<(String, String)>) {
         for (server, uri) in emptied {
             if let Some(peer) = self.get(&server).and_then(|upstream| upstream.peer().ok()) {
-                client::unsubscribe(&server, &peer, &uri).await;
+                client::unsubscribe(&server, &peer, &uri, &self.subscriptions).await;
             }
         }
     }

@@ -3,10 +3,11 @@
 //! `notifications/resources/updated` reaches them — and only them.
 //!
 //! The gateway holds one downstream subscription per (server, URI), however many clients want
-//! it: the first subscriber makes it, the last one to leave (unsubscribing, its session ending,
-//! or its connection found closed when an update is passed on) ends it. When a server
-//! reconnects its subscriptions are gone with the old connection, so the supervisor makes them
-//! again for every URI that still has subscribers.
+//! it ([`Downstream`]): the first subscriber makes it, those who come while it is being made
+//! wait for the outcome, and the last one to leave (unsubscribing, its session ending, or its
+//! connection found closed when an update is passed on) ends it. When a server reconnects its
+//! subscriptions are gone with the old connection, so the supervisor makes them again for every
+//! URI that still has subscribers ([`Subscriptions::renew`]).
 //!
 //! Subscriptions live in the process that took the subscribe request: downstream connections
 //! are per replica, and so are the clients' notification streams.
@@ -27,8 +28,28 @@ pub trait Subscriber: Send + Sync + 'static {
     async fn resource_updated(&self, params: ResourceUpdatedNotificationParam) -> bool;
 }
 
-/// (server, URI) → the sessions subscribed to it, by session key.
-type Table = BTreeMap<(String, String), HashMap<String, Arc<dyn Subscriber>>>;
+/// One (server, URI)'s subscription on the downstream connection, shared by its subscribers.
+#[derive(Default)]
+pub struct Downstream(tokio::sync::OnceCell<()>);
+
+impl Downstream {
+    /// Makes the downstream subscription with `subscribe` unless it is made already. Whoever
+    /// comes while it is being made waits for that attempt: on success they share it, on
+    /// failure the next of them tries again. So no subscriber is told it is subscribed while
+    /// nothing is held downstream, and each one refused hears the server's own refusal.
+    pub async fn ensure<E>(&self, subscribe: impl Future<Output = Result<(), E>>) -> Result<(), E> {
+        self.0.get_or_try_init(|| subscribe).await.map(|&()| ())
+    }
+}
+
+/// The sessions subscribed to one (server, URI), by session key, and its downstream subscription.
+#[derive(Default)]
+struct Entry {
+    sessions: HashMap<String, Arc<dyn Subscriber>>,
+    downstream: Arc<Downstream>,
+}
+
+type Table = BTreeMap<(String, String), Entry>;
 
 /// Every session's resource subscriptions, by the server that owns the resource.
 #[derive(Default)]
@@ -41,14 +62,14 @@ impl Subscriptions {
         self.table.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Subscribes `session` to `uri` on `server` (again is a no-op); true when it is the URI's
-    /// first subscriber, so the caller subscribes downstream.
-    pub fn add(&self, server: &str, uri: &str, session: &str, subscriber: Arc<dyn Subscriber>) -> bool {
+    /// Subscribes `session` to `uri` on `server` (again is a no-op). The caller then makes sure
+    /// of the URI's downstream subscription through the returned [`Downstream`], and takes the
+    /// session off again ([`Subscriptions::remove`]) if that fails.
+    pub fn add(&self, server: &str, uri: &str, session: &str, subscriber: Arc<dyn Subscriber>) -> Arc<Downstream> {
         let mut table = self.table();
-        let sessions = table.entry((server.to_owned(), uri.to_owned())).or_default();
-        let first = sessions.is_empty();
-        sessions.insert(session.to_owned(), subscriber);
-        first
+        let entry = table.entry((server.to_owned(), uri.to_owned())).or_default();
+        entry.sessions.insert(session.to_owned(), subscriber);
+        entry.downstream.clone()
     }
 
     /// Takes `session` off `uri` on `server`; true when that was the URI's last subscriber,
@@ -56,11 +77,11 @@ impl Subscriptions {
     pub fn remove(&self, server: &str, uri: &str, session: &str) -> bool {
         let mut table = self.table();
         let key = (server.to_owned(), uri.to_owned());
-        let Some(sessions) = table.get_mut(&key) else { return false };
-        if sessions.remove(session).is_none() {
+        let Some(entry) = table.get_mut(&key) else { return false };
+        if entry.sessions.remove(session).is_none() {
             return false;
         }
-        let last = sessions.is_empty();
+        let last = entry.sessions.is_empty();
         if last {
             table.remove(&key);
         }
@@ -84,8 +105,8 @@ impl Subscriptions {
     /// subscribers.
     fn drop_session(&self, session: &str, which: impl Fn(&(String, String)) -> bool) -> Vec<(String, String)> {
         let mut emptied = Vec::new();
-        self.table().retain(|key, sessions| {
-            if which(key) && sessions.remove(session).is_some() && sessions.is_empty() {
+        self.table().retain(|key, entry| {
+            if which(key) && entry.sessions.remove(session).is_some() && entry.sessions.is_empty() {
                 emptied.push(key.clone());
                 return false;
             }
@@ -98,13 +119,23 @@ impl Subscriptions {
     pub fn subscribers(&self, server: &str, uri: &str) -> Vec<(String, Arc<dyn Subscriber>)> {
         self.table()
             .get(&(server.to_owned(), uri.to_owned()))
-            .map(|sessions| sessions.iter().map(|(session, s)| (session.clone(), s.clone())).collect())
+            .map(|entry| entry.sessions.iter().map(|(session, s)| (session.clone(), s.clone())).collect())
             .unwrap_or_default()
     }
 
-    /// The URIs of `server` that have subscribers (to subscribe again after a reconnect).
-    pub fn uris_of(&self, server: &str) -> Vec<String> {
-        self.table().keys().filter(|(owner, _)| owner == server).map(|(_, uri)| uri.clone()).collect()
+    /// Forgets the downstream subscriptions of `server` that still have subscribers — every
+    /// URI, or only `uri` — because they are gone (the server reconnected) or may have been
+    /// undone (an unsubscribe crossed a new subscriber's subscribe). Each comes back not yet
+    /// made, with its URI, for the caller to make again.
+    pub fn renew(&self, server: &str, uri: Option<&str>) -> Vec<(String, Arc<Downstream>)> {
+        self.table()
+            .iter_mut()
+            .filter(|((owner, held), _)| owner == server && uri.is_none_or(|uri| uri == held))
+            .map(|((_, held), entry)| {
+                entry.downstream = Arc::default();
+                (held.clone(), entry.downstream.clone())
+            })
+            .collect()
     }
 }
 
@@ -113,6 +144,11 @@ mod tests {
     use super::*;
 
     struct Quiet;
+
+    /// The URIs of `server` that have subscribers.
+    fn uris(subscriptions: &Subscriptions, server: &str) -> Vec<String> {
+        subscriptions.renew(server, None).into_iter().map(|(uri, _)| uri).collect()
+    }
 
     #[async_trait]
     impl Subscriber for Quiet {
@@ -124,18 +160,55 @@ mod tests {
     #[test]
     fn one_downstream_subscription_per_uri_however_many_sessions() {
         let subscriptions = Subscriptions::default();
-        assert!(subscriptions.add("files", "file:///a", "s1", Arc::new(Quiet)), "the first subscribes downstream");
-        assert!(!subscriptions.add("files", "file:///a", "s2", Arc::new(Quiet)));
-        assert!(!subscriptions.add("files", "file:///a", "s1", Arc::new(Quiet)), "again is a no-op");
-        assert!(subscriptions.add("other", "file:///a", "s1", Arc::new(Quiet)), "another server's URI is its own");
+        let first = subscriptions.add("files", "file:///a", "s1", Arc::new(Quiet));
+        let second = subscriptions.add("files", "file:///a", "s2", Arc::new(Quiet));
+        assert!(Arc::ptr_eq(&first, &second), "both sessions share the URI's downstream subscription");
+        let again = subscriptions.add("files", "file:///a", "s1", Arc::new(Quiet));
+        assert!(Arc::ptr_eq(&first, &again), "subscribing again is a no-op");
+        let other = subscriptions.add("other", "file:///a", "s1", Arc::new(Quiet));
+        assert!(!Arc::ptr_eq(&first, &other), "another server's URI is its own");
         assert_eq!(subscriptions.subscribers("files", "file:///a").len(), 2);
 
         assert!(!subscriptions.remove("files", "file:///a", "s1"), "s2 still wants it");
         assert!(!subscriptions.remove("files", "file:///a", "s1"), "not subscribed any more: nothing to do");
         assert!(subscriptions.remove("files", "file:///a", "s2"), "the last one leaves: unsubscribe downstream");
         assert!(subscriptions.subscribers("files", "file:///a").is_empty());
-        assert_eq!(subscriptions.uris_of("other"), vec!["file:///a".to_owned()]);
-        assert!(subscriptions.uris_of("files").is_empty());
+        let renewed: Vec<String> = subscriptions.renew("other", None).into_iter().map(|(uri, _)| uri).collect();
+        assert_eq!(renewed, vec!["file:///a".to_owned()]);
+        assert!(subscriptions.renew("files", None).is_empty());
+    }
+
+    /// Subscribing downstream counts once for every subscriber: a second session that comes
+    /// while the first one's attempt is under way waits for it, and when that attempt is
+    /// refused it tries again itself instead of being told it holds a subscription nobody made.
+    #[tokio::test]
+    async fn a_refused_first_attempt_leaves_the_next_subscriber_to_try_again() {
+        let subscriptions = Subscriptions::default();
+        let first = subscriptions.add("files", "file:///a", "s1", Arc::new(Quiet));
+        let second = subscriptions.add("files", "file:///a", "s2", Arc::new(Quiet));
+        let attempts = std::sync::atomic::AtomicUsize::new(0);
+        let attempt = |refuse: bool| {
+            let attempts = &attempts;
+            async move {
+                attempts.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                tokio::task::yield_now().await;
+                if refuse { Err("refused") } else { Ok(()) }
+            }
+        };
+        let (refused, made) = tokio::join!(first.ensure(attempt(true)), second.ensure(attempt(false)));
+        assert_eq!(refused, Err("refused"));
+        assert_eq!(made, Ok(()));
+        assert_eq!(attempts.load(std::sync::atomic::Ordering::SeqCst), 2, "the second session made its own attempt");
+        let third = subscriptions.add("files", "file:///a", "s3", Arc::new(Quiet));
+        assert_eq!(third.ensure(attempt(true)).await, Ok(()), "made already: nothing is sent again");
+        assert_eq!(attempts.load(std::sync::atomic::Ordering::SeqCst), 2);
+
+        // Once renewed (the server reconnected), it has to be made again.
+        let renewed = subscriptions.renew("files", Some("file:///a"));
+        assert_eq!(renewed.len(), 1);
+        assert_eq!(renewed[0].1.ensure(attempt(false)).await, Ok(()));
+        assert_eq!(attempts.load(std::sync::atomic::Ordering::SeqCst), 3);
+        assert!(subscriptions.renew("files", Some("file:///b")).is_empty(), "no subscriber, nothing to renew");
     }
 
     #[test]
@@ -147,7 +220,7 @@ mod tests {
         let mut emptied = subscriptions.end_session("s1");
         emptied.sort();
         assert_eq!(emptied, vec![("files".to_owned(), "file:///a".to_owned())], "file:///b still has s2");
-        assert_eq!(subscriptions.uris_of("files"), vec!["file:///b".to_owned()]);
+        assert_eq!(uris(&subscriptions, "files"), vec!["file:///b".to_owned()]);
         assert!(subscriptions.end_session("s1").is_empty());
     }
 
@@ -160,7 +233,7 @@ mod tests {
         subscriptions.add("files", "file:///b", "s1", Arc::new(Quiet));
         assert_eq!(subscriptions.leave("file:///a", "s1"), vec![("files".to_owned(), "file:///a".to_owned())]);
         assert_eq!(subscriptions.subscribers("mirror", "file:///a").len(), 1, "s2 keeps it");
-        assert_eq!(subscriptions.uris_of("files"), vec!["file:///b".to_owned()], "the other URI stays");
+        assert_eq!(uris(&subscriptions, "files"), vec!["file:///b".to_owned()], "the other URI stays");
         assert!(subscriptions.leave("file:///a", "s1").is_empty(), "not subscribed any more: nothing to do");
     }
 }

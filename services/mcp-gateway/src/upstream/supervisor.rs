@@ -99,7 +99,7 @@ pub(super) async fn supervise(
         tracing::info!(server = %name, tools = upstream.listing().tools.len(), "connected");
         set.notify(&upstream.listing().changes_from(&before));
         // A new connection holds none of the old one's subscriptions.
-        client::resubscribe(&name, &peer, &set.subscriptions).await;
+        client::resubscribe(&name, &peer, set.subscriptions.renew(&name, None)).await;
 
         let cancel = running.cancellation_token();
         let mut waiting = std::pin::pin!(running.waiting());

@@ -8,7 +8,9 @@ subscribed to: `test_update_resource` announces a change to a subscribed resourc
 `test_subscriptions` lists what the fixture's client (the gateway) holds (with
 `--no-subscriptions` the server takes none), `test_grow` adds a
 tool, a resource and a prompt and says the lists changed, and `test_exit` ends the process, as
-a crash would (tests/subscriptions.rs)."""
+a crash would (tests/subscriptions.rs). `test://refused-once` refuses the first subscription
+to it after a pause, and `test://slow-resource` takes a minute to read, for the gateway's
+handling of refusals and of servers that stop answering."""
 
 import asyncio
 import base64
@@ -20,6 +22,7 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.prompts.base import UserMessage
 from mcp.server.mcpserver.utilities.types import Audio, Image
+from mcp.shared.exceptions import MCPError
 from mcp_types import (
     Completion,
     EmbeddedResource,
@@ -224,13 +227,34 @@ def watched() -> str:
     return "Watched resource content."
 
 
+@app.resource("test://refused-once", mime_type="text/plain", description="Refuses its first subscription")
+def refused_once() -> str:
+    return "A resource whose first subscription is refused."
+
+
+@app.resource("test://slow-resource", mime_type="text/plain", description="Takes a minute to read")
+async def slow_resource() -> str:
+    await asyncio.sleep(60)
+    return "Read at last."
+
+
 # The URIs the client (the gateway) is subscribed to. The SDK's high-level server has no
 # subscription handlers of its own, so they are registered on the protocol server beneath it.
 SUBSCRIBED: set[str] = set()
 
 
+# Whether the first subscription to test://refused-once was refused yet.
+REFUSED_ONCE: list[bool] = []
+
+
 async def subscribe(_ctx, params: SubscribeRequestParams) -> EmptyResult:
-    SUBSCRIBED.add(str(params.uri))
+    uri = str(params.uri)
+    if uri == "test://refused-once" and not REFUSED_ONCE:
+        REFUSED_ONCE.append(True)
+        # Long enough for a second subscriber to arrive while this one is under way.
+        await asyncio.sleep(1)
+        raise MCPError(code=-32603, message=f"{uri}: refused this once")
+    SUBSCRIBED.add(uri)
     return EmptyResult()
 
 
