@@ -141,13 +141,15 @@ impl Subscriptions {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
     use super::*;
 
     struct Quiet;
 
     /// The URIs of `server` that have subscribers.
     fn uris(subscriptions: &Subscriptions, server: &str) -> Vec<String> {
-        subscriptions.renew(server, None).into_iter().map(|(uri, _)| uri).collect()
+        subscriptions.table().keys().filter(|(owner, _)| owner == server).map(|(_, uri)| uri.clone()).collect()
     }
 
     #[async_trait]
@@ -173,9 +175,8 @@ mod tests {
         assert!(!subscriptions.remove("files", "file:///a", "s1"), "not subscribed any more: nothing to do");
         assert!(subscriptions.remove("files", "file:///a", "s2"), "the last one leaves: unsubscribe downstream");
         assert!(subscriptions.subscribers("files", "file:///a").is_empty());
-        let renewed: Vec<String> = subscriptions.renew("other", None).into_iter().map(|(uri, _)| uri).collect();
-        assert_eq!(renewed, vec!["file:///a".to_owned()]);
-        assert!(subscriptions.renew("files", None).is_empty());
+        assert_eq!(uris(&subscriptions, "other"), vec!["file:///a".to_owned()]);
+        assert!(uris(&subscriptions, "files").is_empty());
     }
 
     /// Subscribing downstream counts once for every subscriber: a second session that comes
@@ -186,11 +187,11 @@ mod tests {
         let subscriptions = Subscriptions::default();
         let first = subscriptions.add("files", "file:///a", "s1", Arc::new(Quiet));
         let second = subscriptions.add("files", "file:///a", "s2", Arc::new(Quiet));
-        let attempts = std::sync::atomic::AtomicUsize::new(0);
+        let attempts = AtomicUsize::new(0);
         let attempt = |refuse: bool| {
             let attempts = &attempts;
             async move {
-                attempts.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                attempts.fetch_add(1, Ordering::SeqCst);
                 tokio::task::yield_now().await;
                 if refuse { Err("refused") } else { Ok(()) }
             }
@@ -198,16 +199,16 @@ mod tests {
         let (refused, made) = tokio::join!(first.ensure(attempt(true)), second.ensure(attempt(false)));
         assert_eq!(refused, Err("refused"));
         assert_eq!(made, Ok(()));
-        assert_eq!(attempts.load(std::sync::atomic::Ordering::SeqCst), 2, "the second session made its own attempt");
+        assert_eq!(attempts.load(Ordering::SeqCst), 2, "the second session made its own attempt");
         let third = subscriptions.add("files", "file:///a", "s3", Arc::new(Quiet));
         assert_eq!(third.ensure(attempt(true)).await, Ok(()), "made already: nothing is sent again");
-        assert_eq!(attempts.load(std::sync::atomic::Ordering::SeqCst), 2);
+        assert_eq!(attempts.load(Ordering::SeqCst), 2);
 
         // Once renewed (the server reconnected), it has to be made again.
         let renewed = subscriptions.renew("files", Some("file:///a"));
         assert_eq!(renewed.len(), 1);
         assert_eq!(renewed[0].1.ensure(attempt(false)).await, Ok(()));
-        assert_eq!(attempts.load(std::sync::atomic::Ordering::SeqCst), 3);
+        assert_eq!(attempts.load(Ordering::SeqCst), 3);
         assert!(subscriptions.renew("files", Some("file:///b")).is_empty(), "no subscriber, nothing to renew");
     }
 
