@@ -661,8 +661,12 @@ impl ServerHandler for McpHandler {
 
     /// Runs one `subscriptions/listen` until the client cancels it or its stream closes. Its
     /// resource subscriptions share the downstream ones of session clients (see
-    /// [`crate::upstream::Subscriptions`]) and end with it.
+    /// [`crate::upstream::Subscriptions`]) and end with it; a listen keyed to a context (see
+    /// [`crate::scope`]) also hears that context being set.
     async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
+        // A listen carrying a context handle in `_meta` (or from an authenticated caller) is
+        // told when that context is set again, as a session client is after its set_context.
+        let scope = self.scope(context.request_context())?;
         let sink = context.sink().clone();
         let accepted = context.accepted().clone();
         let upstreams = self.gateway.upstreams();
@@ -693,7 +697,7 @@ impl ServerHandler for McpHandler {
         };
         tokio::select! {
             () = context.cancelled() => {}
-            () = ListChanges::new(&self.gateway).tell(&sink, wanted) => {}
+            () = ListChanges::new(&self.gateway).with_context(&self.gateway, scope.key()).tell(&sink, wanted) => {}
         }
         upstreams.release(upstreams.subscriptions().end_session(&listener)).await;
         Ok(())
@@ -740,22 +744,42 @@ impl ServerHandler for McpHandler {
 }
 
 /// The list changes a client hears of: the published tool catalog (the tools clients are
-/// shown: a server's own tool list only matters once the catalog built from it changes), and
-/// servers' resources and prompts.
+/// shown: a server's own tool list only matters once the catalog built from it changes),
+/// servers' resources and prompts, and for a stateless listener keyed to a context (a handle,
+/// or the authenticated caller) that context being set again, which changes its filtered list.
 struct ListChanges {
     catalog: broadcast::Receiver<()>,
     listings: broadcast::Receiver<ListChanged>,
+    context: Option<(SessionKey, broadcast::Receiver<SessionKey>)>,
 }
 
 impl ListChanges {
     fn new(gateway: &Gateway) -> Self {
-        Self { catalog: gateway.subscribe_catalog(), listings: gateway.upstreams().subscribe_listings() }
+        Self { catalog: gateway.subscribe_catalog(), listings: gateway.upstreams().subscribe_listings(), context: None }
+    }
+
+    /// Also tells of `key`'s context being set (session clients are told by their own
+    /// `set_context` call instead).
+    fn with_context(mut self, gateway: &Gateway, key: Option<&SessionKey>) -> Self {
+        self.context = key.map(|key| (key.clone(), gateway.subscribe_contexts()));
+        self
     }
 
     /// The kinds that changed next (every kind a lagging receiver may have missed), or None
     /// once the gateway shuts down.
     async fn next(&mut self) -> Option<&'static [ListChanged]> {
         loop {
+            let context_set = async {
+                match &mut self.context {
+                    Some((key, contexts)) => match contexts.recv().await {
+                        Ok(set) => Some(set == *key),
+                        // Ours may be among those missed.
+                        Err(RecvError::Lagged(_)) => Some(true),
+                        Err(RecvError::Closed) => None,
+                    },
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 changed = self.catalog.recv() => return match changed {
                     Ok(()) | Err(RecvError::Lagged(_)) => Some(&[ListChanged::Tools]),
@@ -767,6 +791,11 @@ impl ListChanges {
                     Ok(ListChanged::Tools) => {}
                     Err(RecvError::Lagged(_)) => return Some(&[ListChanged::Resources, ListChanged::Prompts]),
                     Err(RecvError::Closed) => return None,
+                },
+                ours = context_set => match ours {
+                    Some(true) => return Some(&[ListChanged::Tools]),
+                    Some(false) => {}
+                    None => return None,
                 },
             }
         }

@@ -3,8 +3,9 @@
 //! other; the gateway holds one downstream subscription per resource, ends it with its last
 //! subscriber (unsubscribing or its session ending), and makes it again when the server
 //! restarts. A client of the stateless revision hears the same through `subscriptions/listen`,
-//! with the list changes. Real pieces: the gateway over streamable HTTP on loopback, the Python SDK's
-//! fixture server behind it over stdio (tests/conformance/fixture_server.py), rmcp clients.
+//! with the list changes, and, keyed to a context by handle or caller, that context being set.
+//! Real pieces: the gateway over streamable HTTP on loopback, the Python SDK's fixture server
+//! behind it over stdio (tests/conformance/fixture_server.py), rmcp clients, raw HTTP.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(deprecated, reason = "resource subscriptions: deprecated by 2026-07-28, served to session-based clients")]
 
@@ -393,6 +394,136 @@ async fn a_stateless_client_listens_for_updates_and_list_changes() {
     unsubscribed_downstream(&session, "the listener's subscription ended downstream").await;
     stateless.cancel().await.unwrap();
     session.cancel().await.unwrap();
+    running.stop().await;
+}
+
+/// `set_context` from a stateless client, with `handle` in its `_meta` or none (one is minted);
+/// the handle the context is kept by.
+async fn set_stateless_context(client: &switchyard_testkit::mcp::Client, handle: Option<&str>, query: &str) -> String {
+    let mut params = CallToolRequestParams::new("set_context");
+    params.arguments = json!({"query": query}).as_object().cloned();
+    if let Some(handle) = handle {
+        let mut meta = rmcp::model::RequestMetaObject::default();
+        meta.insert("io.switchyard/context".to_owned(), json!(handle));
+        params.meta = Some(meta);
+    }
+    let result = client.call_tool(params).await.expect("set_context");
+    result.structured_content.expect("structured content")["context"].as_str().expect("a handle").to_owned()
+}
+
+/// One request as a 2026-07-28 client sends it over HTTP (no session, the method and the
+/// tool's name in headers), from the user `user` names, if any, as the API gateway in front
+/// would say.
+async fn stateless_post(url: &str, method: &str, body: Value, user: Option<&str>) -> reqwest::Response {
+    let mut request = reqwest::Client::new()
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", method);
+    if let Some(name) = body["params"]["name"].as_str() {
+        request = request.header("mcp-name", name);
+    }
+    if let Some(user) = user {
+        request = request.header("x-user-id", user);
+    }
+    request.json(&body).send().await.unwrap()
+}
+
+/// A `subscriptions/listen` for tool list changes, with `handle` in its `_meta`.
+fn listen_body(handle: Option<&str>) -> Value {
+    let mut meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {}
+    });
+    if let Some(handle) = handle {
+        meta["io.switchyard/context"] = json!(handle);
+    }
+    json!({"jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen", "params": {
+        "notifications": {"toolsListChanged": true},
+        "_meta": meta
+    }})
+}
+
+/// A `subscriptions/listen` read event by event (the SDK clients have no way to add a context
+/// handle to one).
+struct RawListen {
+    response: reqwest::Response,
+    buffer: String,
+}
+
+impl RawListen {
+    /// Listens for tool list changes keyed to `handle`, or without one, to the caller the
+    /// `x-user-id` header names.
+    async fn open(url: &str, handle: Option<&str>, user: Option<&str>) -> Self {
+        let mut listen = Self {
+            response: stateless_post(url, "subscriptions/listen", listen_body(handle), user).await,
+            buffer: String::new(),
+        };
+        assert!(listen.response.status().is_success(), "{}", listen.response.status());
+        let first = listen.next(Duration::from_secs(10)).await.expect("an acknowledgement");
+        assert_eq!(first["method"], "notifications/subscriptions/acknowledged", "{first}");
+        listen
+    }
+
+    /// The next JSON-RPC message on the stream, or None when none comes within `wait`.
+    async fn next(&mut self, wait: Duration) -> Option<Value> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            while let Some(end) = self.buffer.find("\n\n") {
+                let event: String = self.buffer.drain(..end + 2).collect();
+                let data: String = event.lines().filter_map(|line| line.strip_prefix("data:")).collect();
+                if !data.trim().is_empty() {
+                    return Some(serde_json::from_str(data.trim()).unwrap_or_else(|err| panic!("{data}: {err}")));
+                }
+            }
+            let chunk = tokio::time::timeout_at(deadline, self.response.chunk()).await.ok()?;
+            let chunk = chunk.expect("the stream reads").expect("the stream stays open");
+            self.buffer.push_str(&String::from_utf8_lossy(&chunk).replace("\r\n", "\n"));
+        }
+    }
+}
+
+/// A stateless client's listener keyed to its context (the handle in the listen's `_meta`)
+/// is told its tool list changed when that context is set again, as a session client is after
+/// its own `set_context`; a listener keyed to another context is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stateless_listener_hears_when_its_own_context_is_set() {
+    let running = gateway().await;
+    let stateless = stateless_client(&running.mcp_url()).await;
+    let mine = set_stateless_context(&stateless, None, "read a resource").await;
+    let theirs = set_stateless_context(&stateless, None, "show me a prompt").await;
+    assert_ne!(mine, theirs);
+    let mut listening = RawListen::open(&running.mcp_url(), Some(&mine), None).await;
+    let mut other = RawListen::open(&running.mcp_url(), Some(&theirs), None).await;
+
+    assert_eq!(set_stateless_context(&stateless, Some(&mine), "update a resource").await, mine);
+    let heard = listening.next(Duration::from_secs(20)).await.expect("told within 20 s");
+    assert_eq!(heard["method"], "notifications/tools/list_changed", "{heard}");
+    assert_eq!(other.next(Duration::from_millis(500)).await, None, "the other context did not change");
+
+    // Without a handle, an authenticated caller's listener hears of that caller's context.
+    let mut ada = RawListen::open(&running.mcp_url(), None, Some("ada")).await;
+    let set = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+        "name": "set_context",
+        "arguments": {"query": "read a resource"},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
+    }});
+    let mut bob = RawListen::open(&running.mcp_url(), None, Some("bob")).await;
+    let answer = stateless_post(&running.mcp_url(), "tools/call", set, Some("ada")).await.text().await.unwrap();
+    assert!(answer.contains("Context set"), "{answer}");
+    let heard = ada.next(Duration::from_secs(20)).await.expect("Ada told within 20 s");
+    assert_eq!(heard["method"], "notifications/tools/list_changed", "{heard}");
+    assert_eq!(bob.next(Duration::from_millis(500)).await, None, "Bob's context did not change");
+
+    // A handle that is not one the gateway mints is refused, naming the field.
+    let refused =
+        stateless_post(&running.mcp_url(), "subscriptions/listen", listen_body(Some("someone-else:session")), None)
+            .await
+            .text()
+            .await
+            .unwrap();
+    assert!(refused.contains("io.switchyard/context") && refused.contains("must be a context handle"), "{refused}");
+    stateless.cancel().await.unwrap();
     running.stop().await;
 }
 

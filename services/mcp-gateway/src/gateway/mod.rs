@@ -104,6 +104,9 @@ pub struct Gateway {
     records: Arc<RecordBuffer<UsageRecord>>,
     /// Ticks when the catalog changes (MCP clients are told their tool list changed).
     catalog_changed: broadcast::Sender<()>,
+    /// The contexts set on this replica, by key (stateless listeners keyed by the same handle
+    /// or caller are told their tool list changed).
+    contexts_changed: broadcast::Sender<SessionKey>,
     rebuild: watch::Sender<u64>,
     metrics: Metrics,
 }
@@ -128,6 +131,7 @@ impl Gateway {
             },
         );
         let (catalog_changed, _) = broadcast::channel(16);
+        let (contexts_changed, _) = broadcast::channel(256);
         let (rebuild, _) = watch::channel(0);
         let gateway = Arc::new(Self {
             upstreams,
@@ -144,6 +148,7 @@ impl Gateway {
             settings,
             records,
             catalog_changed,
+            contexts_changed,
             rebuild,
             metrics: Metrics::new(),
         });
@@ -197,6 +202,8 @@ impl Gateway {
         let embedding = self.embed(&text).await?;
         let now = Utc::now();
         let context = self.contexts.set_context(key, query, intent, embedding.as_deref(), now).await?;
+        // Nobody listening is fine.
+        let _ = self.contexts_changed.send(key.clone());
         self.metrics.set_context();
         self.record(UsageRecord::SetContext {
             key: key.clone(),

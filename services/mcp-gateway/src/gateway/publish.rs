@@ -9,6 +9,7 @@ use super::Gateway;
 use crate::{
     catalog::{Catalog, CatalogTool, History},
     error::GatewayError,
+    store::SessionKey,
 };
 
 /// One thread, at lowered priority, for every catalog build of the process (builds are
@@ -31,6 +32,11 @@ impl Gateway {
     /// Ticks whenever the tool catalog changes.
     pub fn subscribe_catalog(&self) -> broadcast::Receiver<()> {
         self.catalog_changed.subscribe()
+    }
+
+    /// Hears the key of every context set on this replica (`set_context`, over MCP or gRPC).
+    pub fn subscribe_contexts(&self) -> broadcast::Receiver<SessionKey> {
+        self.contexts_changed.subscribe()
     }
 
     /// Reloads the usage history now and rebuilds the catalog with it (also done periodically;
