@@ -527,37 +527,13 @@ async fn list_with(client: &mcp::Client, handle: Option<&str>) -> Result<rmcp::m
     client.list_tools(params).await.map_err(|err| err.to_string())
 }
 
-/// One stateless JSON-RPC request as a 2026-07-28 client sends it: no session, the protocol in
-/// a header and in `_meta`, for tenant `tenant` (and `user`, when an API gateway named one).
-async fn stateless_raw(url: &str, tenant: &str, user: Option<&str>, method: &str, mut params: Value) -> Value {
-    params["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("2026-07-28");
-    params["_meta"]["io.modelcontextprotocol/clientCapabilities"] = json!({});
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-    let mut request = reqwest::Client::new()
-        .post(url)
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", method)
-        .header("x-tenant-id", tenant);
-    // The revision's routing headers: the method, and for a call the tool's name.
-    if let Some(name) = params.get("name").and_then(Value::as_str) {
-        request = request.header("mcp-name", name);
-    }
-    if let Some(user) = user {
-        request = request.header("x-user-id", user);
-    }
-    let response = request.json(&body).send().await.unwrap();
+/// One stateless JSON-RPC request as a 2026-07-28 client sends it (see
+/// [`common::stateless_request`]), for tenant `tenant` (and `user`, when an API gateway named
+/// one); its JSON-RPC response.
+async fn stateless_raw(url: &str, tenant: &str, user: Option<&str>, method: &str, params: Value) -> Value {
+    let response = common::stateless_request(url, Some(tenant), user, method, params).await;
     assert!(response.headers().get("mcp-session-id").is_none(), "no session on the stateless revision");
-    let text = response.text().await.unwrap();
-    if text.trim_start().starts_with('{') {
-        serde_json::from_str(&text).unwrap()
-    } else {
-        text.lines()
-            .filter_map(|line| line.strip_prefix("data:"))
-            .filter_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
-            .find(|m| m.get("id").is_some())
-            .unwrap_or_else(|| panic!("{method}: no response in {text}"))
-    }
+    common::stateless_answer(response).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -292,30 +292,12 @@ async fn subscriptions_are_made_again_when_the_server_restarts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_without_a_session_cannot_subscribe() {
     let running = gateway().await;
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "resources/subscribe", "params": {
-        "uri": WATCHED,
-        "_meta": {
-            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {}
-        }
-    }});
-    let response = reqwest::Client::new()
-        .post(running.mcp_url())
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "resources/subscribe")
-        .header("mcp-name", WATCHED)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let status = response.status();
-    let text = response.text().await.unwrap();
-    let data = text.lines().find_map(|line| line.strip_prefix("data:")).unwrap_or(&text).trim().to_owned();
-    let answer: Value = serde_json::from_str(&data).unwrap_or_else(|err| panic!("{status} {text}: {err}"));
+    let url = running.mcp_url();
+    let request = common::stateless_request(&url, None, None, "resources/subscribe", json!({"uri": WATCHED}));
+    let answer = common::stateless_answer(request.await).await;
     let observer = connect(&running.mcp_url(), Watcher::default()).await;
     assert!(downstream(&observer).await.is_empty(), "nothing subscribed downstream");
-    assert_eq!(answer["error"]["code"], -32601, "{status} {answer}");
+    assert_eq!(answer["error"]["code"], -32601, "{answer}");
     observer.cancel().await.unwrap();
     running.stop().await;
 }
@@ -411,37 +393,13 @@ async fn set_stateless_context(client: &switchyard_testkit::mcp::Client, handle:
     result.structured_content.expect("structured content")["context"].as_str().expect("a handle").to_owned()
 }
 
-/// One request as a 2026-07-28 client sends it over HTTP (no session, the method and the
-/// tool's name in headers), from the user `user` names, if any, as the API gateway in front
-/// would say.
-async fn stateless_post(url: &str, method: &str, body: Value, user: Option<&str>) -> reqwest::Response {
-    let mut request = reqwest::Client::new()
-        .post(url)
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", method);
-    if let Some(name) = body["params"]["name"].as_str() {
-        request = request.header("mcp-name", name);
-    }
-    if let Some(user) = user {
-        request = request.header("x-user-id", user);
-    }
-    request.json(&body).send().await.unwrap()
-}
-
 /// A `subscriptions/listen` for tool list changes, with `handle` in its `_meta`.
-fn listen_body(handle: Option<&str>) -> Value {
-    let mut meta = json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {}
-    });
+fn listen_params(handle: Option<&str>) -> Value {
+    let mut params = json!({"notifications": {"toolsListChanged": true}});
     if let Some(handle) = handle {
-        meta["io.switchyard/context"] = json!(handle);
+        params["_meta"]["io.switchyard/context"] = json!(handle);
     }
-    json!({"jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen", "params": {
-        "notifications": {"toolsListChanged": true},
-        "_meta": meta
-    }})
+    params
 }
 
 /// A `subscriptions/listen` read event by event (the SDK clients have no way to add a context
@@ -456,7 +414,7 @@ impl RawListen {
     /// `x-user-id` header names.
     async fn open(url: &str, handle: Option<&str>, user: Option<&str>) -> Self {
         let mut listen = Self {
-            response: stateless_post(url, "subscriptions/listen", listen_body(handle), user).await,
+            response: common::stateless_request(url, None, user, "subscriptions/listen", listen_params(handle)).await,
             buffer: String::new(),
         };
         assert!(listen.response.status().is_success(), "{}", listen.response.status());
@@ -503,26 +461,29 @@ async fn a_stateless_listener_hears_when_its_own_context_is_set() {
 
     // Without a handle, an authenticated caller's listener hears of that caller's context.
     let mut ada = RawListen::open(&running.mcp_url(), None, Some("ada")).await;
-    let set = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
-        "name": "set_context",
-        "arguments": {"query": "read a resource"},
-        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
-    }});
     let mut bob = RawListen::open(&running.mcp_url(), None, Some("bob")).await;
-    let answer = stateless_post(&running.mcp_url(), "tools/call", set, Some("ada")).await.text().await.unwrap();
-    assert!(answer.contains("Context set"), "{answer}");
+    let set = json!({"name": "set_context", "arguments": {"query": "read a resource"}});
+    let answer = common::stateless_answer(
+        common::stateless_request(&running.mcp_url(), None, Some("ada"), "tools/call", set).await,
+    )
+    .await;
+    assert!(answer["result"]["content"][0]["text"].as_str().unwrap_or_default().contains("Context set"), "{answer}");
     let heard = ada.next(Duration::from_secs(20)).await.expect("Ada told within 20 s");
     assert_eq!(heard["method"], "notifications/tools/list_changed", "{heard}");
     assert_eq!(bob.next(Duration::from_millis(500)).await, None, "Bob's context did not change");
 
     // A handle that is not one the gateway mints is refused, naming the field.
-    let refused =
-        stateless_post(&running.mcp_url(), "subscriptions/listen", listen_body(Some("someone-else:session")), None)
-            .await
-            .text()
-            .await
-            .unwrap();
-    assert!(refused.contains("io.switchyard/context") && refused.contains("must be a context handle"), "{refused}");
+    let url = running.mcp_url();
+    let refused = common::stateless_request(
+        &url,
+        None,
+        None,
+        "subscriptions/listen",
+        listen_params(Some("someone-else:session")),
+    );
+    let refused = common::stateless_answer(refused.await).await;
+    let message = refused["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("io.switchyard/context") && message.contains("must be a context handle"), "{refused}");
     stateless.cancel().await.unwrap();
     running.stop().await;
 }

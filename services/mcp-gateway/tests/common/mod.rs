@@ -42,6 +42,53 @@ pub fn config(servers: &[String]) -> GatewayConfig {
     config
 }
 
+/// One request as a 2026-07-28 client sends it over HTTP: no session, the protocol in a header
+/// and in `_meta` (beside whatever `_meta` `params` carries), the method and what it names (a
+/// tool's name, a resource's URI) in the revision's routing headers; for `tenant` and `user`
+/// when an API gateway in front named them.
+pub async fn stateless_request(
+    url: &str,
+    tenant: Option<&str>,
+    user: Option<&str>,
+    method: &str,
+    mut params: serde_json::Value,
+) -> reqwest::Response {
+    params["_meta"]["io.modelcontextprotocol/protocolVersion"] = serde_json::json!("2026-07-28");
+    params["_meta"]["io.modelcontextprotocol/clientCapabilities"] = serde_json::json!({});
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let mut request = reqwest::Client::new()
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", method);
+    if let Some(name) = params.get("name").or_else(|| params.get("uri")).and_then(serde_json::Value::as_str) {
+        request = request.header("mcp-name", name);
+    }
+    if let Some(tenant) = tenant {
+        request = request.header("x-tenant-id", tenant);
+    }
+    if let Some(user) = user {
+        request = request.header("x-user-id", user);
+    }
+    request.json(&body).send().await.unwrap()
+}
+
+/// The JSON-RPC response in a stateless request's answer (plain JSON, or the one message with
+/// an id in an event stream).
+pub async fn stateless_answer(response: reqwest::Response) -> serde_json::Value {
+    let status = response.status();
+    let text = response.text().await.unwrap();
+    if text.trim_start().starts_with('{') {
+        serde_json::from_str(&text).unwrap_or_else(|err| panic!("{status} {text}: {err}"))
+    } else {
+        text.lines()
+            .filter_map(|line| line.strip_prefix("data:"))
+            .filter_map(|data| serde_json::from_str::<serde_json::Value>(data.trim()).ok())
+            .find(|m| m.get("id").is_some())
+            .unwrap_or_else(|| panic!("{status}: no response in {text}"))
+    }
+}
+
 /// Redis and Postgres stores under a fresh prefix and schema.
 pub async fn shared_stores(prefix: &str, schema: &str) -> Stores {
     let contexts = RedisContextStore::connect(&redis_url().into(), prefix, Duration::from_secs(600))
