@@ -3,7 +3,7 @@
 //! control, identity, graceful shutdown), client channels, the shared error codes, caller
 //! identity (tenant, user, session keys), store plumbing (Redis, Postgres schemas, store
 //! flags, secrets), the record buffer that writes Postgres records off the request path,
-//! backoff, and wire timestamps.
+//! backoff, wire timestamps, and the rule for text Postgres refuses (NUL).
 
 pub mod backoff;
 pub mod client;
@@ -20,6 +20,7 @@ pub mod secret;
 pub mod server;
 pub mod store;
 pub mod telemetry;
+pub mod text;
 pub mod tls;
 
 pub use config::{ServerArgs, TelemetryArgs};

@@ -10,6 +10,13 @@
 //! Facts that must be durable before they are acknowledged use [`RecordBuffer::write_through`]:
 //! written at once unless earlier records are still waiting (so the record never goes out of
 //! order), and buffered when the write fails.
+//!
+//! A record the store refuses for its content ([`StoreError::is_refused_content`]: it will
+//! never be written, however often it is retried) must not hold every later record behind it:
+//! the batch is written again one record at a time, each refused record is set aside — logged
+//! once at error level with its key fields ([`BufferedRecord::key_fields`], never its text),
+//! counted in [`RecordBuffer::set_aside`] and the `records.set_aside` metric — and the others
+//! are written in order.
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -21,6 +28,7 @@ use std::{
 };
 
 use async_trait::async_trait;
+use opentelemetry::{KeyValue, metrics::Counter};
 use tokio::sync::Notify;
 
 use crate::{backoff::Backoff, store::StoreError};
@@ -45,6 +53,13 @@ pub trait BufferedRecord: Clone + Send + Sync + 'static {
         let _ = waiting;
         true
     }
+
+    /// What identifies the record in a log line when it is set aside — tenant, session, kind,
+    /// time — as `name=value` pairs; never its free text, which may be private (and is what
+    /// the store refused).
+    fn key_fields(&self) -> String {
+        String::new()
+    }
 }
 
 /// Where a record went.
@@ -56,6 +71,9 @@ pub enum Durability {
     Buffered,
     /// The buffer was full: lost (counted).
     Dropped,
+    /// The store refused (some of) them for their content: those were set aside (logged and
+    /// counted) and the others written or held.
+    SetAside,
 }
 
 #[derive(Debug, Clone)]
@@ -105,6 +123,8 @@ pub struct RecordBuffer<R> {
     wake: Notify,
     dropped: AtomicU64,
     drop_log: Mutex<DropLog>,
+    set_aside: AtomicU64,
+    set_aside_metric: Counter<u64>,
 }
 
 struct Pending<R> {
@@ -131,6 +151,11 @@ impl<R: BufferedRecord> RecordBuffer<R> {
             wake: Notify::new(),
             dropped: AtomicU64::new(0),
             drop_log: Mutex::new(DropLog::default()),
+            set_aside: AtomicU64::new(0),
+            set_aside_metric: opentelemetry::global::meter("switchyard-kit")
+                .u64_counter("records.set_aside")
+                .with_description("Records the store refused for their content, set aside so the others are written")
+                .build(),
         });
         tokio::spawn(background_writer(Arc::downgrade(&buffer)));
         buffer
@@ -152,6 +177,24 @@ impl<R: BufferedRecord> RecordBuffer<R> {
         self.dropped.load(Ordering::Relaxed)
     }
 
+    /// Records the store refused for their content and that were set aside, since start.
+    pub fn set_aside(&self) -> u64 {
+        self.set_aside.load(Ordering::Relaxed)
+    }
+
+    /// Logs (once, here) and counts a record the store refused for its content.
+    fn set_record_aside(&self, record: &R, err: &StoreError) {
+        let total = self.set_aside.fetch_add(1, Ordering::Relaxed) + 1;
+        self.set_aside_metric.add(1, &[KeyValue::new("records", self.config.name)]);
+        tracing::error!(
+            records = self.config.name,
+            record = %record.key_fields(),
+            %err,
+            set_aside_total = total,
+            "record refused by the store for its content, set aside"
+        );
+    }
+
     /// Writes `records` now — unless earlier records are waiting, so none overtakes them — and
     /// buffers them when that write fails or takes longer than the write timeout. Returns once
     /// they are written or held.
@@ -160,6 +203,7 @@ impl<R: BufferedRecord> RecordBuffer<R> {
             let write = tokio::time::timeout(self.config.write_timeout, self.sink.write(&records)).await;
             match write {
                 Ok(Ok(())) => return Durability::Written,
+                Ok(Err(err)) if err.is_refused_content() => return self.write_through_one_by_one(records).await,
                 Ok(Err(err)) => tracing::warn!(records = self.config.name, %err, "record write failed, buffering"),
                 Err(_) => tracing::warn!(
                     records = self.config.name,
@@ -169,6 +213,27 @@ impl<R: BufferedRecord> RecordBuffer<R> {
             }
         }
         self.push_all(records)
+    }
+
+    /// After a write-through refused for content: each record alone, the refused ones set
+    /// aside; from the first that fails for another reason on, the rest are held in order.
+    async fn write_through_one_by_one(&self, records: Vec<R>) -> Durability {
+        let mut records = records.into_iter();
+        while let Some(record) = records.next() {
+            let write = tokio::time::timeout(self.config.write_timeout, self.sink.write(std::slice::from_ref(&record)));
+            match write.await {
+                Ok(Ok(())) => {}
+                Ok(Err(err)) if err.is_refused_content() => self.set_record_aside(&record, &err),
+                failed => {
+                    if let Ok(Err(err)) = failed {
+                        tracing::warn!(records = self.config.name, %err, "record write failed, buffering");
+                    }
+                    let held = self.push_all(std::iter::once(record).chain(records).collect());
+                    return if held == Durability::Dropped { held } else { Durability::SetAside };
+                }
+            }
+        }
+        Durability::SetAside
     }
 
     /// Holds one record for the background writer (off the request path).
@@ -253,24 +318,68 @@ impl<R: BufferedRecord> RecordBuffer<R> {
             if batch.is_empty() {
                 break;
             }
-            self.bounded_write(&batch).await?;
-            self.pending().queue.drain(..batch.len());
-            written += batch.len();
+            match self.bounded_write(&batch).await {
+                Ok(()) => {
+                    self.pending().queue.drain(..batch.len());
+                    written += batch.len();
+                }
+                Err(err) if err.is_refused_content() => self.isolate_refused(&batch, &mut written).await?,
+                Err(err) => return Err(err),
+            }
         }
         let coalesced: Vec<(String, R)> = self.pending().coalesced.drain().collect();
         if coalesced.is_empty() {
             return Ok(written);
         }
         let records: Vec<R> = coalesced.iter().map(|(_, record)| record.clone()).collect();
-        if let Err(err) = self.bounded_write(&records).await {
-            // Put them back, unless a newer value arrived meanwhile.
-            let mut pending = self.pending();
-            for (key, record) in coalesced {
-                pending.coalesced.entry(key).or_insert(record);
+        let mut failed = match self.bounded_write(&records).await {
+            Ok(()) => return Ok(written + records.len()),
+            Err(err) if err.is_refused_content() => None,
+            Err(err) => Some(err),
+        };
+        // Refused for content: each alone, the refused ones set aside. What fails for another
+        // reason goes back, unless a newer value arrived meanwhile.
+        let mut back = Vec::new();
+        for (key, record) in coalesced {
+            if failed.is_some() {
+                back.push((key, record));
+                continue;
             }
-            return Err(err);
+            match self.bounded_write(std::slice::from_ref(&record)).await {
+                Ok(()) => written += 1,
+                Err(err) if err.is_refused_content() => self.set_record_aside(&record, &err),
+                Err(err) => {
+                    failed = Some(err);
+                    back.push((key, record));
+                }
+            }
         }
-        Ok(written + records.len())
+        let mut pending = self.pending();
+        for (key, record) in back {
+            pending.coalesced.entry(key).or_insert(record);
+        }
+        drop(pending);
+        failed.map_or(Ok(written), Err)
+    }
+
+    /// After `batch` (the head of the queue) was refused for its content: writes its records
+    /// one at a time, up to and including the first refused one, which is set aside; each is
+    /// taken off the queue as it is done (and counted in `written`), so the next batch starts
+    /// after it. A failure of another kind leaves the rest queued.
+    async fn isolate_refused(&self, batch: &[R], written: &mut usize) -> Result<(), StoreError> {
+        for record in batch {
+            match self.bounded_write(std::slice::from_ref(record)).await {
+                Ok(()) => *written += 1,
+                Err(err) if err.is_refused_content() => {
+                    self.set_record_aside(record, &err);
+                    self.pending().queue.pop_front();
+                    break;
+                }
+                Err(err) => return Err(err),
+            }
+            self.pending().queue.pop_front();
+        }
+        Ok(())
     }
 
     /// At shutdown: writes what is held, retrying while the sink fails, until `deadline`.
@@ -356,6 +465,8 @@ mod tests {
     enum Rec {
         Event(u32),
         Turns { session: &'static str, count: u64 },
+        /// Refused by the sink for its content, as Postgres refuses a NUL.
+        Poisoned(u32),
     }
 
     impl BufferedRecord for Rec {
@@ -363,7 +474,12 @@ mod tests {
             match self {
                 Rec::Event(_) => None,
                 Rec::Turns { session, .. } => Some((*session).to_owned()),
+                Rec::Poisoned(_) => None,
             }
+        }
+
+        fn key_fields(&self) -> String {
+            format!("{self:?}")
         }
 
         fn supersedes(&self, waiting: &Self) -> bool {
@@ -391,6 +507,10 @@ mod tests {
         async fn write(&self, records: &[Rec]) -> Result<(), StoreError> {
             if self.down.load(Ordering::SeqCst) {
                 return Err(StoreError::Unavailable("down".into()));
+            }
+            if records.iter().any(|r| matches!(r, Rec::Poisoned(_))) {
+                // All or nothing, like a transaction.
+                return Err(StoreError::Database(sqlx::Error::Encode("invalid byte sequence: 0x00".into())));
             }
             self.written.lock().expect("lock").extend_from_slice(records);
             Ok(())
@@ -502,5 +622,74 @@ mod tests {
         buffer.push(Rec::Event(9));
         let report = buffer.drain(Duration::from_millis(200)).await;
         assert_eq!(report, DrainReport { written: 0, lost: 1 });
+    }
+
+    #[tokio::test]
+    async fn a_refused_record_is_set_aside_and_every_other_one_lands_in_order() {
+        let sink = Arc::new(Sink::default());
+        sink.down.store(true, Ordering::SeqCst);
+        let buffer = RecordBuffer::start(sink.clone(), RecordBufferConfig { batch: 3, ..config(100) });
+        // Queued during an outage, then written in batches of 3 with the poisoned one inside
+        // the first.
+        buffer.push_all(vec![Rec::Event(1), Rec::Poisoned(2), Rec::Event(3), Rec::Event(4)]);
+        buffer.push_all(vec![Rec::Event(5), Rec::Poisoned(6), Rec::Event(7)]);
+        sink.down.store(false, Ordering::SeqCst);
+        until_empty(&buffer).await;
+        assert_eq!(sink.written(), [1, 3, 4, 5, 7].map(Rec::Event));
+        assert_eq!(buffer.set_aside(), 2);
+        assert_eq!(buffer.dropped(), 0);
+        // And nothing waits behind them.
+        assert_eq!(buffer.write_through(vec![Rec::Event(8)]).await, Durability::Written);
+    }
+
+    #[tokio::test]
+    async fn a_refused_write_through_is_set_aside_never_buffered() {
+        let sink = Arc::new(Sink::default());
+        let buffer = RecordBuffer::start(sink.clone(), config(10));
+        let outcome = buffer.write_through(vec![Rec::Event(1), Rec::Poisoned(2), Rec::Event(3)]).await;
+        assert_eq!(outcome, Durability::SetAside);
+        assert_eq!(buffer.backlog(), 0, "nothing held to block later records");
+        assert_eq!(buffer.write_through(vec![Rec::Event(4)]).await, Durability::Written);
+        assert_eq!(sink.written(), [1, 3, 4].map(Rec::Event));
+        assert_eq!(buffer.set_aside(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_refused_coalesced_record_does_not_hold_the_others() {
+        #[derive(Default)]
+        struct RefusesSession(Sink);
+        #[async_trait]
+        impl RecordSink<Rec> for RefusesSession {
+            async fn write(&self, records: &[Rec]) -> Result<(), StoreError> {
+                if records.iter().any(|r| matches!(r, Rec::Turns { session: "bad", .. })) {
+                    return Err(StoreError::Corrupt("turn count out of range".into()));
+                }
+                self.0.write(records).await
+            }
+        }
+        let sink = Arc::new(RefusesSession::default());
+        let buffer = RecordBuffer::start(sink.clone(), config(10));
+        buffer.push(Rec::Turns { session: "bad", count: 1 });
+        buffer.push(Rec::Turns { session: "good", count: 2 });
+        until_empty(&buffer).await;
+        assert_eq!(sink.0.written(), [Rec::Turns { session: "good", count: 2 }]);
+        assert_eq!(buffer.set_aside(), 1);
+    }
+
+    #[tokio::test]
+    async fn drain_sets_a_refused_record_aside_and_writes_everything_else() {
+        let sink = Arc::new(Sink::default());
+        let buffer = RecordBuffer::start(
+            sink.clone(),
+            RecordBufferConfig { flush_interval: Duration::from_secs(3600), batch: 2, ..config(10) },
+        );
+        sink.down.store(true, Ordering::SeqCst);
+        buffer.push_all(vec![Rec::Event(1), Rec::Poisoned(2), Rec::Event(3)]);
+        buffer.push(Rec::Turns { session: "a", count: 5 });
+        sink.down.store(false, Ordering::SeqCst);
+        let report = buffer.drain(Duration::from_secs(5)).await;
+        assert_eq!(report, DrainReport { written: 3, lost: 0 });
+        assert_eq!(sink.written(), [Rec::Event(1), Rec::Event(3), Rec::Turns { session: "a", count: 5 }]);
+        assert_eq!(buffer.set_aside(), 1);
     }
 }

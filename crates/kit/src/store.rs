@@ -33,6 +33,30 @@ pub enum StoreError {
     Timeout,
 }
 
+impl StoreError {
+    /// Whether the store refused a write for what it holds — a row that will never be
+    /// written, however often it is retried — rather than for being unreachable, slow or
+    /// overloaded (which retrying cures). The one place this is decided, for the record
+    /// buffer's set-aside rule and for mapping a refused synchronous write to a caller's error.
+    ///
+    /// Refused: Postgres SQLSTATE class 22 (data exception: `22021` a NUL or a byte not in
+    /// the encoding, `22P05` jsonb's `\u0000`, `22003` out of range…), 23 (integrity
+    /// constraint) and 54 (program limit: a value too large to index); a value the driver
+    /// could not encode; [`StoreError::Corrupt`], which on a write means a value the record
+    /// cannot represent. Everything else — connection loss, pool and statement timeouts,
+    /// `08`, `40` (serialization, deadlock), `53` (resources), `57` (shutdown, cancel), `42`
+    /// (a schema not yet migrated) — is worth retrying.
+    pub fn is_refused_content(&self) -> bool {
+        match self {
+            Self::Database(sqlx::Error::Database(err)) => {
+                err.code().is_some_and(|code| matches!(code.get(..2), Some("22" | "23" | "54")))
+            }
+            Self::Database(sqlx::Error::Encode(_)) | Self::Corrupt(_) => true,
+            _ => false,
+        }
+    }
+}
+
 impl From<SchemaPoolError> for StoreError {
     fn from(err: SchemaPoolError) -> Self {
         match err {

@@ -246,6 +246,8 @@ impl ContextSwitcher {
             Durability::Written => {}
             Durability::Buffered => tracing::debug!(what, "record buffered until the record store answers"),
             Durability::Dropped => tracing::error!(what, "record dropped: the outage buffer is full"),
+            // The buffer logged the refused record with its key fields.
+            Durability::SetAside => tracing::debug!(what, "record refused by the record store, set aside"),
         }
     }
 }
