@@ -22,8 +22,11 @@ pub struct ServerArgs {
     #[arg(long, env = "CONCURRENCY_LIMIT", default_value_t = 1024)]
     pub concurrency_limit: usize,
 
-    /// On SIGTERM/SIGINT, how long in-flight calls may take to finish before the process exits.
-    #[arg(long, env = "SHUTDOWN_GRACE", default_value = "20s", value_parser = parse_duration)]
+    /// On SIGTERM/SIGINT, how long in-flight calls may take to finish before the process exits;
+    /// streams still open near its end close with UNAVAILABLE. Longer than a vendor's timeout
+    /// (OPENAI_TIMEOUT, ANTHROPIC_TIMEOUT: 60s), so a model call in flight answers or fails
+    /// within it.
+    #[arg(long, env = "SHUTDOWN_GRACE", default_value = "75s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
 }
 
@@ -33,7 +36,7 @@ impl Default for ServerArgs {
             max_message_bytes: 4 * 1024 * 1024,
             request_timeout: Duration::from_secs(30),
             concurrency_limit: 1024,
-            shutdown_grace: Duration::from_secs(20),
+            shutdown_grace: Duration::from_secs(75),
         }
     }
 }

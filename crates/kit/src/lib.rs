@@ -28,4 +28,4 @@ pub use error::{ErrorCode, ServiceError, to_status};
 pub use identity::{FieldError, Identity, SessionId, SessionKey, TenantId, UserId};
 pub use role_id::RoleId;
 pub use secret::Secret;
-pub use server::{GrpcServer, shutdown_signal};
+pub use server::{GrpcServer, ShutdownNotice, shutdown_signal};

@@ -2,7 +2,8 @@
 //! 1.8 works), a request id, a span per request continuing the caller's trace, admission
 //! control (a global concurrency limit that sheds instead of queueing, and a deadline), the
 //! caller's identity (`x-tenant-id`, `x-user-id`), message size limits, and a graceful
-//! shutdown that drains in-flight calls.
+//! shutdown that drains in-flight calls and, when the grace runs out, ends the streams still
+//! open with UNAVAILABLE rather than cutting them mid-frame ([`ShutdownNotice`]).
 
 use std::{
     convert::Infallible,
@@ -40,6 +41,7 @@ pub struct GrpcServer {
     routes: RoutesBuilder,
     service_names: Vec<&'static str>,
     health: HealthHandle,
+    notice: ShutdownNotice,
 }
 
 impl GrpcServer {
@@ -50,7 +52,14 @@ impl GrpcServer {
         let (reporter, health_service) = tonic_health::server::health_reporter();
         let mut routes = RoutesBuilder::default();
         routes.add_service(health_service);
-        Ok(Self { listener, args, routes, service_names: Vec::new(), health: HealthHandle::new(reporter) })
+        Ok(Self {
+            listener,
+            args,
+            routes,
+            service_names: Vec::new(),
+            health: HealthHandle::new(reporter),
+            notice: ShutdownNotice::default(),
+        })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -67,6 +76,11 @@ impl GrpcServer {
         self.health.clone()
     }
 
+    /// What streaming handlers watch to end their streams before the shutdown grace runs out.
+    pub fn shutdown_notice(&self) -> ShutdownNotice {
+        self.notice.clone()
+    }
+
     /// Adds a generated service (already configured with message size limits).
     pub fn add_service<S>(&mut self, service: S) -> &mut Self
     where
@@ -81,7 +95,8 @@ impl GrpcServer {
     }
 
     /// Serves until `shutdown` completes, then stops accepting, reports NOT_SERVING, and
-    /// waits up to the shutdown grace period for in-flight calls.
+    /// waits up to the shutdown grace period for in-flight calls; streams still open near its
+    /// end are told to finish with UNAVAILABLE (see [`ShutdownNotice`]).
     pub async fn serve(mut self, shutdown: impl Future<Output = ()> + Send) -> anyhow::Result<()> {
         let mut reflection_v1 = tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(switchyard_proto::FILE_DESCRIPTOR_SET)
@@ -102,6 +117,7 @@ impl GrpcServer {
         let addr = self.local_addr();
         let args = self.args.clone();
         let health = self.health.clone();
+        let notice = self.notice.clone();
         let draining = Arc::new(tokio::sync::Notify::new());
         let signal = {
             let draining = draining.clone();
@@ -137,7 +153,7 @@ impl GrpcServer {
 
         tokio::select! {
             result = serving => result.context("grpc server failed")?,
-            () = async { draining.notified().await; tokio::time::sleep(args.shutdown_grace).await } => {
+            () = async { draining.notified().await; notice.run_grace(args.shutdown_grace).await } => {
                 tracing::warn!(grace = ?args.shutdown_grace, "shutdown grace period over, exiting with calls in flight");
             }
         }
@@ -160,6 +176,52 @@ fn request_span<B>(request: &Request<B>) -> tracing::Span {
     // Fails only when no OpenTelemetry layer is installed (e.g. in unit tests): nothing to link.
     let _ = span.set_parent(telemetry::extract_context(request.headers()));
     span
+}
+
+/// What a stream's caller is told when the server ends the stream at shutdown.
+pub const SHUTTING_DOWN: &str = "the server is shutting down; retry the request";
+
+/// The end of the shutdown grace as streaming handlers see it. A stream can outlive any grace
+/// (a long answer), and one cut by the process exiting leaves its caller with a bare EOF and its
+/// work unrecorded; so a little before the grace ends the notice is cut, and a handler ends its
+/// stream with UNAVAILABLE ([`ShutdownNotice::status`]) and records what it had, while the
+/// transport is still up.
+#[derive(Clone, Debug, Default)]
+pub struct ShutdownNotice {
+    cut: tokio_util::sync::CancellationToken,
+}
+
+impl ShutdownNotice {
+    /// Completes once streams still open must end.
+    pub async fn cut(&self) {
+        self.cut.cancelled().await;
+    }
+
+    pub fn is_cut(&self) -> bool {
+        self.cut.is_cancelled()
+    }
+
+    /// The status a stream ended by shutdown closes with.
+    pub fn status() -> Status {
+        Status::unavailable(SHUTTING_DOWN)
+    }
+
+    /// How long before the end of `grace` the notice is cut: long enough for handlers to send
+    /// their last status and record the interrupted work, and never more than a quarter of
+    /// the grace, so a short grace still lets calls finish.
+    pub fn margin(grace: Duration) -> Duration {
+        (grace / 4).min(Duration::from_secs(2))
+    }
+
+    /// Waits out `grace` (begun at shutdown), cutting the notice [`ShutdownNotice::margin`]
+    /// before its end.
+    pub async fn run_grace(&self, grace: Duration) {
+        let margin = Self::margin(grace);
+        tokio::time::sleep(grace - margin).await;
+        tracing::warn!(grace = ?grace, "shutdown grace ending: ending the streams still open with UNAVAILABLE");
+        self.cut.cancel();
+        tokio::time::sleep(margin).await;
+    }
 }
 
 /// Waits for SIGTERM or SIGINT (Ctrl-C).

@@ -22,6 +22,11 @@ pub enum RouterError {
     #[error("the client cancelled the request")]
     Cancelled,
 
+    /// The server's shutdown grace ran out with the turn still running; what it had was
+    /// recorded as interrupted.
+    #[error("{}", switchyard_kit::server::SHUTTING_DOWN)]
+    ShuttingDown,
+
     /// A dependency (sessions, Postgres) failed; `code` keeps the class it came with.
     #[error("{context}: {message}")]
     Dependency { context: &'static str, code: ErrorCode, message: String },
@@ -56,6 +61,7 @@ impl ServiceError for RouterError {
             Self::FailedPrecondition(_) => ErrorCode::FailedPrecondition,
             Self::ModelsUnavailable(_) => ErrorCode::Unavailable,
             Self::Cancelled => ErrorCode::Unavailable,
+            Self::ShuttingDown => ErrorCode::Unavailable,
             Self::Dependency { code, .. } => *code,
         }
     }

@@ -1,5 +1,8 @@
 //! What a turn reports as it goes: the route decision, content deltas and tool activity.
 //! `ChatStream` forwards them to the client; `Chat` ignores them and answers once at the end.
+//! Either way the text answered so far is kept, so a turn cut short records what it had.
+
+use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::mpsc;
 
@@ -26,11 +29,13 @@ pub struct ToolActivity {
 #[derive(Clone, Default)]
 pub struct Events {
     sender: Option<mpsc::Sender<TurnEvent>>,
+    /// The answer's text so far (every delta, streamed or not).
+    answered: Arc<Mutex<String>>,
 }
 
 impl Events {
     pub fn to(sender: mpsc::Sender<TurnEvent>) -> Self {
-        Self { sender: Some(sender) }
+        Self { sender: Some(sender), answered: Arc::default() }
     }
 
     pub fn none() -> Self {
@@ -50,9 +55,18 @@ impl Events {
     }
 
     pub async fn delta(&self, text: String) -> Result<(), RouterError> {
-        if text.is_empty() || self.sender.is_none() {
+        if text.is_empty() {
             return Ok(());
         }
-        self.send(TurnEvent::Delta(text)).await
+        if self.sender.is_some() {
+            self.send(TurnEvent::Delta(text.clone())).await?;
+        }
+        self.answered.lock().unwrap_or_else(PoisonError::into_inner).push_str(&text);
+        Ok(())
+    }
+
+    /// The answer's text so far: what a client of the stream has been sent.
+    pub fn answered(&self) -> String {
+        self.answered.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 }

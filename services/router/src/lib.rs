@@ -138,6 +138,7 @@ impl RouterServer {
                  chat calls fail with FAILED_PRECONDITION"
             );
         }
+        let mut server = GrpcServer::bind(config.listen, config.server.clone()).await?;
         let recorder: Option<Arc<Recorder>> = config
             .log_routing_decisions
             .then(|| RecordBuffer::start(Arc::new(DecisionSink(store.clone())), config.recorder()));
@@ -154,13 +155,13 @@ impl RouterServer {
             learning: cache.as_ref().map(|cache| Learning::new(cache.clone(), store.clone(), fast.clone())),
             cache,
             routing_timeout: (config.routing_timeout_ms > 0).then(|| Duration::from_millis(config.routing_timeout_ms)),
+            stopping: server.shutdown_notice(),
+            interrupted_writes: Default::default(),
         });
         if let Some(learning) = &router.learning {
             learning.spawn_refresh(config.corrections_refresh);
         }
         spawn_pruning(store.clone(), config.analytics_retention);
-
-        let mut server = GrpcServer::bind(config.listen, config.server.clone()).await?;
         let max = config.server.max_message_bytes;
         server.add_service(
             RouterServiceServer::new(grpc::RouterGrpc::new(router.clone(), store))
@@ -185,9 +186,11 @@ impl RouterServer {
         self.router.clone()
     }
 
-    /// Serves until `shutdown`, drains in-flight calls, then writes the decisions still held.
+    /// Serves until `shutdown`, drains in-flight calls (turns still running when the grace
+    /// runs out are recorded as interrupted), then writes the decisions still held.
     pub async fn serve(self, shutdown: impl Future<Output = ()> + Send) -> anyhow::Result<()> {
         let served = self.server.serve(shutdown).await;
+        self.router.finish_interrupted(self.drain_timeout).await;
         if let Some(recorder) = &self.router.recorder {
             recorder.drain(self.drain_timeout).await;
         }

@@ -38,6 +38,7 @@ fn decision(id: usize, tenant: &str, route: Route, routing_ms: u64, minutes_ago:
         domains: Vec::new(),
         degraded: if id.is_multiple_of(4) { vec!["expert x: timed out".to_owned()] } else { Vec::new() },
         message: id.is_multiple_of(2).then(|| format!("message {id}")),
+        interrupted: false,
     }
 }
 

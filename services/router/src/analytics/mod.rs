@@ -51,6 +51,8 @@ pub struct DecisionRecord {
     pub degraded: Vec<String>,
     /// The user's message, kept only when learning from corrections is on (the routing cache).
     pub message: Option<String>,
+    /// The turn was cut short by the router's shutdown (its answer is what it had so far).
+    pub interrupted: bool,
 }
 
 impl DecisionRecord {
@@ -80,6 +82,7 @@ impl DecisionRecord {
             domains: meta.domains.clone(),
             degraded: meta.degraded.clone(),
             message: message.map(str::to_owned),
+            interrupted: false,
         }
     }
 }

@@ -66,7 +66,8 @@ impl AnalyticsStore for PostgresAnalytics {
         let mut insert = QueryBuilder::new(
             "INSERT INTO routing_decisions (id, occurred_at, tenant_id, user_id, session_id, role_id, route, \
              reasoning, routing_ms, execution_ms, provider, model, routing_model, cache_hit, fallback_used, \
-             attempts, model_fallbacks, prompt_tokens, completion_tokens, tools_used, domains, degraded, message) ",
+             attempts, model_fallbacks, prompt_tokens, completion_tokens, tools_used, domains, degraded, message, \
+             interrupted) ",
         );
         insert.push_values(decisions, |mut row, d| {
             row.push_bind(&d.id)
@@ -91,7 +92,8 @@ impl AnalyticsStore for PostgresAnalytics {
                 .push_bind(&d.tools_used)
                 .push_bind(&d.domains)
                 .push_bind(&d.degraded)
-                .push_bind(&d.message);
+                .push_bind(&d.message)
+                .push_bind(d.interrupted);
         });
         // A batch retried after a timeout may have landed already.
         insert.push(" ON CONFLICT (id) DO NOTHING");

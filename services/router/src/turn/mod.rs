@@ -1,7 +1,8 @@
 //! One chat turn, as spec 002's `UnifiedChatHandler.process` describes it, on a session:
 //! context switching first (sessions' ProcessQuery), then the routing call — the LLM is the
 //! router, through the two routing tools — then the chosen route, and finally the answer is
-//! recorded in the session's conversation and in the routing analytics.
+//! recorded in the session's conversation and in the routing analytics. A turn still running
+//! when the shutdown grace runs out is recorded as interrupted, with the answer it had.
 
 mod agent;
 mod context;
@@ -9,11 +10,13 @@ mod experts;
 mod routing;
 
 use std::{
-    sync::Arc,
+    sync::{Arc, Mutex, PoisonError},
     time::{Duration, Instant},
 };
 
-use switchyard_kit::Identity;
+use switchyard_kit::{Identity, SessionId, ShutdownNotice};
+use tokio::task::JoinSet;
+use tracing::Instrument;
 use switchyard_llm::{ChatRequest, Message, ModelRef, ToolChoice, ToolSpec, Usage};
 
 use crate::{
@@ -54,6 +57,10 @@ pub struct Router {
     pub(crate) learning: Option<Arc<Learning>>,
     /// `UNIFIED_CHAT_ROUTING_TIMEOUT_MS`; `None` waits for the routing call.
     pub(crate) routing_timeout: Option<Duration>,
+    /// Cut when the shutdown grace is about to run out: turns still running stop there.
+    pub(crate) stopping: ShutdownNotice,
+    /// Interrupted turns' messages on their way to sessions, awaited before the process exits.
+    pub(crate) interrupted_writes: Mutex<JoinSet<()>>,
 }
 
 /// What the parts of one turn share: the router, the caller, the turn's context, the models
@@ -95,6 +102,15 @@ impl Scope<'_> {
         let answered = self.router.models.stream_answer(self.chain, call, self.events).await?;
         Ok(RouteAnswer { answered, usage: Usage::default() })
     }
+}
+
+/// What a turn cut short by shutdown had.
+struct Interrupted<'a> {
+    id: String,
+    session_id: &'a SessionId,
+    meta: &'a Metadata,
+    /// The answer's text so far: what the client was sent.
+    answer: String,
 }
 
 /// An answer a route produced.
@@ -186,31 +202,45 @@ impl Router {
             metadata: Box::new(meta.clone()),
         };
 
-        // The routing decision: forced, or the routing call (which may answer itself).
-        let (decision, direct_answer, mut usage) = match request.force_route {
-            Some(route) => {
-                let decision =
-                    Decision { route, reasoning: "route forced by the caller".to_owned(), ..Decision::direct() };
-                meta.route = route;
-                meta.reasoning = decision.reasoning.clone();
-                events.send(route_event(&meta)).await?;
-                (decision, None, Usage::default())
-            }
-            None => {
-                let routed = routing::route(&scope, &mut meta, started, &route_event).await?;
-                (routed.decision, routed.answer, routed.usage)
-            }
-        };
-        span.record("route", decision.route.as_str());
+        // From the routing decision to the answer, the turn races the end of the shutdown grace:
+        // one still running then stops, is recorded with what it had, and its caller is told the
+        // server is shutting down (UNAVAILABLE) while the stream can still carry it.
+        let answering = async {
+            // The routing decision: forced, or the routing call (which may answer itself).
+            let (decision, direct_answer, mut usage) = match request.force_route {
+                Some(route) => {
+                    let decision =
+                        Decision { route, reasoning: "route forced by the caller".to_owned(), ..Decision::direct() };
+                    meta.route = route;
+                    meta.reasoning = decision.reasoning.clone();
+                    events.send(route_event(&meta)).await?;
+                    (decision, None, Usage::default())
+                }
+                None => {
+                    let routed = routing::route(&scope, &mut meta, started, &route_event).await?;
+                    (routed.decision, routed.answer, routed.usage)
+                }
+            };
+            span.record("route", decision.route.as_str());
 
-        let answer = match (decision.route, direct_answer) {
-            (Route::Direct, Some(answered)) => RouteAnswer { answered, usage: Usage::default() },
-            (Route::Direct, None) => scope.answer_directly().await?,
-            (Route::McpAgent, _) => agent::run(&scope, &decision, &mut meta).await?,
-            (Route::Multiagent, _) => experts::run(&scope, &decision, &mut meta).await?,
+            let answer = match (decision.route, direct_answer) {
+                (Route::Direct, Some(answered)) => RouteAnswer { answered, usage: Usage::default() },
+                (Route::Direct, None) => scope.answer_directly().await?,
+                (Route::McpAgent, _) => agent::run(&scope, &decision, &mut meta).await?,
+                (Route::Multiagent, _) => experts::run(&scope, &decision, &mut meta).await?,
+            };
+            usage.add(answer.usage);
+            usage.add(answer.answered.completion.usage);
+            Ok::<_, RouterError>((answer, usage))
         };
-        usage.add(answer.usage);
-        usage.add(answer.answered.completion.usage);
+        let (answer, usage) = tokio::select! {
+            biased;
+            answered = answering => answered?,
+            () = self.stopping.cut() => {
+                let partial = Interrupted { id, session_id: &session.session_id, meta: &meta, answer: events.answered() };
+                return Err(self.interrupted(&identity, &request, &chain, partial, started));
+            }
+        };
         meta.model_fallbacks += answer.answered.fallbacks;
         meta.execution_ms = started.elapsed().as_millis() as u64;
 
@@ -239,5 +269,74 @@ impl Router {
             recorder.push(DecisionRecord::of(&identity, &outcome, &answer.answered.model, message));
         }
         Ok(outcome)
+    }
+
+    /// Records a turn the shutdown grace cut short, and returns the error its caller gets. The
+    /// decision goes to the analytics as interrupted (the buffer is drained at exit); the
+    /// user's message and the answer so far go to the session after the caller is told, so the
+    /// turn the session counted has its messages (see [`Router::finish_interrupted`]).
+    fn interrupted(
+        &self,
+        identity: &Identity,
+        request: &TurnRequest,
+        chain: &[ModelRef],
+        turn: Interrupted<'_>,
+        started: Instant,
+    ) -> RouterError {
+        let Interrupted { id, session_id, meta, answer } = turn;
+        tracing::warn!(
+            response_id = %id,
+            session_id = %session_id,
+            route = meta.route.as_str(),
+            answered_bytes = answer.len(),
+            "turn interrupted: the server is shutting down"
+        );
+        let mut metadata = meta.clone();
+        metadata.execution_ms = started.elapsed().as_millis() as u64;
+        // The model that was answering is not known once its call is dropped: the turn's first.
+        let model = chain.first().unwrap_or(&self.default_model);
+        let outcome = TurnOutcome {
+            id,
+            session_id: session_id.to_string(),
+            created: chrono::Utc::now(),
+            model: model.to_string(),
+            content: answer,
+            finish_reason: "interrupted",
+            usage: Usage::default(),
+            metadata,
+        };
+        if let Some(recorder) = &self.recorder {
+            let message = self.learning.is_some().then_some(request.message.as_str());
+            let mut record = DecisionRecord::of(identity, &outcome, model, message);
+            record.interrupted = true;
+            recorder.push(record);
+        }
+        let sessions = self.sessions.clone();
+        let identity = identity.clone();
+        let session_id = session_id.clone();
+        let message = request.message.clone();
+        let write = async move {
+            let TurnOutcome { metadata, content, .. } = outcome;
+            if let Err(status) = sessions.end_turn(&identity, &session_id, &metadata.role_id, &message, &content).await {
+                tracing::warn!(%session_id, error = %status.message(), "could not append the interrupted turn to the session");
+            }
+        };
+        self.interrupted_writes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .spawn(write.instrument(tracing::Span::current()));
+        RouterError::ShuttingDown
+    }
+
+    /// Waits, at most `timeout`, for interrupted turns' messages to reach sessions.
+    pub async fn finish_interrupted(&self, timeout: Duration) {
+        let mut writes = std::mem::take(&mut *self.interrupted_writes.lock().unwrap_or_else(PoisonError::into_inner));
+        if writes.is_empty() {
+            return;
+        }
+        let pending = writes.len();
+        if tokio::time::timeout(timeout, async { while writes.join_next().await.is_some() {} }).await.is_err() {
+            tracing::warn!(pending, "interrupted turns' messages not all written to sessions before exit");
+        }
     }
 }
