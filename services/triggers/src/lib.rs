@@ -37,6 +37,47 @@ use crate::{
 /// loaded); the service's own readiness does not depend on it.
 pub const SEMANTIC_HEALTH: &str = "switchyard.triggers.v1.TriggerService.semantic";
 
+/// The health name under which the registry's store (Postgres) reports: NOT_SERVING while it
+/// is unreachable. Matching goes on from the registry in memory meanwhile, so the service's
+/// own readiness does not depend on it either.
+pub const STORE_HEALTH: &str = "switchyard.triggers.v1.TriggerService.store";
+
+/// Whether the registry's store answers, as the health probe last found it: the transitions
+/// are logged once each, and the state is the `triggers.store_reachable` gauge.
+#[derive(Clone)]
+struct StoreWatch {
+    reachable: Arc<std::sync::atomic::AtomicBool>,
+    _gauge: Arc<opentelemetry::metrics::ObservableGauge<u64>>,
+}
+
+impl StoreWatch {
+    fn new() -> Self {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let reachable = Arc::new(AtomicBool::new(true));
+        let observed = reachable.clone();
+        let gauge = opentelemetry::global::meter("switchyard-triggers")
+            .u64_observable_gauge("triggers.store_reachable")
+            .with_description("1 while the trigger registry's store (Postgres) answers; matching goes on without it")
+            .with_callback(move |observer| observer.observe(u64::from(observed.load(Ordering::Relaxed)), &[]))
+            .build();
+        Self { reachable, _gauge: Arc::new(gauge) }
+    }
+
+    fn observe(&self, ping: Result<(), error::TriggersError>) -> bool {
+        let now = ping.is_ok();
+        let was = self.reachable.swap(now, std::sync::atomic::Ordering::Relaxed);
+        match ping {
+            Err(err) if was => tracing::warn!(
+                error = %err,
+                "trigger store unreachable: matching from the registry in memory, registrations refused until it returns"
+            ),
+            Ok(()) if !was => tracing::info!("trigger store reachable again"),
+            _ => {}
+        }
+        now
+    }
+}
+
 /// A triggers server bound to its port, ready to serve.
 pub struct TriggersServer {
     server: GrpcServer,
@@ -92,13 +133,21 @@ impl TriggersServer {
                 .max_decoding_message_size(max)
                 .max_encoding_message_size(max),
         );
+        // Ready whenever it can answer, which is always once the registry is loaded (bind
+        // fails otherwise): matching runs on the compiled registry in memory. A Postgres
+        // outage only holds back registrations and other replicas' changes, so it shows under
+        // STORE_HEALTH, in a log line when it starts and ends, and in a gauge — pulling a
+        // replica that answers would only move its traffic onto others in the same state.
         let (probe_registry, health) = (registry.clone(), server.health());
+        let store = StoreWatch::new();
         server.health().spawn_probe(Duration::from_secs(2), move || {
-            let (registry, health) = (probe_registry.clone(), health.clone());
+            let (registry, health, store) = (probe_registry.clone(), health.clone(), store.clone());
             async move {
                 // The semantic signal is a detail: the service serves (by triggers) without it.
                 health.set_component(SEMANTIC_HEALTH, registry.model().state() == ModelState::Ready).await;
-                registry.ping().await.map_err(|err| err.to_string())
+                let reachable = store.observe(registry.ping().await);
+                health.set_component(STORE_HEALTH, reachable).await;
+                Ok(())
             }
         });
         Ok(Self { server, registry })
