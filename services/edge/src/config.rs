@@ -93,8 +93,10 @@ pub struct EdgeConfig {
     #[arg(long, env = "EDGE_CORS_ORIGINS", value_delimiter = ',')]
     pub cors_origins: Vec<String>,
 
-    /// On SIGTERM/SIGINT, how long in-flight requests and streams may take to finish.
-    #[arg(long, env = "SHUTDOWN_GRACE", default_value = "20s", value_parser = parse_duration)]
+    /// On SIGTERM/SIGINT, how long in-flight requests and streams may take to finish; streams
+    /// still open near its end close with one error event. As long as the router's default, so
+    /// the edge does not cut a turn the router would finish.
+    #[arg(long, env = "SHUTDOWN_GRACE", default_value = "75s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
 }
 
@@ -123,7 +125,7 @@ impl EdgeConfig {
             request_timeout: Duration::from_secs(120),
             max_message_bytes: 4 * 1024 * 1024,
             cors_origins: Vec::new(),
-            shutdown_grace: Duration::from_secs(20),
+            shutdown_grace: Duration::from_secs(75),
         }
     }
 

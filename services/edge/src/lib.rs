@@ -32,6 +32,7 @@ use axum::{
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, header};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
+use switchyard_kit::ShutdownNotice;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
 pub use config::EdgeConfig;
@@ -54,6 +55,9 @@ pub struct Edge {
     pub request_timeout: Duration,
     pub openapi: Bytes,
     pub readiness: health::Readiness,
+    /// Cut a little before the shutdown grace runs out: streams still open then end with one
+    /// error event saying the edge is shutting down (`rest::client_stream`).
+    pub shutdown: ShutdownNotice,
 }
 
 impl Edge {
@@ -190,6 +194,7 @@ impl EdgeServer {
             request_timeout: config.request_timeout,
             openapi,
             readiness,
+            shutdown: ShutdownNotice::default(),
         });
         let app = app(edge.clone(), &config.cors_origins);
         let listener =
@@ -209,6 +214,7 @@ impl EdgeServer {
     pub async fn serve(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
         let (stopped_tx, stopped_rx) = tokio::sync::oneshot::channel::<()>();
         let grace = self.shutdown_grace;
+        let notice = self.edge.shutdown.clone();
         let serving = axum::serve(self.listener, self.app).with_graceful_shutdown(async move {
             shutdown.await;
             let _ = stopped_tx.send(());
@@ -217,7 +223,7 @@ impl EdgeServer {
             served = serving => served.context("serving HTTP"),
             () = async {
                 let _ = stopped_rx.await;
-                tokio::time::sleep(grace).await;
+                notice.run_grace(grace).await;
             } => {
                 tracing::warn!(grace = ?grace, "requests still in flight after the shutdown grace period; stopping");
                 Ok(())

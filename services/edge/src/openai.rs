@@ -12,7 +12,6 @@ use axum::{
     extract::State,
     response::{IntoResponse, Response, sse::Event},
 };
-use futures::StreamExt;
 use http::HeaderMap;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -22,7 +21,7 @@ use crate::{
     Edge,
     chat::{completion_json, finish_reason, metadata_json, usage_json},
     error::{ApiError, axum_json},
-    rest::{parse_json, sse},
+    rest::{self, parse_json, sse},
     upstream,
 };
 
@@ -170,9 +169,12 @@ async fn complete(edge: &Edge, headers: &HeaderMap, body: Body) -> Result<Respon
         .map_err(|status| ApiError::from_status(&status))?
         .into_inner();
     let mut chunks = Chunks::new(model_name, include_usage);
-    let events = events
-        .flat_map(move |item| futures::stream::iter(chunks.next(item)))
-        .chain(futures::stream::once(async { Event::default().data("[DONE]") }));
+    // `[DONE]` only ends an answer that finished: after an error chunk the stream just ends,
+    // as OpenAI's does (its SDKs raise on the error; a client reading up to `[DONE]` alone
+    // would take a cut answer for a whole one).
+    let done = Event::default().data("[DONE]");
+    let events =
+        rest::client_stream(events, edge.shutdown.clone(), move |item| chunks.next(item), error_chunk, Some(done));
     Ok(sse(events))
 }
 
@@ -250,6 +252,17 @@ fn text(content: &Content, index: usize) -> Result<String, ApiError> {
     }
 }
 
+/// An error in the middle of a stream, as OpenAI sends one: a `data:` chunk in its error shape.
+fn error_chunk(error: &ApiError) -> Event {
+    Event::default().data(
+        json!({"error": {
+            "message": error.message(), "type": "api_error", "param": null,
+            "code": crate::error::code_name(error.code()).to_ascii_lowercase(),
+        }})
+        .to_string(),
+    )
+}
+
 /// Turns the router's stream into `chat.completion.chunk`s.
 struct Chunks {
     id: String,
@@ -280,23 +293,8 @@ impl Chunks {
         })
     }
 
-    fn next(&mut self, item: Result<router::ChatStreamResponse, tonic::Status>) -> Vec<Event> {
-        let event = match item {
-            Ok(router::ChatStreamResponse { event: Some(event) }) => event,
-            Ok(_) => return Vec::new(),
-            Err(status) => {
-                let error = ApiError::from_status(&status);
-                return vec![
-                    Event::default().data(
-                        json!({"error": {
-                            "message": error.message(), "type": "api_error", "param": null,
-                            "code": crate::error::code_name(error.code()).to_ascii_lowercase(),
-                        }})
-                        .to_string(),
-                    ),
-                ];
-            }
-        };
+    fn next(&mut self, item: router::ChatStreamResponse) -> Vec<Event> {
+        let Some(event) = item.event else { return Vec::new() };
         let mut out = Vec::new();
         match event {
             ChatEvent::Route(route) => {

@@ -1,7 +1,7 @@
 //! The REST API: every annotated RPC through one handler (the transcoding layer), server
 //! streams as Server-Sent Events, and spec 000's `POST /api/context/process/stream`.
 
-use std::{convert::Infallible, sync::Arc};
+use std::{convert::Infallible, pin::Pin, sync::Arc};
 
 use axum::{
     body::Body,
@@ -16,6 +16,7 @@ use http::{HeaderMap, HeaderValue, Method, Uri, header};
 use prost_reflect::{DynamicMessage, ReflectMessage, Value as ProtoValue};
 use serde::Deserialize;
 use serde_json::Value;
+use switchyard_kit::ShutdownNotice;
 use switchyard_proto::router::v1 as router;
 
 use crate::{
@@ -75,10 +76,8 @@ async fn transcode_inner(
             .server_streaming(route.rpc.upstream, route.rpc.grpc_path.clone(), route.rpc.method.output(), request)
             .await
             .map_err(|status| ApiError::from_status(&status))?;
-        return Ok(sse(stream.map(|item| match item {
-            Ok(message) => event_of(&message),
-            Err(status) => error_event(&ApiError::from_status(&status)),
-        })));
+        let events = client_stream(stream, edge.shutdown.clone(), |message| vec![event_of(&message)], error_event, None);
+        return Ok(sse(events));
     }
     let request = upstream::request(request, &caller, Some(edge.request_timeout));
     let response = edge
@@ -99,6 +98,51 @@ fn shape(route: &HttpRoute, response: &DynamicMessage) -> Result<Value, ApiError
             Ok(completion_json(&chat, None))
         }
     }
+}
+
+/// What a stream's client is told when the edge ends the stream at shutdown.
+pub const EDGE_SHUTTING_DOWN: &str = "the edge is shutting down; retry the request";
+
+/// A client's events from an upstream gRPC stream: each message as `event` makes it, then
+/// `end` once the upstream finishes. An upstream error ends the stream with one `failed` event
+/// (an upstream that stopped mid-stream may report more than one error; the client hears the
+/// first); so does the edge's shutdown grace running out, rather than the connection being cut
+/// mid-event.
+pub fn client_stream<T: Send + 'static>(
+    upstream: impl Stream<Item = Result<T, tonic::Status>> + Send + 'static,
+    shutdown: ShutdownNotice,
+    event: impl FnMut(T) -> Vec<Event> + Send + 'static,
+    failed: fn(&ApiError) -> Event,
+    end: Option<Event>,
+) -> impl Stream<Item = Event> + Send + 'static {
+    struct Relay<T, F> {
+        upstream: Pin<Box<dyn Stream<Item = Result<T, tonic::Status>> + Send>>,
+        shutdown: ShutdownNotice,
+        event: F,
+        failed: fn(&ApiError) -> Event,
+        end: Option<Event>,
+    }
+    let relay = Relay { upstream: Box::pin(upstream), shutdown, event, failed, end };
+    futures::stream::unfold(Some(relay), |relay| async move {
+        let mut relay = relay?;
+        let item = tokio::select! {
+            biased;
+            () = relay.shutdown.cut() => {
+                tracing::warn!("stream ended early: the edge is shutting down");
+                return Some((vec![(relay.failed)(&ApiError::unavailable(EDGE_SHUTTING_DOWN))], None));
+            }
+            item = relay.upstream.next() => item,
+        };
+        match item {
+            Some(Ok(message)) => {
+                let events = (relay.event)(message);
+                Some((events, Some(relay)))
+            }
+            Some(Err(status)) => Some((vec![(relay.failed)(&ApiError::from_status(&status))], None)),
+            None => Some((relay.end.take().into_iter().collect(), None)),
+        }
+    })
+    .flat_map(futures::stream::iter)
 }
 
 /// An SSE response that keeps idle connections alive through proxies.
@@ -191,22 +235,16 @@ pub async fn process_stream(State(edge): State<Arc<Edge>>, headers: HeaderMap, b
             .await
             .map_err(|status| ApiError::from_status(&status))?;
         let mut sent_context = false;
-        let events = stream.flat_map(move |item| {
-            let events: Vec<Event> = match item {
-                Ok(message) => {
-                    let mut out = Vec::new();
-                    if !sent_context && let Some(route) = route_decided(&message) {
-                        sent_context = true;
-                        out.push(Event::default().event("context").data(context_json(&route).to_string()));
-                    }
-                    out.push(event_of(&message));
-                    out
-                }
-                Err(status) => vec![error_event(&ApiError::from_status(&status))],
-            };
-            futures::stream::iter(events)
-        });
-        Ok::<_, ApiError>(sse(events))
+        let event = move |message: DynamicMessage| {
+            let mut out = Vec::new();
+            if !sent_context && let Some(route) = route_decided(&message) {
+                sent_context = true;
+                out.push(Event::default().event("context").data(context_json(&route).to_string()));
+            }
+            out.push(event_of(&message));
+            out
+        };
+        Ok::<_, ApiError>(sse(client_stream(stream, edge.shutdown.clone(), event, error_event, None)))
     }
     .await;
     result.unwrap_or_else(IntoResponse::into_response)

@@ -61,6 +61,7 @@ async fn schemathesis_finds_no_server_error_in_the_openapi_document() {
         auth: Auth::Closed { jwks_file: None },
         // Thousands of requests from one key: no rate limit here (tested on its own).
         configure: Box::new(|config| config.rate_limit = 0),
+        ..Options::default()
     };
     let stack = Stack::start(llm, options).await;
     // An administrator, so the role operations are exercised too.

@@ -42,11 +42,12 @@ pub struct Options {
     pub gateway: bool,
     pub auth: Auth,
     pub configure: Box<dyn FnOnce(&mut EdgeConfig) + Send>,
+    pub configure_router: Box<dyn FnOnce(&mut RouterConfig) + Send>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self { gateway: false, auth: Auth::Open, configure: Box::new(|_| {}) }
+        Self { gateway: false, auth: Auth::Open, configure: Box::new(|_| {}), configure_router: Box::new(|_| {}) }
     }
 }
 
@@ -105,6 +106,7 @@ impl Stack {
         config.default_model = "openai/gpt-4o-mini".parse::<ModelRef>().expect("model");
         config.no_fast_router = true;
         config.record_flush_interval = Duration::from_millis(50);
+        (options.configure_router)(&mut config);
         let store = Arc::new(
             PostgresAnalytics::connect(&database_url(), analytics.name())
                 .await
