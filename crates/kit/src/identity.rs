@@ -23,6 +23,9 @@ use crate::error::{ErrorCode, ServiceError};
 pub const TENANT_HEADER: &str = "x-tenant-id";
 /// The metadata key (and HTTP header) carrying the caller's user.
 pub const USER_HEADER: &str = "x-user-id";
+/// The metadata key saying the caller is an administrator of its tenant (`true`). Only the
+/// edge sets it, from the credential it checked; requests it makes never carry a client's.
+pub const ADMIN_HEADER: &str = "x-switchyard-admin";
 
 /// A request field (or header) that failed validation, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -178,17 +181,42 @@ impl SessionKey {
 pub struct Identity {
     pub tenant: TenantId,
     pub user: Option<UserId>,
+    /// An administrator of the tenant: may read every user's sessions.
+    pub admin: bool,
 }
 
 impl Identity {
-    /// Reads `x-tenant-id` (the default tenant when absent) and `x-user-id` (optional).
+    /// Reads `x-tenant-id` (the default tenant when absent), `x-user-id` (optional) and
+    /// `x-switchyard-admin` (`true` or `false`; absent is `false`).
     pub fn from_headers(headers: &HeaderMap) -> Result<Self, FieldError> {
         let tenant = match header(headers, TENANT_HEADER)? {
             None => TenantId::default_tenant(),
             Some(text) => TenantId::parse(text)?,
         };
         let user = header(headers, USER_HEADER)?.map(UserId::parse).transpose()?;
-        Ok(Self { tenant, user })
+        let admin = match header(headers, ADMIN_HEADER)? {
+            None => false,
+            Some(text) if text.eq_ignore_ascii_case("true") => true,
+            Some(text) if text.eq_ignore_ascii_case("false") => false,
+            Some(_) => return Err(FieldError::new(ADMIN_HEADER, "must be `true` or `false`")),
+        };
+        Ok(Self { tenant, user, admin })
+    }
+
+    /// Whether this caller may see what `owner` made: the owner, an administrator of the
+    /// tenant, or any caller when there is no owner (made by an internal caller without a
+    /// user). An internal caller without a user sees all of its tenant's.
+    pub fn may_read(&self, owner: Option<&UserId>) -> bool {
+        self.admin || self.may_change(owner)
+    }
+
+    /// Whether this caller may use or change what `owner` made: the owner, or any caller
+    /// when either side has no user.
+    pub fn may_change(&self, owner: Option<&UserId>) -> bool {
+        match (owner, &self.user) {
+            (Some(owner), Some(user)) => owner == user,
+            _ => true,
+        }
     }
 
     /// The identity [`IdentityLayer`] put in a request's extensions. A request that did not
@@ -340,6 +368,30 @@ mod tests {
         assert_eq!(err.field, TENANT_HEADER);
         let err = Identity::from_headers(&headers(&[(USER_HEADER, "two words")])).expect_err("space");
         assert_eq!(err.field, USER_HEADER);
+    }
+
+    #[test]
+    fn the_admin_flag_is_true_or_false_and_absent_means_false() {
+        assert!(!Identity::from_headers(&HeaderMap::new()).expect("identity").admin);
+        assert!(Identity::from_headers(&headers(&[(ADMIN_HEADER, "true")])).expect("identity").admin);
+        assert!(!Identity::from_headers(&headers(&[(ADMIN_HEADER, "False")])).expect("identity").admin);
+        let err = Identity::from_headers(&headers(&[(ADMIN_HEADER, "yes")])).expect_err("not a boolean");
+        assert_eq!(err.field, ADMIN_HEADER);
+    }
+
+    #[test]
+    fn what_a_user_made_is_theirs_and_their_administrators() {
+        let user = |name: &str| Some(UserId::parse(name).expect("user"));
+        let ann = Identity { user: user("ann"), ..Identity::default() };
+        let bob = Identity { user: user("bob"), ..Identity::default() };
+        let admin = Identity { user: user("root"), admin: true, ..Identity::default() };
+        let internal = Identity::default();
+        let anns = user("ann");
+        assert!(ann.may_read(anns.as_ref()) && ann.may_change(anns.as_ref()));
+        assert!(!bob.may_read(anns.as_ref()) && !bob.may_change(anns.as_ref()));
+        assert!(admin.may_read(anns.as_ref()) && !admin.may_change(anns.as_ref()));
+        assert!(internal.may_read(anns.as_ref()) && internal.may_change(anns.as_ref()));
+        assert!(bob.may_read(None) && bob.may_change(None), "an internal caller's is the tenant's");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Calls to the services behind the edge: one lazily connecting, trace-propagating HTTP/2
 //! channel per service, a codec for dynamic messages so any RPC of the descriptor set can be
 //! called without generated code, and the caller's identity put into the metadata — the only
-//! place `x-tenant-id` and `x-user-id` are ever set.
+//! place `x-tenant-id`, `x-user-id` and `x-switchyard-admin` are ever set.
 
 use std::time::Duration;
 
@@ -10,7 +10,7 @@ use prost::Message;
 use prost_reflect::{DynamicMessage, MessageDescriptor};
 use switchyard_kit::{
     client::{TracedChannel, connect_lazy},
-    identity::{TENANT_HEADER, USER_HEADER},
+    identity::{ADMIN_HEADER, TENANT_HEADER, USER_HEADER},
 };
 use tonic::{
     Status,
@@ -130,6 +130,10 @@ pub fn request<T>(message: T, caller: &Caller, timeout: Option<Duration>) -> ton
         && let Ok(value) = MetadataValue::try_from(user.as_str())
     {
         metadata.insert(USER_HEADER, value);
+    }
+    // Set from the checked credential only: a request built here never carries a client's.
+    if caller.admin {
+        metadata.insert(ADMIN_HEADER, MetadataValue::from_static("true"));
     }
     if let Some(timeout) = timeout {
         request.set_timeout(timeout);

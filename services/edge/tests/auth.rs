@@ -132,10 +132,13 @@ async fn tokens_name_the_tenant_hs256_and_rs256() {
     let stack = closed(|_| {}).await;
     let ann = hs256(json!({"tenant": "tenant-a", "sub": "ann", "exp": exp()}));
     let session = new_session(&stack, &ann).await;
-    // The same tenant through an RS256 token from the JWKS file reads it; another tenant not.
-    let carol = rs256(json!({"tenant": "tenant-a", "sub": "carol", "exp": exp()}), "edge-test-1");
-    let (status, body) = json(stack.get(&format!("/api/context/sessions/{session}"), Some(&carol)).await).await;
+    // The same user through an RS256 token from the JWKS file reads it; another user of the
+    // tenant and another tenant do not.
+    let ann_rs256 = rs256(json!({"tenant": "tenant-a", "sub": "ann", "exp": exp()}), "edge-test-1");
+    let (status, body) = json(stack.get(&format!("/api/context/sessions/{session}"), Some(&ann_rs256)).await).await;
     assert_eq!(status, 200, "{body}");
+    let carol = rs256(json!({"tenant": "tenant-a", "sub": "carol", "exp": exp()}), "edge-test-1");
+    assert_eq!(json(stack.get(&format!("/api/context/sessions/{session}"), Some(&carol)).await).await.0, 404);
     let dave = rs256(json!({"tenant": "tenant-b", "sub": "dave", "exp": exp()}), "edge-test-1");
     assert_eq!(json(stack.get(&format!("/api/context/sessions/{session}"), Some(&dave)).await).await.0, 404);
     // A key id the JWKS does not hold, an expired token, a forged signature: 401.
@@ -221,4 +224,138 @@ async fn cors_answers_preflight_for_configured_origins() {
         .await
         .unwrap();
     assert!(response.headers().get("access-control-allow-origin").is_none());
+}
+
+/// A role a tenant's administrator creates, with a prompt no other tenant may ever read.
+fn mortgage_role() -> Value {
+    json!({
+        "id": "mortgage-expert",
+        "name": "Mortgage Expert",
+        "description": "Home loans",
+        "system_prompt": "ACME-SECRET: quote our internal rate sheet.",
+        "custom_triggers": [{"pattern": "escrow", "kind": "TRIGGER_KIND_KEYWORD", "priority": 9}]
+    })
+}
+
+#[tokio::test]
+async fn a_tenants_roles_are_its_own_and_built_ins_are_read_only() {
+    let stack = closed(|_| {}).await;
+    let a_admin = stack.key("tenant-a", "root", true).await;
+    let a_user = stack.key("tenant-a", "ann", false).await;
+    let b_admin = stack.key("tenant-b", "boss", true).await;
+    let b_user = stack.key("tenant-b", "carl", false).await;
+
+    let (status, body) = json(stack.post("/api/context/roles", Some(&a_admin), &mortgage_role()).await).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["role"]["built_in"], false);
+    let (status, body) = json(stack.get("/api/context/roles/mortgage-expert", Some(&a_user)).await).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body["role"]["system_prompt"].as_str().unwrap().starts_with("ACME-SECRET"));
+
+    // Tenant B: not found, however asked, and never the prompt.
+    let (status, body) = json(stack.get("/api/context/roles/mortgage-expert", Some(&b_user)).await).await;
+    assert_eq!(status, 404, "{body}");
+    assert!(!body.to_string().contains("ACME-SECRET"));
+    let (status, body) = json(stack.get("/api/context/roles", Some(&b_user)).await).await;
+    assert_eq!(status, 200);
+    let ids: Vec<&str> = body["roles"].as_array().unwrap().iter().map(|r| r["id"].as_str().unwrap()).collect();
+    assert!(ids.contains(&"finance-expert") && !ids.contains(&"mortgage-expert"), "{ids:?}");
+    assert!(!body.to_string().contains("ACME-SECRET"));
+    let patch = json!({"system_prompt": "hijacked"});
+    let response = stack.send(reqwest::Method::PATCH, "/api/context/roles/mortgage-expert", Some(&b_admin), &patch).await;
+    assert_eq!(json(response).await.0, 404, "B's administrator cannot change A's role");
+    let response =
+        stack.send(reqwest::Method::DELETE, "/api/context/roles/mortgage-expert", Some(&b_admin), &json!({})).await;
+    assert_eq!(json(response).await.0, 404, "nor delete it");
+    let (status, _) = json(
+        stack.post("/api/context/sessions", Some(&b_user), &json!({"initial_role_id": "mortgage-expert"})).await,
+    )
+    .await;
+    assert_eq!(status, 404, "nor start a session in it");
+    let b_session = new_session(&stack, &b_user).await;
+    let forced = json!({"session_id": b_session, "query": "escrow question", "force_role_id": "mortgage-expert"});
+    assert_eq!(json(stack.post("/api/context/process", Some(&b_user), &forced).await).await.0, 404);
+    let switch = json!({"session_id": b_session, "new_role_id": "mortgage-expert"});
+    assert_eq!(json(stack.post("/api/context/switch", Some(&b_user), &switch).await).await.0, 404);
+    // Its triggers never pull B's sessions into it, and B's scores never name it.
+    let query = json!({"session_id": b_session, "query": "How does escrow work for my escrow account?"});
+    let (status, turn) = json(stack.post("/api/context/process", Some(&b_user), &query).await).await;
+    assert_eq!(status, 200, "{turn}");
+    assert_ne!(turn["role_id"], "mortgage-expert");
+    assert!(!turn.to_string().contains("mortgage-expert") && !turn.to_string().contains("ACME-SECRET"), "{turn}");
+    // A's sessions do switch into it on its trigger.
+    let a_session = new_session(&stack, &a_user).await;
+    let query = json!({"session_id": a_session, "query": "How does escrow work for my escrow account?"});
+    let (status, turn) = json(stack.post("/api/context/process", Some(&a_user), &query).await).await;
+    assert_eq!((status, turn["role_id"].as_str()), (200, Some("mortgage-expert")), "{turn}");
+
+    // A built-in is read-only for every tenant: updating makes B's own copy, seen by B alone.
+    let (status, body) = json(stack.get("/api/context/roles/finance-expert", Some(&a_user)).await).await;
+    assert_eq!((status, body["role"]["built_in"].as_bool()), (200, Some(true)));
+    let builtin_prompt = body["role"]["system_prompt"].clone();
+    let patch = json!({"system_prompt": "Tenant B's finance house style."});
+    let response = stack.send(reqwest::Method::PATCH, "/api/context/roles/finance-expert", Some(&b_admin), &patch).await;
+    let (status, body) = json(response).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["role"]["built_in"], false, "B's own copy");
+    let (_, seen_by_b) = json(stack.get("/api/context/roles/finance-expert", Some(&b_user)).await).await;
+    assert_eq!(seen_by_b["role"]["system_prompt"], "Tenant B's finance house style.");
+    let (_, seen_by_a) = json(stack.get("/api/context/roles/finance-expert", Some(&a_user)).await).await;
+    assert_eq!(seen_by_a["role"]["system_prompt"], builtin_prompt, "every other tenant keeps the built-in");
+    let finance = "/api/context/roles/finance-expert";
+    let response = stack.send(reqwest::Method::DELETE, finance, Some(&b_admin), &json!({})).await;
+    assert_eq!(json(response).await.0, 200, "deleting B's copy brings the built-in back");
+    let (_, seen_by_b) = json(stack.get(finance, Some(&b_user)).await).await;
+    assert_eq!(seen_by_b["role"]["system_prompt"], builtin_prompt);
+    let (status, body) = json(stack.send(reqwest::Method::DELETE, finance, Some(&b_admin), &json!({})).await).await;
+    assert_eq!((status, body["error"]["status"].as_str()), (409, Some("FAILED_PRECONDITION")), "{body}");
+    let response = stack.send(reqwest::Method::DELETE, finance, Some(&a_admin), &json!({})).await;
+    assert_eq!(json(response).await.0, 409, "no tenant deletes a built-in");
+}
+
+#[tokio::test]
+async fn a_session_is_its_users_and_its_tenant_administrators_may_read_it() {
+    let stack = closed(|_| {}).await;
+    let ann = stack.key("tenant-a", "ann", false).await;
+    let bob = stack.key("tenant-a", "bob", false).await;
+    let admin = stack.key("tenant-a", "root", true).await;
+    let session = new_session(&stack, &ann).await;
+    let path = format!("/api/context/sessions/{session}");
+
+    let (status, body) = json(stack.get(&path, Some(&ann)).await).await;
+    assert_eq!((status, body["session"]["user_id"].as_str()), (200, Some("ann")), "{body}");
+    // Another user of the same tenant: not found, for every way in.
+    assert_eq!(json(stack.get(&path, Some(&bob)).await).await.0, 404);
+    assert_eq!(json(stack.get(&format!("{path}/history"), Some(&bob)).await).await.0, 404);
+    let process = json!({"session_id": session, "query": "hello"});
+    assert_eq!(json(stack.post("/api/context/process", Some(&bob), &process).await).await.0, 404);
+    let switch = json!({"session_id": session, "new_role_id": "finance-expert"});
+    assert_eq!(json(stack.post("/api/context/switch", Some(&bob), &switch).await).await.0, 404);
+    let message = json!({"messages": [{"role": "MESSAGE_ROLE_USER", "content": "hi"}]});
+    assert_eq!(json(stack.post(&format!("{path}/messages"), Some(&bob), &message).await).await.0, 404);
+    let chat = json!({"message": "hello", "session_id": session});
+    let (status, body) = json(stack.post("/api/v1/chat", Some(&bob), &chat).await).await;
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(json(stack.send(reqwest::Method::DELETE, &path, Some(&bob), &json!({})).await).await.0, 404);
+    // An administrator flag a client sends itself is never passed on.
+    let response = stack
+        .http
+        .get(stack.url(&path))
+        .bearer_auth(&bob)
+        .header("x-switchyard-admin", "true")
+        .header("x-user-id", "ann")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(json(response).await.0, 404);
+
+    // The tenant's administrator reads it, history included.
+    let (status, body) = json(stack.get(&path, Some(&admin)).await).await;
+    assert_eq!((status, body["session"]["user_id"].as_str()), (200, Some("ann")), "{body}");
+    assert_eq!(json(stack.get(&format!("{path}/history"), Some(&admin)).await).await.0, 200);
+    // The owner still uses it: nothing above changed it.
+    let (status, body) = json(stack.post("/api/v1/chat", Some(&ann), &chat).await).await;
+    assert_eq!(status, 200, "{body}");
+    let (_, body) = json(stack.get(&path, Some(&ann)).await).await;
+    assert_eq!(body["session"]["turn_count"], 1, "{body}");
 }

@@ -117,7 +117,11 @@ mod tests {
     use switchyard_kit::identity::{TenantId, UserId};
 
     fn identity(user: Option<&str>) -> Identity {
-        Identity { tenant: TenantId::parse("acme").unwrap(), user: user.map(|u| UserId::parse(u).unwrap()) }
+        Identity {
+            tenant: TenantId::parse("acme").unwrap(),
+            user: user.map(|u| UserId::parse(u).unwrap()),
+            admin: false,
+        }
     }
 
     fn meta(value: serde_json::Value) -> RequestMetaObject {

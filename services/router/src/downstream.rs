@@ -3,14 +3,15 @@
 //! tenant and user, and the current trace context (the kit's channels inject it).
 
 use std::{
+    collections::HashMap,
     sync::Arc,
     time::{Duration, Instant},
 };
 
 use switchyard_kit::{
-    Identity, SessionId,
+    Identity, SessionId, TenantId,
     client::{TracedChannel, connect_lazy},
-    identity::{TENANT_HEADER, USER_HEADER},
+    identity::{ADMIN_HEADER, TENANT_HEADER, USER_HEADER},
 };
 use switchyard_proto::{
     mcp::v1::{self as mcp, mcp_gateway_service_client::McpGatewayServiceClient},
@@ -39,6 +40,9 @@ fn request<T>(message: T, identity: &Identity, timeout: Duration) -> Request<T> 
     if let Some(user) = identity.user.as_ref().and_then(|u| u.as_str().parse().ok()) {
         metadata.insert(USER_HEADER, user);
     }
+    if identity.admin {
+        metadata.insert(ADMIN_HEADER, tonic::metadata::MetadataValue::from_static("true"));
+    }
     request
 }
 
@@ -60,12 +64,15 @@ pub struct SessionTurn {
 
 /// The role list and when it was fetched.
 type CachedRoles = (Instant, Arc<Vec<sessions::Role>>);
+/// Tenants whose role lists are kept at most; past it, the lists are fetched afresh.
+const CACHED_TENANTS: usize = 1_000;
 
 #[derive(Clone)]
 pub struct SessionsClient {
     sessions: SessionServiceClient<TracedChannel>,
     roles: RoleServiceClient<TracedChannel>,
-    role_cache: Arc<RwLock<Option<CachedRoles>>>,
+    /// Each tenant sees its own roles (the built-in ones and its own), so lists are per tenant.
+    role_cache: Arc<RwLock<HashMap<TenantId, CachedRoles>>>,
 }
 
 impl SessionsClient {
@@ -165,10 +172,10 @@ impl SessionsClient {
             .map(|_| ())
     }
 
-    /// Every role (the catalogue is shared by all tenants; cached briefly: roles change rarely,
-    /// experts are resolved on every multi-agent turn).
+    /// Every role the caller's tenant sees (cached briefly: roles change rarely, experts are
+    /// resolved on every multi-agent turn).
     pub async fn roles(&self, identity: &Identity) -> Result<Arc<Vec<sessions::Role>>, Status> {
-        if let Some((at, roles)) = self.role_cache.read().await.as_ref()
+        if let Some((at, roles)) = self.role_cache.read().await.get(&identity.tenant)
             && at.elapsed() < ROLES_TTL
         {
             return Ok(roles.clone());
@@ -192,7 +199,11 @@ impl SessionsClient {
             page_token = page.next_page_token;
         }
         let roles = Arc::new(all);
-        *self.role_cache.write().await = Some((Instant::now(), roles.clone()));
+        let mut cache = self.role_cache.write().await;
+        if cache.len() >= CACHED_TENANTS {
+            cache.clear();
+        }
+        cache.insert(identity.tenant.clone(), (Instant::now(), roles.clone()));
         Ok(roles)
     }
 }

@@ -101,13 +101,14 @@ you can and note that a specialist perspective may help.",
     },
 ];
 
-/// The default roles, stamped now.
+/// The built-in roles, stamped now: shared by every tenant, read-only.
 pub fn default_roles() -> Vec<Role> {
     let now = Utc::now();
     DEFAULTS
         .iter()
         .filter_map(|role| {
             Some(Role {
+                tenant: None,
                 id: RoleId::parse(role.id).ok()?,
                 name: role.name.to_owned(),
                 description: role.description.to_owned(),

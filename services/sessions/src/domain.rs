@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 pub use switchyard_kit::{
     FieldError,
-    identity::{SessionId, SessionKey, TenantId},
+    identity::{SessionId, SessionKey, TenantId, UserId},
 };
 
 fn field_error(field: &str, reason: impl Into<String>) -> FieldError {
@@ -42,6 +42,10 @@ pub struct CustomTrigger {
 /// An expert role.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Role {
+    /// The tenant whose role it is, seen by that tenant alone; `None` for a built-in role,
+    /// shared by every tenant and read-only. A tenant's role may have a built-in's id: it is
+    /// that tenant's own copy (an override) and hides the built-in from that tenant only.
+    pub tenant: Option<TenantId>,
     pub id: RoleId,
     pub name: String,
     pub description: String,
@@ -125,6 +129,9 @@ pub struct Message {
 #[derive(Debug, Clone, PartialEq)]
 pub struct LiveSession {
     pub key: SessionKey,
+    /// The user who created it: only that user uses it, and an administrator of the tenant
+    /// may read it. `None` when a caller without a user created it: then it is the tenant's.
+    pub owner: Option<UserId>,
     pub role_id: RoleId,
     pub status: SessionStatus,
     pub turn_count: u64,
@@ -255,6 +262,7 @@ pub fn excerpt(text: &str, max_chars: usize) -> String {
 pub(crate) fn test_role(id: &str) -> Role {
     let epoch = DateTime::from_timestamp_millis(0).unwrap_or_default();
     Role {
+        tenant: None,
         id: RoleId::parse(id).unwrap_or_else(|err| panic!("test role id `{id}`: {err}")),
         name: id.to_owned(),
         description: String::new(),

@@ -2,7 +2,7 @@
 
 use switchyard_kit::{ErrorCode, ServiceError};
 
-use crate::domain::FieldError;
+use crate::{domain::FieldError, store::StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SessionsError {
@@ -23,6 +23,11 @@ pub enum SessionsError {
     /// without an initial role.
     #[error("role `{0}` is the default role of new sessions and cannot be deleted")]
     RoleProtected(String),
+    /// Built-in roles are shared by every tenant: a tenant changes its own copy instead.
+    #[error(
+        "role `{0}` is built in and read-only: updating it makes this tenant's own copy, and deleting that copy brings the built-in back"
+    )]
+    RoleBuiltIn(String),
     /// A dependency (Redis, Postgres, the triggers service) could not serve the request.
     #[error("{0}")]
     Unavailable(String),
@@ -38,6 +43,18 @@ impl SessionsError {
     pub fn unavailable(what: &str, err: impl std::fmt::Display) -> Self {
         Self::Unavailable(format!("{what}: {err}"))
     }
+
+    /// A failed write of the caller's `field`: refused by the store for its content, it is the
+    /// caller's to fix (never a 503 carrying the database's words); anything else is the
+    /// store being unavailable.
+    pub fn store_write(what: &str, field: &str, err: StoreError) -> Self {
+        if err.is_refused_content() {
+            tracing::warn!(what, field, %err, "write refused by the store for its content");
+            Self::invalid(field, "holds a value the store cannot keep")
+        } else {
+            Self::unavailable(what, err)
+        }
+    }
 }
 
 impl From<FieldError> for SessionsError {
@@ -52,7 +69,7 @@ impl ServiceError for SessionsError {
             Self::InvalidArgument { .. } => ErrorCode::InvalidArgument,
             Self::SessionNotFound(_) | Self::RoleNotFound(_) => ErrorCode::NotFound,
             Self::SessionExists(_) | Self::RoleExists(_) => ErrorCode::AlreadyExists,
-            Self::SessionClosed(_) | Self::RoleProtected(_) => ErrorCode::FailedPrecondition,
+            Self::SessionClosed(_) | Self::RoleProtected(_) | Self::RoleBuiltIn(_) => ErrorCode::FailedPrecondition,
             Self::Unavailable(_) => ErrorCode::Unavailable,
             Self::Internal(_) => ErrorCode::Internal,
         }

@@ -1,5 +1,5 @@
-//! The gRPC adapters: proto ⇄ domain conversion and error mapping. The caller's tenant comes
-//! from the kit's identity layer, which has already checked it.
+//! The gRPC adapters: proto ⇄ domain conversion and error mapping. The caller's tenant, user
+//! and administrator flag come from the kit's identity layer, which has already checked them.
 
 use std::{sync::Arc, time::Duration};
 
@@ -47,6 +47,7 @@ fn session_to_proto(session: &LiveSession) -> pb::Session {
         expires_at: Some(timestamp(expires)),
         metadata: session.metadata.clone().into_iter().collect(),
         tenant_id: session.key.tenant.to_string(),
+        user_id: session.owner.as_ref().map(ToString::to_string).unwrap_or_default(),
     }
 }
 
@@ -69,6 +70,7 @@ fn role_to_proto(role: &Role) -> pb::Role {
         preferred_model: role.preferred_model.clone(),
         created_at: Some(timestamp(role.created_at)),
         updated_at: Some(timestamp(role.updated_at)),
+        built_in: role.tenant.is_none(),
     }
 }
 
@@ -167,7 +169,7 @@ impl SessionService for SessionsGrpc {
         &self,
         request: Request<pb::CreateSessionRequest>,
     ) -> Result<Response<pb::CreateSessionResponse>, Status> {
-        let tenant = Identity::of(&request).tenant;
+        let caller = Identity::of(&request);
         let request = request.into_inner();
         let new = NewSession {
             session_id: request.session_id,
@@ -175,7 +177,7 @@ impl SessionService for SessionsGrpc {
             metadata: request.metadata.into_iter().collect(),
             ttl: ttl_from_proto(request.ttl).map_err(status)?,
         };
-        let (session, role) = self.switcher.create(&tenant, new).await.map_err(status)?;
+        let (session, role) = self.switcher.create(&caller, new).await.map_err(status)?;
         Ok(Response::new(pb::CreateSessionResponse {
             session: Some(session_to_proto(&session)),
             role: Some(role_to_proto(&role)),
@@ -186,9 +188,9 @@ impl SessionService for SessionsGrpc {
         &self,
         request: Request<pb::GetSessionRequest>,
     ) -> Result<Response<pb::GetSessionResponse>, Status> {
-        let tenant = Identity::of(&request).tenant;
+        let caller = Identity::of(&request);
         let request = request.into_inner();
-        let (session, role) = self.switcher.get(&tenant, &request.session_id).await.map_err(status)?;
+        let (session, role) = self.switcher.get(&caller, &request.session_id).await.map_err(status)?;
         let recent_messages =
             if request.include_messages { session.recent.iter().map(message_to_proto).collect() } else { Vec::new() };
         Ok(Response::new(pb::GetSessionResponse {
@@ -202,8 +204,8 @@ impl SessionService for SessionsGrpc {
         &self,
         request: Request<pb::CloseSessionRequest>,
     ) -> Result<Response<pb::CloseSessionResponse>, Status> {
-        let tenant = Identity::of(&request).tenant;
-        let session = self.switcher.close(&tenant, &request.get_ref().session_id).await.map_err(status)?;
+        let caller = Identity::of(&request);
+        let session = self.switcher.close(&caller, &request.get_ref().session_id).await.map_err(status)?;
         Ok(Response::new(pb::CloseSessionResponse { session: Some(session_to_proto(&session)) }))
     }
 
@@ -211,12 +213,12 @@ impl SessionService for SessionsGrpc {
         &self,
         request: Request<pb::ProcessQueryRequest>,
     ) -> Result<Response<pb::ProcessQueryResponse>, Status> {
-        let tenant = Identity::of(&request).tenant;
+        let caller = Identity::of(&request);
         let request = request.into_inner();
         let turn = self
             .switcher
             .process_query(
-                &tenant,
+                &caller,
                 &request.session_id,
                 &request.query,
                 request.custom_instructions.as_deref(),
@@ -237,11 +239,11 @@ impl SessionService for SessionsGrpc {
         &self,
         request: Request<pb::SwitchContextRequest>,
     ) -> Result<Response<pb::SwitchContextResponse>, Status> {
-        let tenant = Identity::of(&request).tenant;
+        let caller = Identity::of(&request);
         let request = request.into_inner();
         let turn = self
             .switcher
-            .switch(&tenant, &request.session_id, &request.new_role_id, &request.reason)
+            .switch(&caller, &request.session_id, &request.new_role_id, &request.reason)
             .await
             .map_err(status)?;
         Ok(Response::new(pb::SwitchContextResponse {
@@ -259,11 +261,11 @@ impl SessionService for SessionsGrpc {
         &self,
         request: Request<pb::GetHistoryRequest>,
     ) -> Result<Response<pb::GetHistoryResponse>, Status> {
-        let tenant = Identity::of(&request).tenant;
+        let caller = Identity::of(&request);
         let request = request.into_inner();
         let (events, next) = self
             .switcher
-            .history(&tenant, &request.session_id, request.page_size, &request.page_token)
+            .history(&caller, &request.session_id, request.page_size, &request.page_token)
             .await
             .map_err(status)?;
         Ok(Response::new(pb::GetHistoryResponse {
@@ -276,14 +278,14 @@ impl SessionService for SessionsGrpc {
         &self,
         request: Request<pb::AppendMessagesRequest>,
     ) -> Result<Response<pb::AppendMessagesResponse>, Status> {
-        let tenant = Identity::of(&request).tenant;
+        let caller = Identity::of(&request);
         let request = request.into_inner();
         let messages = request
             .messages
             .into_iter()
             .map(|m| NewMessage { role: message_role_from_proto(m.role), content: m.content, role_id: m.role_id })
             .collect();
-        let session = self.switcher.append_messages(&tenant, &request.session_id, messages).await.map_err(status)?;
+        let session = self.switcher.append_messages(&caller, &request.session_id, messages).await.map_err(status)?;
         Ok(Response::new(pb::AppendMessagesResponse {
             turn_count: count(session.turn_count),
             message_count: session.message_count,
@@ -328,13 +330,15 @@ impl RoleService for RolesGrpc {
         &self,
         request: Request<pb::CreateRoleRequest>,
     ) -> Result<Response<pb::CreateRoleResponse>, Status> {
+        let tenant = Identity::of(&request).tenant;
         let role = required_role(request.into_inner().role)?;
-        let role = self.roles.create(role_from_proto(role)).await.map_err(status)?;
+        let role = self.roles.create(&tenant, role_from_proto(role)).await.map_err(status)?;
         Ok(Response::new(pb::CreateRoleResponse { role: Some(role_to_proto(&role)) }))
     }
 
     async fn get_role(&self, request: Request<pb::GetRoleRequest>) -> Result<Response<pb::GetRoleResponse>, Status> {
-        let role = self.roles.require(&request.get_ref().role_id, "role_id").map_err(status)?;
+        let tenant = Identity::of(&request).tenant;
+        let role = self.roles.require(&tenant, &request.get_ref().role_id, "role_id").map_err(status)?;
         Ok(Response::new(pb::GetRoleResponse { role: Some(role_to_proto(&role)) }))
     }
 
@@ -342,8 +346,10 @@ impl RoleService for RolesGrpc {
         &self,
         request: Request<pb::ListRolesRequest>,
     ) -> Result<Response<pb::ListRolesResponse>, Status> {
+        let tenant = Identity::of(&request).tenant;
         let request = request.into_inner();
-        let (roles, next) = self.roles.list(&request.domain, request.page_size, &request.page_token).map_err(status)?;
+        let (roles, next) =
+            self.roles.list(&tenant, &request.domain, request.page_size, &request.page_token).map_err(status)?;
         Ok(Response::new(pb::ListRolesResponse {
             roles: roles.iter().map(role_to_proto).collect(),
             next_page_token: next.unwrap_or_default(),
@@ -354,10 +360,11 @@ impl RoleService for RolesGrpc {
         &self,
         request: Request<pb::UpdateRoleRequest>,
     ) -> Result<Response<pb::UpdateRoleResponse>, Status> {
+        let tenant = Identity::of(&request).tenant;
         let request = request.into_inner();
         let role = required_role(request.role)?;
         let mask = request.update_mask.map(|m| m.paths).unwrap_or_default();
-        let role = self.roles.update(role_from_proto(role), &mask).await.map_err(status)?;
+        let role = self.roles.update(&tenant, role_from_proto(role), &mask).await.map_err(status)?;
         Ok(Response::new(pb::UpdateRoleResponse { role: Some(role_to_proto(&role)) }))
     }
 
@@ -365,7 +372,8 @@ impl RoleService for RolesGrpc {
         &self,
         request: Request<pb::DeleteRoleRequest>,
     ) -> Result<Response<pb::DeleteRoleResponse>, Status> {
-        self.roles.delete(&request.get_ref().role_id).await.map_err(status)?;
+        let tenant = Identity::of(&request).tenant;
+        self.roles.delete(&tenant, &request.get_ref().role_id).await.map_err(status)?;
         Ok(Response::new(pb::DeleteRoleResponse {}))
     }
 }

@@ -1,5 +1,6 @@
 //! The role catalogue: expert roles in the role store, cached in memory for the request path,
-//! and always registered with the triggers service.
+//! and always registered with the triggers service. Roles have tenants: every tenant sees the
+//! built-in roles and its own, never another tenant's.
 //!
 //! A role never exists without its triggers: a create or update registers the triggers
 //! *first* and fails (UNAVAILABLE, or INVALID_ARGUMENT for a pattern the triggers service
@@ -10,21 +11,24 @@
 //! says it does not know a role, [`RoleCatalog::ensure_registered`] registers them all again.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, HashMap},
     sync::{Arc, RwLock},
     time::Duration,
 };
 
 use chrono::Utc;
-use switchyard_kit::backoff::Backoff;
+use switchyard_kit::{
+    backoff::Backoff,
+    text::{reject_nul, reject_nul_in},
+};
 
 use crate::{
     defaults,
-    domain::{CustomTrigger, Role, RoleId, TriggerKind, parse_role_id},
+    domain::{CustomTrigger, Role, RoleId, TenantId, TriggerKind, parse_role_id},
     error::SessionsError,
     paging::{self, ROLES_PAGE},
     store::RoleStore,
-    triggers::{TriggersClient, TriggersError},
+    triggers::{TriggersClient, TriggersError, registry_id},
 };
 
 /// A role as a caller submits it, before validation.
@@ -43,10 +47,64 @@ pub struct RoleInput {
 /// Fields an update may name in its mask.
 const UPDATABLE: [&str; 6] = ["name", "description", "domains", "system_prompt", "custom_triggers", "preferred_model"];
 
+/// The roles in memory: the built-in ones and each tenant's own.
+#[derive(Default)]
+struct Roles {
+    builtin: BTreeMap<RoleId, Role>,
+    tenants: HashMap<TenantId, BTreeMap<RoleId, Role>>,
+}
+
+impl Roles {
+    fn new(roles: Vec<Role>) -> Self {
+        let mut all = Self::default();
+        for role in roles {
+            all.put(role);
+        }
+        all
+    }
+
+    fn put(&mut self, role: Role) {
+        match role.tenant.clone() {
+            None => self.builtin.insert(role.id.clone(), role),
+            Some(tenant) => self.tenants.entry(tenant).or_default().insert(role.id.clone(), role),
+        };
+    }
+
+    fn remove(&mut self, tenant: &TenantId, id: &RoleId) {
+        if let Some(own) = self.tenants.get_mut(tenant) {
+            own.remove(id);
+            if own.is_empty() {
+                self.tenants.remove(tenant);
+            }
+        }
+    }
+
+    /// The role `tenant` sees as `id`: its own, else the built-in one.
+    fn get(&self, tenant: &TenantId, id: &RoleId) -> Option<&Role> {
+        self.tenants.get(tenant).and_then(|own| own.get(id)).or_else(|| self.builtin.get(id))
+    }
+
+    /// Every role `tenant` sees, ordered by id.
+    fn visible(&self, tenant: &TenantId) -> BTreeMap<&RoleId, &Role> {
+        let mut visible: BTreeMap<&RoleId, &Role> = self.builtin.iter().collect();
+        if let Some(own) = self.tenants.get(tenant) {
+            visible.extend(own.iter());
+        }
+        visible
+    }
+
+    fn all(&self) -> Vec<Role> {
+        self.builtin.values().chain(self.tenants.values().flat_map(BTreeMap::values)).cloned().collect()
+    }
+}
+
+/// Every tenant sees the built-in roles (shared, read-only) and its own roles, which no other
+/// tenant sees. A tenant's role may carry a built-in's id: updating a built-in makes the
+/// tenant's own copy (an override), and deleting that copy brings the built-in back.
 pub struct RoleCatalog {
     store: Arc<dyn RoleStore>,
     triggers: TriggersClient,
-    cache: RwLock<BTreeMap<RoleId, Role>>,
+    cache: RwLock<Roles>,
     write_lock: tokio::sync::Mutex<()>,
     /// Serialises full re-registrations; the counter lets callers that waited for one in
     /// progress return instead of repeating it.
@@ -57,11 +115,11 @@ pub struct RoleCatalog {
 }
 
 impl RoleCatalog {
-    /// Loads the roles, seeding the defaults on first start (an empty store), and starts
+    /// Loads the roles, seeding the built-in ones on first start (none stored), and starts
     /// registering every role with the triggers service in the background.
     pub async fn open(store: Arc<dyn RoleStore>, triggers: TriggersClient) -> Result<Arc<Self>, SessionsError> {
         let mut roles = store.list().await.map_err(|err| SessionsError::unavailable("loading roles", err))?;
-        if roles.is_empty() {
+        if !roles.iter().any(|role| role.tenant.is_none()) {
             for role in defaults::default_roles() {
                 store.insert(&role).await.map_err(|err| SessionsError::unavailable("seeding default roles", err))?;
             }
@@ -71,7 +129,7 @@ impl RoleCatalog {
         let catalog = Arc::new(Self {
             store,
             triggers,
-            cache: RwLock::new(roles.into_iter().map(|r| (r.id.clone(), r)).collect()),
+            cache: RwLock::new(Roles::new(roles)),
             write_lock: tokio::sync::Mutex::new(()),
             resync: tokio::sync::Mutex::new(()),
             resyncs: std::sync::atomic::AtomicU64::new(0),
@@ -81,11 +139,11 @@ impl RoleCatalog {
         Ok(catalog)
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<RoleId, Role>> {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Roles> {
         self.cache.read().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<RoleId, Role>> {
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Roles> {
         self.cache.write().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
@@ -95,19 +153,29 @@ impl RoleCatalog {
         self.registered.load(std::sync::atomic::Ordering::SeqCst)
     }
 
-    pub fn get(&self, id: &RoleId) -> Option<Role> {
-        self.read().get(id).cloned()
+    /// The role `tenant` sees as `id` (its own, else the built-in one).
+    pub fn get(&self, tenant: &TenantId, id: &RoleId) -> Option<Role> {
+        self.read().get(tenant, id).cloned()
     }
 
-    /// A role by id as a caller wrote it; errors name `field`.
-    pub fn require(&self, id: &str, field: &str) -> Result<Role, SessionsError> {
+    /// A role of `tenant` by id as a caller wrote it; errors name `field`. Another tenant's
+    /// role is not found, exactly as one that does not exist.
+    pub fn require(&self, tenant: &TenantId, id: &str, field: &str) -> Result<Role, SessionsError> {
         let id = parse_role_id(id, field)?;
-        self.get(&id).ok_or_else(|| SessionsError::RoleNotFound(id.to_string()))
+        self.get(tenant, &id).ok_or_else(|| SessionsError::RoleNotFound(id.to_string()))
     }
 
-    /// Roles ordered by id, optionally only those drawing on `domain`, a page at a time.
+    /// The roles `tenant` sees, by the id the triggers service knows each under: only these
+    /// compete for the tenant's sessions.
+    pub fn registry_ids(&self, tenant: &TenantId) -> HashMap<String, RoleId> {
+        self.read().visible(tenant).into_values().map(|role| (registry_id(role).to_string(), role.id.clone())).collect()
+    }
+
+    /// Roles `tenant` sees, ordered by id, optionally only those drawing on `domain`, a page
+    /// at a time.
     pub fn list(
         &self,
+        tenant: &TenantId,
         domain: &str,
         page_size: u32,
         page_token: &str,
@@ -116,7 +184,8 @@ impl RoleCatalog {
         let after = paging::after(page_token, |token| RoleId::parse(token).ok())?;
         let cache = self.read();
         let roles: Vec<Role> = cache
-            .values()
+            .visible(tenant)
+            .into_values()
             .filter(|role| after.as_ref().is_none_or(|after| &role.id > after))
             .filter(|role| domain.is_empty() || role.domains.iter().any(|d| d == domain))
             .take(page_size + 1)
@@ -125,34 +194,44 @@ impl RoleCatalog {
         Ok(paging::page(roles, page_size, |role| role.id.to_string()))
     }
 
-    pub async fn create(&self, input: RoleInput) -> Result<Role, SessionsError> {
+    /// Creates a role of `tenant`. An id the tenant already sees (its own, or a built-in
+    /// one) is taken: a built-in is customised by updating it.
+    pub async fn create(&self, tenant: &TenantId, input: RoleInput) -> Result<Role, SessionsError> {
         let _one_writer = self.write_lock.lock().await;
         let now = Utc::now();
-        let role = validate(input, now, now)?;
-        if self.get(&role.id).is_some() {
+        let role = Role { tenant: Some(tenant.clone()), ..validate(input, now, now)? };
+        if self.get(tenant, &role.id).is_some() {
             return Err(SessionsError::RoleExists(role.id.to_string()));
         }
-        self.register(&role).await?;
-        match self.store.insert(&role).await {
-            Ok(true) => {}
-            Ok(false) => return Err(SessionsError::RoleExists(role.id.to_string())),
-            Err(err) => {
-                if let Err(undo) = self.triggers.unregister(&role.id).await {
-                    tracing::warn!(role_id = %role.id, %undo, "could not undo trigger registration of an unsaved role");
-                }
-                return Err(SessionsError::unavailable("saving the role", err));
-            }
-        }
-        self.write().insert(role.id.clone(), role.clone());
-        tracing::info!(role_id = %role.id, "role created");
+        self.insert_registered(&role).await?;
+        self.write().put(role.clone());
+        tracing::info!(tenant = %tenant, role_id = %role.id, "role created");
         Ok(role)
     }
 
-    /// Applies the fields named in `mask` (every field when empty) from `input`.
-    pub async fn update(&self, input: RoleInput, mask: &[String]) -> Result<Role, SessionsError> {
+    /// Registers a new role's triggers, then stores it (undoing the registration when the
+    /// store refuses or fails).
+    async fn insert_registered(&self, role: &Role) -> Result<(), SessionsError> {
+        self.register(role).await?;
+        let stored = self.store.insert(role).await;
+        if stored.is_err()
+            && let Err(undo) = self.triggers.unregister(&registry_id(role)).await
+        {
+            tracing::warn!(role_id = %role.id, %undo, "could not undo trigger registration of an unsaved role");
+        }
+        match stored {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(SessionsError::RoleExists(role.id.to_string())),
+            Err(err) => Err(SessionsError::store_write("saving the role", "role", err)),
+        }
+    }
+
+    /// Applies the fields named in `mask` (every field when empty) from `input` to a role
+    /// `tenant` sees. A built-in role is never changed: the result is the tenant's own copy.
+    pub async fn update(&self, tenant: &TenantId, input: RoleInput, mask: &[String]) -> Result<Role, SessionsError> {
         let _one_writer = self.write_lock.lock().await;
         let id = parse_role_id(&input.id, "role.id")?;
-        let current = self.get(&id).ok_or_else(|| SessionsError::RoleNotFound(id.to_string()))?;
+        let current = self.get(tenant, &id).ok_or_else(|| SessionsError::RoleNotFound(id.to_string()))?;
         for (index, path) in mask.iter().enumerate() {
             if !UPDATABLE.contains(&path.as_str()) {
                 return Err(SessionsError::invalid(
@@ -179,50 +258,69 @@ impl RoleCatalog {
                 current.preferred_model.clone()
             },
         };
-        let role = validate(merged, current.created_at, Utc::now())?;
+        let now = Utc::now();
+        if current.tenant.is_none() {
+            // The built-in stays as it is for every other tenant.
+            let role = Role { tenant: Some(tenant.clone()), ..validate(merged, now, now)? };
+            self.insert_registered(&role).await?;
+            self.write().put(role.clone());
+            tracing::info!(tenant = %tenant, role_id = %role.id, "built-in role overridden for one tenant");
+            return Ok(role);
+        }
+        let role = Role { tenant: Some(tenant.clone()), ..validate(merged, current.created_at, now)? };
         self.register(&role).await?;
         match self.store.update(&role).await {
             Ok(true) => {}
             Ok(false) => return Err(SessionsError::RoleNotFound(role.id.to_string())),
             Err(err) => {
-                if let Err(undo) = self.triggers.register(&current).await {
+                if let Err(undo) = self.triggers.register(&registry_id(&current), &current).await {
                     tracing::warn!(role_id = %role.id, %undo, "could not restore the previous trigger registration");
                 }
-                return Err(SessionsError::unavailable("saving the role", err));
+                return Err(SessionsError::store_write("saving the role", "role", err));
             }
         }
-        self.write().insert(role.id.clone(), role.clone());
-        tracing::info!(role_id = %role.id, "role updated");
+        self.write().put(role.clone());
+        tracing::info!(tenant = %tenant, role_id = %role.id, "role updated");
         Ok(role)
     }
 
-    pub async fn delete(&self, id: &str) -> Result<(), SessionsError> {
+    /// Deletes a role of `tenant` (an override brings the built-in back). Built-in roles are
+    /// read-only.
+    pub async fn delete(&self, tenant: &TenantId, id: &str) -> Result<(), SessionsError> {
         let _one_writer = self.write_lock.lock().await;
         let id = parse_role_id(id, "role_id")?;
-        if id.as_str() == crate::defaults::GENERAL_ASSISTANT {
-            return Err(SessionsError::RoleProtected(id.to_string()));
+        let role = self.get(tenant, &id).ok_or_else(|| SessionsError::RoleNotFound(id.to_string()))?;
+        if role.tenant.is_none() {
+            if id.as_str() == crate::defaults::GENERAL_ASSISTANT {
+                return Err(SessionsError::RoleProtected(id.to_string()));
+            }
+            return Err(SessionsError::RoleBuiltIn(id.to_string()));
         }
-        let deleted =
-            self.store.delete(&id).await.map_err(|err| SessionsError::unavailable("deleting the role", err))?;
+        let deleted = self
+            .store
+            .delete(Some(tenant), &id)
+            .await
+            .map_err(|err| SessionsError::unavailable("deleting the role", err))?;
         if !deleted {
             return Err(SessionsError::RoleNotFound(id.to_string()));
         }
-        self.write().remove(&id);
-        // A leftover registration is harmless (sessions ignore roles they do not know) but is
-        // tidied up when possible.
-        if let Err(err) = self.triggers.unregister(&id).await {
+        self.write().remove(tenant, &id);
+        // A leftover registration is harmless (no tenant's sessions name it as a candidate)
+        // but is tidied up when possible.
+        if let Err(err) = self.triggers.unregister(&registry_id(&role)).await {
             tracing::warn!(role_id = %id, %err, "role deleted but its triggers are still registered");
         }
-        tracing::info!(role_id = %id, "role deleted");
+        tracing::info!(tenant = %tenant, role_id = %id, "role deleted");
         Ok(())
     }
 
-    /// Called when the triggers service does not know role `id`. If the role exists here, the
-    /// triggers service has lost its registrations (restarted on an empty store, say): every
-    /// role is registered again, so detection sees all of them, not only this one.
-    pub async fn ensure_registered(&self, id: &RoleId) -> Result<(), SessionsError> {
+    /// Called when the triggers service does not know `tenant`'s role `id`. If the role
+    /// exists here, the triggers service has lost its registrations (restarted on an empty
+    /// store, say): every role is registered again, so detection sees all of them, not only
+    /// this one.
+    pub async fn ensure_registered(&self, tenant: &TenantId, id: &RoleId) -> Result<(), SessionsError> {
         use std::sync::atomic::Ordering;
-        if self.get(id).is_none() {
+        if self.get(tenant, id).is_none() {
             return Err(SessionsError::RoleNotFound(id.to_string()));
         }
         let seen = self.resyncs.load(Ordering::SeqCst);
@@ -232,7 +330,7 @@ impl RoleCatalog {
             return Ok(());
         }
         tracing::warn!(role_id = %id, "triggers service did not know a role, registering every role again");
-        let roles: Vec<Role> = self.read().values().cloned().collect();
+        let roles = self.read().all();
         for role in &roles {
             self.register(role).await?;
         }
@@ -241,7 +339,7 @@ impl RoleCatalog {
     }
 
     async fn register(&self, role: &Role) -> Result<(), SessionsError> {
-        self.triggers.register(role).await.map_err(|err| match err {
+        self.triggers.register(&registry_id(role), role).await.map_err(|err| match err {
             TriggersError::Rejected { field: Some(field), reason } => {
                 SessionsError::invalid(format!("role.{field}"), reason)
             }
@@ -258,7 +356,7 @@ impl RoleCatalog {
                 tokio::time::sleep(interval).await;
                 let Some(catalog) = catalog.upgrade() else { return };
                 match catalog.store.list().await {
-                    Ok(roles) => *catalog.write() = roles.into_iter().map(|r| (r.id.clone(), r)).collect(),
+                    Ok(roles) => *catalog.write() = Roles::new(roles),
                     Err(err) => tracing::debug!(%err, "role refresh failed"),
                 }
             }
@@ -271,7 +369,7 @@ async fn register_all(catalog: std::sync::Weak<RoleCatalog>) {
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
     loop {
         let Some(this) = catalog.upgrade() else { return };
-        let roles: Vec<Role> = this.read().values().cloned().collect();
+        let roles = this.read().all();
         let mut failed = 0;
         for role in &roles {
             if let Err(err) = this.register(role).await {
@@ -302,6 +400,7 @@ fn validate(
         if required && value.is_empty() {
             return Err(SessionsError::invalid(format!("role.{field}"), "must not be empty"));
         }
+        reject_nul(&format!("role.{field}"), value)?;
         if value.len() > max {
             return Err(SessionsError::invalid(
                 format!("role.{field}"),
@@ -316,11 +415,13 @@ fn validate(
     if input.domains.len() > 16 {
         return Err(SessionsError::invalid("role.domains", format!("{} given, at most 16", input.domains.len())));
     }
+    reject_nul_in("role.domains", input.domains.iter().map(String::as_str))?;
     let mut custom_triggers = Vec::with_capacity(input.custom_triggers.len());
     for (index, (pattern, kind, priority)) in input.custom_triggers.into_iter().enumerate() {
         let kind = kind.ok_or_else(|| {
             SessionsError::invalid(format!("role.custom_triggers[{index}].kind"), "must be KEYWORD, PHRASE or REGEX")
         })?;
+        reject_nul(&format!("role.custom_triggers[{index}].pattern"), &pattern)?;
         custom_triggers.push(CustomTrigger { pattern, kind, priority });
     }
     let preferred_model = match input.preferred_model {
@@ -328,6 +429,7 @@ fn validate(
         None => None,
     };
     Ok(Role {
+        tenant: None,
         id,
         name,
         description,

@@ -6,9 +6,25 @@ use switchyard_proto::triggers::v1::{
     self as pb, GetBestRoleRequest, RegisterRoleTriggersRequest, UnregisterRoleRequest,
     trigger_service_client::TriggerServiceClient,
 };
+use sha2::{Digest, Sha256};
 use tonic::Code;
 
 use crate::domain::{Role, RoleId, TriggerKind};
+
+/// The id a role is registered under with the triggers service, whose registry holds every
+/// tenant's roles in one namespace: a built-in role's own id; for a tenant's role, its id (cut
+/// to fit) and `.t` with 80 bits of a digest of tenant and id, so two tenants' roles of one id
+/// (or a tenant's copy of a built-in) never share a registration.
+pub fn registry_id(role: &Role) -> RoleId {
+    let Some(tenant) = &role.tenant else {
+        return role.id.clone();
+    };
+    let digest = Sha256::digest(format!("{tenant}\n{}", role.id).as_bytes());
+    let hex: String = digest.iter().take(10).map(|byte| format!("{byte:02x}")).collect();
+    let prefix: String = role.id.as_str().chars().take(RoleId::MAX_LEN - 2 - hex.len()).collect();
+    // Cannot fail: a valid id's prefix, then lowercase letters and digits, within the length.
+    RoleId::parse(&format!("{prefix}.t{hex}")).unwrap_or_else(|_| role.id.clone())
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum TriggersError {
@@ -63,13 +79,20 @@ impl TriggersClient {
         Ok(Self { client: TriggerServiceClient::new(connect_lazy(url)?) })
     }
 
-    /// The best role for `query`, with hysteresis towards `current` when given.
-    pub async fn best_role(&self, query: &str, current: Option<&RoleId>) -> Result<Detection, TriggersError> {
+    /// The best role for `query` among `candidates` (registry ids; see [`registry_id`]), with
+    /// hysteresis towards `current` (a registry id) when given.
+    pub async fn best_role(
+        &self,
+        query: &str,
+        current: Option<&RoleId>,
+        candidates: Vec<String>,
+    ) -> Result<Detection, TriggersError> {
         let current_role_id = current.map(ToString::to_string).unwrap_or_default();
         let request = GetBestRoleRequest {
             query: query.to_owned(),
             current_role_id: current_role_id.clone(),
             hysteresis_ratio: None,
+            candidate_role_ids: candidates,
         };
         let response = self
             .client
@@ -89,10 +112,10 @@ impl TriggersClient {
         })
     }
 
-    /// Registers (or replaces) a role's triggers.
-    pub async fn register(&self, role: &Role) -> Result<(), TriggersError> {
+    /// Registers (or replaces) a role's triggers under `registry_id`.
+    pub async fn register(&self, registry_id: &RoleId, role: &Role) -> Result<(), TriggersError> {
         let request = RegisterRoleTriggersRequest {
-            role_id: role.id.to_string(),
+            role_id: registry_id.to_string(),
             domains: role.domains.clone(),
             custom_triggers: role
                 .custom_triggers
@@ -112,7 +135,7 @@ impl TriggersClient {
             .clone()
             .register_role_triggers(request)
             .await
-            .map_err(|status| TriggersError::from_status(status, role.id.as_str()))?;
+            .map_err(|status| TriggersError::from_status(status, registry_id.as_str()))?;
         Ok(())
     }
 
@@ -192,6 +215,22 @@ mod tests {
         assert_eq!(rejected(status), (Some("domains[1]".to_owned()), "unknown domain `x`".to_owned()));
         let status = tonic::Status::invalid_argument("bad request");
         assert_eq!(rejected(status), (None, "bad request".to_owned()));
+    }
+
+    #[test]
+    fn tenants_roles_register_apart_from_each_other_and_from_built_ins() {
+        use crate::domain::{TenantId, test_role};
+        let builtin = test_role("finance-expert");
+        assert_eq!(registry_id(&builtin), builtin.id, "a built-in keeps its id");
+        let of = |tenant: &str, id: &str| Role { tenant: Some(TenantId::parse(tenant).unwrap()), ..test_role(id) };
+        let acme = registry_id(&of("acme", "finance-expert"));
+        assert!(acme.as_str().starts_with("finance-expert.t"), "{acme}");
+        assert_ne!(acme, registry_id(&of("globex", "finance-expert")));
+        assert_ne!(acme, builtin.id);
+        assert_eq!(acme, registry_id(&of("acme", "finance-expert")), "stable");
+        let long = of("acme", &"x".repeat(RoleId::MAX_LEN));
+        assert_eq!(registry_id(&long).as_str().len(), RoleId::MAX_LEN);
+        assert_ne!(registry_id(&long), registry_id(&of("acme", &"x".repeat(RoleId::MAX_LEN - 1))));
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use chrono::{DateTime, Utc};
 use switchyard_sessions::{
-    domain::{LiveSession, Message, MessageRole, RoleId, SessionId, SessionKey, SessionStatus, TenantId},
+    domain::{LiveSession, Message, MessageRole, RoleId, SessionId, SessionKey, SessionStatus, TenantId, UserId},
     store::{
         AppendOutcome, LiveStore, StoreError, TurnOutcome, TurnUpdate, memory::MemoryLiveStore, redis::RedisLiveStore,
     },
@@ -82,6 +82,7 @@ fn new_session(ttl: Duration) -> LiveSession {
     let now = now_ms();
     LiveSession {
         key: new_key(TENANT),
+        owner: Some(UserId::parse("ann@acme.io").unwrap()),
         role_id: role(START_ROLE),
         status: SessionStatus::Active,
         turn_count: 0,
@@ -128,6 +129,7 @@ async fn round_trip(store: &dyn LiveStore) {
     let created_at = DateTime::from_timestamp_millis(1_700_000_000_123).unwrap();
     let session = LiveSession {
         key: new_key(TENANT),
+        owner: Some(UserId::parse("bob@acme.io").unwrap()),
         role_id: role("finance-expert"),
         status: SessionStatus::Active,
         turn_count: 3,
@@ -143,7 +145,11 @@ async fn round_trip(store: &dyn LiveStore) {
         recent: vec![message(6, "six"), message(7, "seven")],
     };
     assert!(store.create(&session).await.unwrap());
-    assert_eq!(store.load(&session.key).await.unwrap(), Some(session.clone()));
+    assert_eq!(store.load(&session.key).await.unwrap(), Some(session.clone()), "the owner too");
+    // A session made by a caller without a user has no owner, and reads back so.
+    let tenants = LiveSession { key: new_key(TENANT), owner: None, ..session.clone() };
+    assert!(store.create(&tenants).await.unwrap());
+    assert_eq!(store.load(&tenants.key).await.unwrap(), Some(tenants));
     // Reading twice changes nothing.
     assert_eq!(store.load(&session.key).await.unwrap(), Some(session));
 }

@@ -12,7 +12,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use switchyard_sessions::{
     domain::{
         LiveSession, Message, MessageRole, RoleId, SessionId, SessionKey, SessionStatus, SwitchEvent, SwitchReason,
-        TenantId,
+        TenantId, UserId,
     },
     store::{Record, RecordStore, StoreError, memory::MemoryRecordStore, postgres::PostgresStore},
 };
@@ -39,6 +39,7 @@ fn role(id: &str) -> RoleId {
 fn session(key: &SessionKey) -> LiveSession {
     LiveSession {
         key: key.clone(),
+        owner: Some(UserId::parse("ann@acme.io").unwrap()),
         role_id: role("general"),
         status: SessionStatus::Active,
         turn_count: 0,
@@ -111,7 +112,11 @@ async fn created_sessions_load_back(store: &dyn RecordStore) {
     let with_recent = LiveSession { recent: vec![message(1)], ..created.clone() };
     store.write(&[Record::SessionCreated(with_recent)]).await.unwrap();
 
-    assert_eq!(store.load_session(&key, 20).await.unwrap(), Some(created));
+    assert_eq!(store.load_session(&key, 20).await.unwrap(), Some(created), "its owner too");
+    // A session made by a caller without a user has no owner, and rebuilds so.
+    let tenants = LiveSession { owner: None, ..session(&self::key("acme", "s-tenants")) };
+    store.write(&[Record::SessionCreated(tenants.clone())]).await.unwrap();
+    assert_eq!(store.load_session(&tenants.key, 20).await.unwrap(), Some(tenants));
     let other_tenant = SessionKey { tenant: TenantId::parse("globex").unwrap(), ..key.clone() };
     assert_eq!(store.load_session(&other_tenant, 20).await.unwrap(), None);
     assert_eq!(store.load_session(&self::key("acme", "s-unknown"), 20).await.unwrap(), None);
@@ -339,4 +344,99 @@ async fn postgres_writes_fail_fast_during_an_outage_and_recover() {
     })
     .await;
     assert_eq!(load(&store, &key, 0).await.turn_count, 2);
+}
+
+/// A message Postgres refuses for its content even once text is made safe: a time before
+/// 4713 BC is out of the range of `timestamptz` (SQLSTATE 22008).
+fn out_of_range(seq: u64) -> Message {
+    let year_5000_bc =
+        chrono::NaiveDate::from_ymd_opt(-5000, 1, 1).unwrap().and_hms_opt(0, 0, 0).unwrap().and_utc().timestamp_millis();
+    Message { created_at_ms: year_5000_bc, ..message(seq) }
+}
+
+#[tokio::test]
+async fn postgres_stores_a_nul_in_recorded_text_as_a_replacement_character() {
+    let schema = Schema::new("t");
+    let store = PostgresStore::connect(&database_url(), &schema)
+        .await
+        .expect("connect to postgres at DATABASE_URL (is it running?)");
+    let key = key("acme", "s-nul");
+    let mut created = session(&key);
+    created.metadata.insert("note".to_owned(), "a\0b".to_owned());
+    let mut event = switch(1, "general", "finance-expert");
+    event.query_excerpt = "refinance my mortgage \0".to_owned();
+    event.reason_detail = "matched \0".to_owned();
+    let mut nul = message(1);
+    nul.content = "refinance my mortgage \0".to_owned();
+    store
+        .write(&[
+            Record::SessionCreated(created),
+            switched(&key, event, 1),
+            Record::MessagesAppended { key: key.clone(), messages: vec![nul, message(2)] },
+        ])
+        .await
+        .expect("text holding a NUL is stored");
+    let loaded = load(&store, &key, 10).await;
+    assert_eq!(loaded.recent[0].content, "refinance my mortgage \u{FFFD}");
+    assert_eq!(loaded.recent[1].content, "message 2");
+    assert_eq!(loaded.metadata["note"], "a\u{FFFD}b");
+    let history = store.history(&key, 0, 10).await.unwrap();
+    assert_eq!(history[0].query_excerpt, "refinance my mortgage \u{FFFD}");
+    assert_eq!(history[0].reason_detail, "matched \u{FFFD}");
+}
+
+#[tokio::test]
+async fn a_record_postgres_refuses_is_set_aside_and_every_other_record_lands() {
+    use switchyard_sessions::recorder::{self, Durability, RecordBufferConfig};
+
+    let schema = Schema::new("t");
+    let store: Arc<dyn RecordStore> = Arc::new(
+        PostgresStore::connect(&database_url(), &schema)
+            .await
+            .expect("connect to postgres at DATABASE_URL (is it running?)"),
+    );
+    let config =
+        RecordBufferConfig { batch: 4, flush_interval: Duration::from_secs(3600), ..RecordBufferConfig::default() };
+    let recorder = recorder::start(store.clone(), config);
+    let (ann, bob) = (key("acme", "s-ann"), key("globex", "s-bob"));
+    for key in [&ann, &bob] {
+        assert_eq!(recorder.write_through(vec![Record::SessionCreated(session(key))]).await, Durability::Written);
+    }
+
+    // Written through: the refused message is set aside, never held to block what follows.
+    let mut nul = message(1);
+    nul.content = "refinance my mortgage \0".to_owned();
+    let refused = Record::MessagesAppended { key: ann.clone(), messages: vec![out_of_range(2)] };
+    let outcome = recorder
+        .write_through(vec![Record::MessagesAppended { key: ann.clone(), messages: vec![nul] }, refused.clone()])
+        .await;
+    assert_eq!(outcome, Durability::SetAside);
+    assert_eq!(recorder.backlog(), 0);
+    assert_eq!(recorder.write_through(vec![appended(&bob, 1..=1)]).await, Durability::Written);
+
+    // Held (as while Postgres was away), then drained at shutdown: a refused record between
+    // good ones of two tenants; every good one lands, in order.
+    recorder.push_all(vec![
+        switched(&bob, switch(1, "general", "finance-expert"), 2),
+        appended(&ann, 3..=3),
+        refused.clone(),
+        appended(&bob, 2..=3),
+        switched(&bob, switch(2, "finance-expert", "legal-expert"), 3),
+        Record::MessagesAppended { key: ann.clone(), messages: vec![out_of_range(4)] },
+        appended(&ann, 5..=5),
+        Record::Closed { key: ann.clone(), at: at(400) },
+    ]);
+    let report = timeout(Duration::from_secs(30), recorder.drain(Duration::from_secs(20))).await.unwrap();
+    assert_eq!((report.written, report.lost), (6, 0));
+    assert_eq!(recorder.set_aside(), 3);
+
+    let ann_now = load(&*store, &ann, 10).await;
+    assert_eq!(seqs(&ann_now.recent), [1, 3, 5]);
+    assert_eq!(ann_now.recent[0].content, "refinance my mortgage \u{FFFD}");
+    assert_eq!(ann_now.status, SessionStatus::Closed);
+    let bob_now = load(&*store, &bob, 10).await;
+    assert_eq!(seqs(&bob_now.recent), [1, 2, 3]);
+    assert_eq!(bob_now.role_id, role("legal-expert"));
+    let history = store.history(&bob, 0, 10).await.unwrap();
+    assert_eq!(history.iter().map(|event| event.sequence).collect::<Vec<_>>(), [1, 2]);
 }

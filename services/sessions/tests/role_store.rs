@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use switchyard_sessions::{
-    domain::{CustomTrigger, Role, RoleId, TriggerKind},
+    domain::{CustomTrigger, Role, RoleId, TenantId, TriggerKind},
     store::{RoleStore, memory::MemoryRoleStore, postgres::PostgresStore},
 };
 use switchyard_testkit::{Schema, database_url};
@@ -21,6 +21,7 @@ fn role_id(id: &str) -> RoleId {
 
 fn role(id: &str) -> Role {
     Role {
+        tenant: None,
         id: role_id(id),
         name: format!("{id} expert"),
         description: format!("answers {id} questions"),
@@ -77,11 +78,47 @@ async fn role_store_behaves(store: Arc<dyn RoleStore>) {
     assert!(!store.update(&role("missing")).await.unwrap());
     assert_eq!(store.list().await.unwrap().len(), 3, "updating a missing role creates nothing");
 
-    assert!(store.delete(&finance.id).await.unwrap());
-    assert!(!store.delete(&finance.id).await.unwrap());
-    assert!(!store.delete(&role_id("missing")).await.unwrap());
+    assert!(store.delete(None, &finance.id).await.unwrap());
+    assert!(!store.delete(None, &finance.id).await.unwrap());
+    assert!(!store.delete(None, &role_id("missing")).await.unwrap());
     let ids: Vec<RoleId> = store.list().await.unwrap().into_iter().map(|role| role.id).collect();
     assert_eq!(ids, [role_id("analyst"), role_id("zoning")]);
+
+    tenants_keep_their_own_roles(store.as_ref()).await;
+}
+
+/// Roles are kept by tenant and id: a tenant's role may share its id with a built-in (the
+/// tenant's override) or with another tenant's role, and each is written and removed alone.
+async fn tenants_keep_their_own_roles(store: &dyn RoleStore) {
+    let tenant = |name: &str| Some(TenantId::parse(name).unwrap());
+    let own = |name: &str, prompt: &str| Role { tenant: tenant(name), system_prompt: prompt.to_owned(), ..role("zoning") };
+    let (acme, globex) = (own("acme", "Acme's zoning rules."), own("globex", "Globex's zoning rules."));
+    assert!(store.insert(&globex).await.unwrap());
+    assert!(store.insert(&acme).await.unwrap(), "another tenant's role of the same id is no conflict");
+    assert!(!store.insert(&own("acme", "again")).await.unwrap(), "one id once per tenant");
+    let builtin_zoning = role("zoning");
+    let listed = store.list().await.unwrap();
+    let keys: Vec<(Option<&str>, &str)> =
+        listed.iter().map(|role| (role.tenant.as_ref().map(TenantId::as_str), role.id.as_str())).collect();
+    assert_eq!(
+        keys,
+        [(None, "analyst"), (None, "zoning"), (Some("acme"), "zoning"), (Some("globex"), "zoning")],
+        "built-ins first, then by tenant"
+    );
+    assert_eq!(listed[1], builtin_zoning, "the built-in is untouched");
+    assert_eq!(listed[2], acme);
+
+    let changed = Role { system_prompt: "Acme's new rules.".to_owned(), updated_at: at(90), ..acme.clone() };
+    assert!(store.update(&changed).await.unwrap());
+    assert!(!store.update(&own("initech", "none")).await.unwrap(), "a tenant without the role updates nothing");
+    let listed = store.list().await.unwrap();
+    assert_eq!(listed[2], changed);
+    assert_eq!((&listed[1], &listed[3]), (&builtin_zoning, &globex), "only that tenant's role changed");
+
+    assert!(store.delete(tenant("acme").as_ref(), &role_id("zoning")).await.unwrap());
+    assert!(!store.delete(tenant("acme").as_ref(), &role_id("zoning")).await.unwrap());
+    assert!(!store.delete(tenant("acme").as_ref(), &role_id("analyst")).await.unwrap(), "not a built-in");
+    assert_eq!(store.list().await.unwrap(), vec![listed[0].clone(), builtin_zoning, globex], "the others stay");
 }
 
 #[tokio::test]

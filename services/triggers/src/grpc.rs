@@ -212,7 +212,13 @@ impl TriggerService for TriggersGrpc {
         let request = request.into_inner();
         let response = self
             .registry
-            .best_role(&request.query, &request.current_role_id, request.hysteresis_ratio, best_role_to_proto)
+            .best_role_among(
+                &request.query,
+                &request.current_role_id,
+                request.hysteresis_ratio,
+                &request.candidate_role_ids,
+                best_role_to_proto,
+            )
             .await
             .map_err(status)?;
         Ok(Response::new(response))

@@ -356,7 +356,7 @@ impl TriggerRegistry {
     ) -> Result<R, TriggersError> {
         let query = Query::new(query, &self.config.limits)?;
         let current = self.current.load_full();
-        let ranking = self.rank(&current, query).await;
+        let ranking = self.rank(&current, query, None).await;
         Ok(use_ranking(&ranking, current.version))
     }
 
@@ -369,7 +369,22 @@ impl TriggerRegistry {
         hysteresis_ratio: Option<f64>,
         use_decision: impl FnOnce(BestRole, &Ranking<'_>, u64) -> R,
     ) -> Result<R, TriggersError> {
+        self.best_role_among(query, current_role_id, hysteresis_ratio, &[], use_decision).await
+    }
+
+    /// As [`best_role`](Self::best_role), with only the roles in `candidate_role_ids` competing
+    /// when it is not empty: one tenant's view of a registry that holds every tenant's roles,
+    /// so another tenant's role can neither be chosen nor crowd out this tenant's.
+    pub async fn best_role_among<R>(
+        &self,
+        query: &str,
+        current_role_id: &str,
+        hysteresis_ratio: Option<f64>,
+        candidate_role_ids: &[String],
+        use_decision: impl FnOnce(BestRole, &Ranking<'_>, u64) -> R,
+    ) -> Result<R, TriggersError> {
         let query = Query::new(query, &self.config.limits)?;
+        let candidates = candidates(candidate_role_ids)?;
         let ratio = match hysteresis_ratio {
             Some(ratio) if !(0.0..=1.0).contains(&ratio) || ratio.is_nan() => {
                 return Err(TriggersError::invalid(
@@ -391,16 +406,25 @@ impl TriggerRegistry {
             }
             Some(role)
         };
-        let ranking = self.rank(&current, query).await;
+        let ranking = self.rank(&current, query, candidates.as_ref()).await;
         let best = hysteresis::best_role(&ranking, current_role.as_ref(), ratio);
         Ok(use_decision(best, &ranking, current.version))
     }
 
-    /// The trigger scores, blended with the semantic signal when they are not clear.
-    async fn rank<'c>(&self, compiled: &'c Compiled, query: Query<'_>) -> Ranking<'c> {
-        let scores = compiled.matcher.detect(query.as_str());
+    /// The trigger scores, blended with the semantic signal when they are not clear; only
+    /// `candidates`' when given.
+    async fn rank<'c>(
+        &self,
+        compiled: &'c Compiled,
+        query: Query<'_>,
+        candidates: Option<&HashSet<RoleId>>,
+    ) -> Ranking<'c> {
+        let competes = |role: &RoleId| candidates.is_none_or(|ids| ids.contains(role));
+        let mut scores = compiled.matcher.detect(query.as_str());
+        scores.retain(|score| competes(score.role_id));
+        let role_count = compiled.roles.keys().filter(|role| competes(role)).count();
         let semantic = &self.config.semantic;
-        if semantic.is_clear(&scores, compiled.roles.len()) {
+        if semantic.is_clear(&scores, role_count) {
             return Ranking::triggers_only(scores, SemanticState::NotNeeded);
         }
         let Some(index) = compiled.semantic.as_ref().filter(|index| !index.is_empty()) else {
@@ -414,7 +438,11 @@ impl TriggerRegistry {
             return Ranking::triggers_only(scores, state);
         };
         match self.model.embed_query(query.as_str()).await {
-            Ok(Some(vector)) => Ranking::blended(scores, index.similarities(&vector, semantic.nearest), semantic),
+            Ok(Some(vector)) => {
+                let mut similarities = index.similarities(&vector, semantic.nearest);
+                similarities.roles.retain(|similarity| competes(similarity.role_id));
+                Ranking::blended(scores, similarities, semantic)
+            }
             Ok(None) => Ranking::triggers_only(scores, SemanticState::Unavailable),
             Err(err) => {
                 tracing::warn!(error = %err, "embedding the query failed; deciding by triggers alone");
@@ -422,6 +450,29 @@ impl TriggerRegistry {
             }
         }
     }
+}
+
+/// Most roles one decision may be limited to.
+const MAX_CANDIDATES: usize = 10_000;
+
+/// The roles a caller limited a decision to; `None` when it named none.
+fn candidates(ids: &[String]) -> Result<Option<HashSet<RoleId>>, TriggersError> {
+    if ids.is_empty() {
+        return Ok(None);
+    }
+    if ids.len() > MAX_CANDIDATES {
+        return Err(TriggersError::invalid(
+            "candidate_role_ids",
+            format!("{} given, at most {MAX_CANDIDATES}", ids.len()),
+        ));
+    }
+    ids.iter()
+        .enumerate()
+        .map(|(index, id)| {
+            RoleId::parse(id).map_err(|reason| TriggersError::invalid(format!("candidate_role_ids[{index}]"), reason))
+        })
+        .collect::<Result<HashSet<_>, _>>()
+        .map(Some)
 }
 
 async fn compile(

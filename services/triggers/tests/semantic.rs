@@ -76,6 +76,7 @@ async fn meaning_decides_when_no_trigger_matches_and_a_clear_trigger_decision_st
             query: query.into(),
             current_role_id: "legal-expert".into(),
             hysteresis_ratio: None,
+            ..Default::default()
         })
         .await
         .expect("best role")
@@ -98,6 +99,7 @@ async fn meaning_decides_when_no_trigger_matches_and_a_clear_trigger_decision_st
                 query: query.into(),
                 current_role_id: runner_up.role_id.clone(),
                 hysteresis_ratio: None,
+                ..Default::default()
             })
             .await
             .expect("best role")

@@ -56,6 +56,7 @@ async fn spec_example_matches_finance_and_technology_and_hysteresis_decides() {
             query: SPEC_EXAMPLE.into(),
             current_role_id: second.role_id.clone(),
             hysteresis_ratio: None,
+            ..Default::default()
         })
         .await
         .expect("best role")
@@ -74,6 +75,7 @@ async fn spec_example_matches_finance_and_technology_and_hysteresis_decides() {
             query: SPEC_EXAMPLE.into(),
             current_role_id: second.role_id.clone(),
             hysteresis_ratio: Some(1.0),
+            ..Default::default()
         })
         .await
         .expect("best role")
@@ -88,11 +90,36 @@ async fn spec_example_matches_finance_and_technology_and_hysteresis_decides() {
             query: "Should I refinance my mortgage at a 6% interest rate?".into(),
             current_role_id: "tech-expert".into(),
             hysteresis_ratio: None,
+            ..Default::default()
         })
         .await
         .expect("best role")
         .into_inner();
     assert_eq!((finance.role_id.as_str(), finance.kept_current), ("finance-expert", false));
+
+    // Limited to candidates (one tenant's roles), a role left out neither wins nor scores.
+    let among = client
+        .get_best_role(GetBestRoleRequest {
+            query: "Should I refinance my mortgage at a 6% interest rate?".into(),
+            current_role_id: "tech-expert".into(),
+            candidate_role_ids: vec!["tech-expert".into(), "legal-expert".into(), "not-registered".into()],
+            ..Default::default()
+        })
+        .await
+        .expect("best role")
+        .into_inner();
+    assert_ne!(among.role_id, "finance-expert");
+    assert!(among.matches.iter().all(|m| m.role_id != "finance-expert"), "{:?}", among.matches);
+    let bad = client
+        .get_best_role(GetBestRoleRequest {
+            query: "q".into(),
+            candidate_role_ids: vec!["tech-expert".into(), "Not A Role".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(bad.code(), Code::InvalidArgument);
+    assert!(bad.message().starts_with("candidate_role_ids[1]:"), "{}", bad.message());
     server.stop().await;
 }
 
@@ -253,6 +280,7 @@ async fn bad_input_is_invalid_argument_naming_the_field_and_loses_nothing() {
             query: "q".into(),
             current_role_id: String::new(),
             hysteresis_ratio: Some(1.5),
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -262,6 +290,7 @@ async fn bad_input_is_invalid_argument_naming_the_field_and_loses_nothing() {
             query: "q".into(),
             current_role_id: "ghost".into(),
             hysteresis_ratio: None,
+            ..Default::default()
         })
         .await
         .unwrap_err();

@@ -13,7 +13,7 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use crate::domain::{LiveSession, Message, Role, RoleId, SessionKey, SwitchEvent};
+use crate::domain::{LiveSession, Message, Role, RoleId, SessionKey, SwitchEvent, TenantId};
 
 pub mod memory;
 pub mod postgres;
@@ -153,19 +153,22 @@ pub trait RecordStore: Send + Sync + 'static {
     async fn ping(&self) -> Result<(), StoreError>;
 }
 
+/// Roles are kept by tenant and id: the built-in roles (`Role::tenant` `None`) and each
+/// tenant's own, which may reuse a built-in's id (that tenant's override) or another tenant's.
 #[async_trait]
 pub trait RoleStore: Send + Sync + 'static {
-    /// Every role, ordered by id.
+    /// Every role, the built-in ones first, then by tenant, each ordered by id.
     async fn list(&self) -> Result<Vec<Role>, StoreError>;
 
-    /// Inserts a role; `false` when the id exists.
+    /// Inserts a role under its tenant; `false` when that tenant (or the built-ins) has the id.
     async fn insert(&self, role: &Role) -> Result<bool, StoreError>;
 
-    /// Replaces a role (keeping `created_at` as stored); `false` when it does not exist.
+    /// Replaces a role of its tenant (keeping `created_at` as stored); `false` when it does
+    /// not exist there.
     async fn update(&self, role: &Role) -> Result<bool, StoreError>;
 
-    /// Deletes a role; `false` when it does not exist.
-    async fn delete(&self, id: &RoleId) -> Result<bool, StoreError>;
+    /// Deletes a role of `tenant` (`None`: a built-in); `false` when it does not exist there.
+    async fn delete(&self, tenant: Option<&TenantId>, id: &RoleId) -> Result<bool, StoreError>;
 
     async fn ping(&self) -> Result<(), StoreError>;
 }

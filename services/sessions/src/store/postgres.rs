@@ -3,7 +3,7 @@
 //! `GREATEST` and sequence checks, so a batch retried after an ambiguous failure, or replayed
 //! out of order, never moves a session backwards.
 
-use std::{collections::BTreeMap, time::Duration};
+use std::{borrow::Cow, collections::BTreeMap, time::Duration};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -13,11 +13,18 @@ use sqlx::{
     types::Json,
 };
 
+use switchyard_kit::text::scrub_nul;
+
 use super::{Record, RecordStore, RoleStore, StoreError};
 use crate::domain::{
     CustomTrigger, LiveSession, Message, MessageRole, Role, RoleId, SessionKey, SessionStatus, SwitchEvent,
-    SwitchReason,
+    SwitchReason, TenantId, UserId,
 };
+
+/// How a role's tenant is stored: `''` for the built-in roles (no tenant id is empty).
+fn stored_tenant(tenant: Option<&TenantId>) -> &str {
+    tenant.map_or("", TenantId::as_str)
+}
 
 /// Sessions, their switches and messages, and roles — one pool for both [`RecordStore`] and
 /// [`RoleStore`].
@@ -71,7 +78,7 @@ impl RecordStore for PostgresStore {
         sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY").execute(&mut *tx).await?;
         let row = sqlx::query(
             "SELECT role_id, status, turn_count, switch_count, message_count, ttl_seconds, metadata,
-                    created_at, updated_at
+                    created_at, updated_at, user_id
              FROM sessions WHERE tenant_id = $1 AND session_id = $2",
         )
         .bind(key.tenant.as_str())
@@ -101,8 +108,13 @@ impl RecordStore for PostgresStore {
         let role_id: String = row.try_get("role_id")?;
         let status: String = row.try_get("status")?;
         let Json(metadata): Json<serde_json::Value> = row.try_get("metadata")?;
+        let owner = row
+            .try_get::<Option<String>, _>("user_id")?
+            .map(|user| UserId::parse(&user).map_err(|err| StoreError::Corrupt(format!("session owner: {err}"))))
+            .transpose()?;
         Ok(Some(LiveSession {
             key: key.clone(),
+            owner,
             role_id: parse_role_id(&role_id)?,
             status: SessionStatus::parse(&status)
                 .ok_or_else(|| StoreError::Corrupt(format!("unknown session status `{status}`")))?,
@@ -153,8 +165,9 @@ async fn write_record(tx: &mut Transaction<'_, Postgres>, record: &Record) -> Re
             let closed_at = (session.status == SessionStatus::Closed).then_some(session.updated_at);
             sqlx::query(
                 "INSERT INTO sessions (tenant_id, session_id, role_id, status, turn_count, switch_count,
-                                       message_count, ttl_seconds, metadata, created_at, updated_at, closed_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+                                       message_count, ttl_seconds, metadata, created_at, updated_at, closed_at,
+                                       user_id)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
                  ON CONFLICT (tenant_id, session_id) DO NOTHING",
             )
             .bind(session.key.tenant.as_str())
@@ -165,10 +178,11 @@ async fn write_record(tx: &mut Transaction<'_, Postgres>, record: &Record) -> Re
             .bind(to_bigint("switch_count", session.switch_count)?)
             .bind(to_bigint("message_count", session.message_count)?)
             .bind(to_bigint("ttl_seconds", session.ttl.as_secs())?)
-            .bind(Json(&session.metadata))
+            .bind(Json(scrubbed_metadata(&session.metadata)))
             .bind(session.created_at)
             .bind(session.updated_at)
             .bind(closed_at)
+            .bind(session.owner.as_ref().map(UserId::as_str))
             .execute(&mut **tx)
             .await?;
         }
@@ -199,10 +213,10 @@ async fn write_record(tx: &mut Transaction<'_, Postgres>, record: &Record) -> Re
             .bind(event.from_role_id.as_str())
             .bind(event.to_role_id.as_str())
             .bind(event.reason.as_str())
-            .bind(&event.reason_detail)
+            .bind(scrub_nul(&event.reason_detail))
             .bind(to_int("from_score", event.from_score)?)
             .bind(to_int("to_score", event.to_score)?)
-            .bind(&event.query_excerpt)
+            .bind(scrub_nul(&event.query_excerpt))
             .bind(event.occurred_at)
             .execute(&mut **tx)
             .await?;
@@ -237,7 +251,7 @@ async fn write_record(tx: &mut Transaction<'_, Postgres>, record: &Record) -> Re
             for message in messages {
                 seqs.push(to_bigint("message seq", message.seq)?);
                 roles.push(message.role.as_str());
-                contents.push(message.content.as_str());
+                contents.push(scrub_nul(&message.content));
                 role_ids.push(message.role_id.as_str());
                 times.push(from_millis(message.created_at_ms)?);
             }
@@ -289,6 +303,11 @@ async fn write_record(tx: &mut Transaction<'_, Postgres>, record: &Record) -> Re
     Ok(())
 }
 
+/// The metadata as stored: a NUL (which `jsonb` refuses) as U+FFFD, like all recorded text.
+fn scrubbed_metadata(metadata: &BTreeMap<String, String>) -> BTreeMap<Cow<'_, str>, Cow<'_, str>> {
+    metadata.iter().map(|(key, value)| (scrub_nul(key), scrub_nul(value))).collect()
+}
+
 fn count(row: &PgRow, column: &str) -> Result<u64, StoreError> {
     let value: i64 = row.try_get(column)?;
     u64::try_from(value).map_err(|_| StoreError::Corrupt(format!("{column} is negative: {value}")))
@@ -335,8 +354,15 @@ fn event_from_row(row: &PgRow) -> Result<SwitchEvent, StoreError> {
 
 fn role_from_row(row: &PgRow) -> Result<Role, StoreError> {
     let id: String = row.try_get("id")?;
+    let tenant: String = row.try_get("tenant_id")?;
+    let tenant = if tenant.is_empty() {
+        None
+    } else {
+        Some(TenantId::parse(&tenant).map_err(|err| StoreError::Corrupt(format!("tenant of role `{id}`: {err}")))?)
+    };
     let Json(custom_triggers): Json<serde_json::Value> = row.try_get("custom_triggers")?;
     Ok(Role {
+        tenant,
         id: parse_role_id(&id)?,
         name: row.try_get("name")?,
         description: row.try_get("description")?,
@@ -354,9 +380,9 @@ fn role_from_row(row: &PgRow) -> Result<Role, StoreError> {
 impl RoleStore for PostgresStore {
     async fn list(&self) -> Result<Vec<Role>, StoreError> {
         let rows = sqlx::query(
-            "SELECT id, name, description, domains, system_prompt, custom_triggers, preferred_model,
+            "SELECT tenant_id, id, name, description, domains, system_prompt, custom_triggers, preferred_model,
                     created_at, updated_at
-             FROM roles ORDER BY id",
+             FROM roles ORDER BY tenant_id COLLATE \"C\", id COLLATE \"C\"",
         )
         .fetch_all(&self.pool)
         .await?;
@@ -366,9 +392,9 @@ impl RoleStore for PostgresStore {
     async fn insert(&self, role: &Role) -> Result<bool, StoreError> {
         let inserted = sqlx::query(
             "INSERT INTO roles (id, name, description, domains, system_prompt, custom_triggers, preferred_model,
-                                created_at, updated_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-             ON CONFLICT (id) DO NOTHING",
+                                created_at, updated_at, tenant_id)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+             ON CONFLICT (tenant_id, id) DO NOTHING",
         )
         .bind(role.id.as_str())
         .bind(&role.name)
@@ -379,6 +405,7 @@ impl RoleStore for PostgresStore {
         .bind(&role.preferred_model)
         .bind(role.created_at)
         .bind(role.updated_at)
+        .bind(stored_tenant(role.tenant.as_ref()))
         .execute(&self.pool)
         .await?;
         Ok(inserted.rows_affected() == 1)
@@ -389,7 +416,7 @@ impl RoleStore for PostgresStore {
             "UPDATE roles
              SET name = $2, description = $3, domains = $4, system_prompt = $5, custom_triggers = $6,
                  preferred_model = $7, updated_at = $8
-             WHERE id = $1",
+             WHERE id = $1 AND tenant_id = $9",
         )
         .bind(role.id.as_str())
         .bind(&role.name)
@@ -399,13 +426,18 @@ impl RoleStore for PostgresStore {
         .bind(Json(&role.custom_triggers))
         .bind(&role.preferred_model)
         .bind(role.updated_at)
+        .bind(stored_tenant(role.tenant.as_ref()))
         .execute(&self.pool)
         .await?;
         Ok(updated.rows_affected() == 1)
     }
 
-    async fn delete(&self, id: &RoleId) -> Result<bool, StoreError> {
-        let deleted = sqlx::query("DELETE FROM roles WHERE id = $1").bind(id.as_str()).execute(&self.pool).await?;
+    async fn delete(&self, tenant: Option<&TenantId>, id: &RoleId) -> Result<bool, StoreError> {
+        let deleted = sqlx::query("DELETE FROM roles WHERE tenant_id = $1 AND id = $2")
+            .bind(stored_tenant(tenant))
+            .bind(id.as_str())
+            .execute(&self.pool)
+            .await?;
         Ok(deleted.rows_affected() == 1)
     }
 

@@ -7,7 +7,8 @@
 //!
 //! - `<prefix>:{<tenant>:<id>}:s` — a hash: `role` (role id), `status` (`active`/`closed`),
 //!   `turns`, `switches`, `msgs` (the message count), `created` and `updated` (milliseconds
-//!   since the Unix epoch), `ttl` (seconds) and `meta` (the metadata as a JSON object).
+//!   since the Unix epoch), `ttl` (seconds), `meta` (the metadata as a JSON object) and,
+//!   when a user created the session, `user` (its owner).
 //! - `<prefix>:{<tenant>:<id>}:m` — a list of JSON-encoded `Message`s, oldest first, trimmed
 //!   to the newest `window` on every append.
 //!
@@ -27,7 +28,7 @@ use switchyard_kit::{
 };
 
 use super::{AppendOutcome, LiveStore, StoreError, TurnOutcome, TurnUpdate};
-use crate::domain::{LiveSession, Message, MessageRole, RoleId, SessionKey, SessionStatus};
+use crate::domain::{LiveSession, Message, MessageRole, RoleId, SessionKey, SessionStatus, UserId};
 
 /// Bound on every Redis command, so a hung Redis fails a request instead of hanging it.
 const COMMAND_TIMEOUT: Duration = REDIS_COMMAND_TIMEOUT;
@@ -353,7 +354,7 @@ fn unexpected_status(hash_key: &str, status: &str) -> StoreError {
 fn session_fields(session: &LiveSession) -> Result<Vec<(&'static str, String)>, StoreError> {
     let meta = serde_json::to_string(&session.metadata)
         .map_err(|err| StoreError::Corrupt(format!("encoding session metadata: {err}")))?;
-    Ok(vec![
+    let mut fields = vec![
         ("role", session.role_id.as_str().to_owned()),
         ("status", session.status.as_str().to_owned()),
         ("turns", session.turn_count.to_string()),
@@ -363,7 +364,11 @@ fn session_fields(session: &LiveSession) -> Result<Vec<(&'static str, String)>, 
         ("updated", session.updated_at.timestamp_millis().to_string()),
         ("ttl", ttl_secs(session.ttl).to_string()),
         ("meta", meta),
-    ])
+    ];
+    if let Some(owner) = &session.owner {
+        fields.push(("user", owner.as_str().to_owned()));
+    }
+    Ok(fields)
 }
 
 /// `[f1, v1, f2, v2, …]` as `(f1, v1), (f2, v2), …` (an odd trailing field is dropped, and
@@ -410,6 +415,10 @@ fn parse_session(
     let meta_text = parse_field::<String>(&hash, "meta", hash_key)?;
     let metadata = serde_json::from_str::<BTreeMap<String, String>>(&meta_text)
         .map_err(|err| corrupt(format!("field `meta` is not a JSON object of strings: {err}")))?;
+    let owner = hash
+        .get("user")
+        .map(|user| UserId::parse(user).map_err(|err| corrupt(format!("field `user`: {err}"))))
+        .transpose()?;
     let recent = messages
         .iter()
         .map(|json| serde_json::from_str::<Message>(json))
@@ -417,6 +426,7 @@ fn parse_session(
         .map_err(|err| StoreError::Corrupt(format!("{hash_key}: a message in the list is malformed: {err}")))?;
     Ok(LiveSession {
         key: key.clone(),
+        owner,
         role_id,
         status,
         turn_count: parse_field(&hash, "turns", hash_key)?,

@@ -1,5 +1,6 @@
-//! This replica's last known (role, switch count) per session: a hint that lets a turn that
-//! keeps the role skip reading the session first. Bounded: when full it starts over (a
+//! This replica's last known (role, switch count, owner) per session: a hint that lets a turn
+//! that keeps the role skip reading the session first (the owner, so that the skipped read
+//! still never lets another user in). Bounded: when full it starts over (a
 //! missing hint only means one extra read).
 
 use std::{
@@ -7,13 +8,16 @@ use std::{
     sync::{Mutex, MutexGuard, PoisonError},
 };
 
-use crate::domain::{RoleId, SessionKey};
+use crate::domain::{RoleId, SessionKey, UserId};
+
+/// What a hint knows of a session: its role, switch count and owner.
+pub type Hint = (RoleId, u64, Option<UserId>);
 
 /// Sessions remembered before the hints start over.
 const CAPACITY: usize = 100_000;
 
 pub struct SessionHints {
-    known: Mutex<HashMap<SessionKey, (RoleId, u64)>>,
+    known: Mutex<HashMap<SessionKey, Hint>>,
     capacity: usize,
 }
 
@@ -28,20 +32,20 @@ impl SessionHints {
         Self { known: Mutex::default(), capacity }
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<SessionKey, (RoleId, u64)>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<SessionKey, Hint>> {
         self.known.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub fn get(&self, key: &SessionKey) -> Option<(RoleId, u64)> {
+    pub fn get(&self, key: &SessionKey) -> Option<Hint> {
         self.lock().get(key).cloned()
     }
 
-    pub fn remember(&self, key: &SessionKey, role: RoleId, switch_count: u64) {
+    pub fn remember(&self, key: &SessionKey, role: RoleId, switch_count: u64, owner: Option<UserId>) {
         let mut known = self.lock();
         if known.len() >= self.capacity && !known.contains_key(key) {
             known.clear();
         }
-        known.insert(key.clone(), (role, switch_count));
+        known.insert(key.clone(), (role, switch_count, owner));
     }
 
     pub fn forget(&self, key: &SessionKey) {
@@ -66,9 +70,10 @@ mod tests {
     fn remembers_the_latest_state_until_forgotten() {
         let hints = SessionHints::default();
         assert_eq!(hints.get(&key("a")), None);
-        hints.remember(&key("a"), role("tech-expert"), 1);
-        hints.remember(&key("a"), role("finance-expert"), 2);
-        assert_eq!(hints.get(&key("a")), Some((role("finance-expert"), 2)));
+        hints.remember(&key("a"), role("tech-expert"), 1, None);
+        let ann = UserId::parse("ann").ok();
+        hints.remember(&key("a"), role("finance-expert"), 2, ann.clone());
+        assert_eq!(hints.get(&key("a")), Some((role("finance-expert"), 2, ann)));
         hints.forget(&key("a"));
         assert_eq!(hints.get(&key("a")), None);
     }
@@ -76,12 +81,12 @@ mod tests {
     #[test]
     fn a_full_table_starts_over_but_updates_in_place() {
         let hints = SessionHints::with_capacity(2);
-        hints.remember(&key("a"), role("tech-expert"), 0);
-        hints.remember(&key("b"), role("tech-expert"), 0);
-        hints.remember(&key("b"), role("finance-expert"), 1);
+        hints.remember(&key("a"), role("tech-expert"), 0, None);
+        hints.remember(&key("b"), role("tech-expert"), 0, None);
+        hints.remember(&key("b"), role("finance-expert"), 1, None);
         assert!(hints.get(&key("a")).is_some(), "updating a known session keeps the others");
-        hints.remember(&key("c"), role("tech-expert"), 0);
+        hints.remember(&key("c"), role("tech-expert"), 0, None);
         assert_eq!(hints.get(&key("a")), None);
-        assert_eq!(hints.get(&key("c")), Some((role("tech-expert"), 0)));
+        assert_eq!(hints.get(&key("c")), Some((role("tech-expert"), 0, None)));
     }
 }

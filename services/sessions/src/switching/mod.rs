@@ -16,6 +16,7 @@ mod turns;
 use std::sync::Arc;
 
 use chrono::Utc;
+use switchyard_kit::Identity;
 
 use crate::{
     domain::{LiveSession, Role, SessionId, SessionKey, SessionLimits, SessionStatus, SwitchEvent, TenantId},
@@ -73,12 +74,13 @@ impl ContextSwitcher {
         Ok(SessionKey { tenant: tenant.clone(), id: SessionId::parse(session_id)? })
     }
 
-    /// The session's role. A role deleted while sessions still use it is stood in for by a
-    /// bare role with its id, so those sessions can still switch away from it.
+    /// The session's role, as its tenant sees it. A role deleted while sessions still use it
+    /// is stood in for by a bare role with its id, so those sessions can still switch away.
     fn role_of(&self, session: &LiveSession) -> Role {
-        self.roles.get(&session.role_id).unwrap_or_else(|| {
+        self.roles.get(&session.key.tenant, &session.role_id).unwrap_or_else(|| {
             tracing::warn!(session_id = %session.key.id, role_id = %session.role_id, "session's role was deleted");
             Role {
+                tenant: Some(session.key.tenant.clone()),
                 id: session.role_id.clone(),
                 name: session.role_id.to_string(),
                 description: String::new(),
@@ -92,9 +94,11 @@ impl ContextSwitcher {
         })
     }
 
-    pub async fn create(&self, tenant: &TenantId, request: NewSession) -> Result<(LiveSession, Role), SessionsError> {
+    /// Creates a session of the caller's tenant, owned by the caller's user (if any).
+    pub async fn create(&self, caller: &Identity, request: NewSession) -> Result<(LiveSession, Role), SessionsError> {
+        let tenant = &caller.tenant;
         let ValidSession { id, chosen_id, role, ttl, metadata } =
-            request.validate(&self.limits, |id| self.roles.require(id, "initial_role_id"))?;
+            request.validate(&self.limits, |id| self.roles.require(tenant, id, "initial_role_id"))?;
         let key = SessionKey { tenant: tenant.clone(), id };
         // A caller-chosen id that exists only in the record (its live copy expired) is taken.
         if chosen_id && self.load(&key).await.is_ok() {
@@ -103,6 +107,7 @@ impl ContextSwitcher {
         let now = now();
         let session = LiveSession {
             key: key.clone(),
+            owner: caller.user.clone(),
             role_id: role.id.clone(),
             status: SessionStatus::Active,
             turn_count: 0,
@@ -152,24 +157,44 @@ impl ContextSwitcher {
             .ok_or_else(|| SessionsError::SessionNotFound(key.id.to_string()))
     }
 
-    /// The live session, which must still be open to change.
-    async fn load_open(&self, key: &SessionKey) -> Result<LiveSession, SessionsError> {
+    /// The live session, if `caller` may read it: another user's session is not found, as
+    /// one that does not exist (unless the caller administers the tenant).
+    async fn load_readable(&self, caller: &Identity, key: &SessionKey) -> Result<LiveSession, SessionsError> {
         let session = self.load(key).await?;
+        if !caller.may_read(session.owner.as_ref()) {
+            return Err(SessionsError::SessionNotFound(key.id.to_string()));
+        }
+        Ok(session)
+    }
+
+    /// The live session, if `caller` may use and change it: another user's session is not
+    /// found, even for an administrator of the tenant (who may only read it).
+    async fn load_changeable(&self, caller: &Identity, key: &SessionKey) -> Result<LiveSession, SessionsError> {
+        let session = self.load(key).await?;
+        if !caller.may_change(session.owner.as_ref()) {
+            return Err(SessionsError::SessionNotFound(key.id.to_string()));
+        }
+        Ok(session)
+    }
+
+    /// The live session, if `caller` may change it and it is still open.
+    async fn load_open_changeable(&self, caller: &Identity, key: &SessionKey) -> Result<LiveSession, SessionsError> {
+        let session = self.load_changeable(caller, key).await?;
         if session.status == SessionStatus::Closed {
             return Err(SessionsError::SessionClosed(key.id.to_string()));
         }
         Ok(session)
     }
 
-    pub async fn get(&self, tenant: &TenantId, session_id: &str) -> Result<(LiveSession, Role), SessionsError> {
-        let session = self.load(&Self::key(tenant, session_id)?).await?;
+    pub async fn get(&self, caller: &Identity, session_id: &str) -> Result<(LiveSession, Role), SessionsError> {
+        let session = self.load_readable(caller, &Self::key(&caller.tenant, session_id)?).await?;
         let role = self.role_of(&session);
         Ok((session, role))
     }
 
-    pub async fn close(&self, tenant: &TenantId, session_id: &str) -> Result<LiveSession, SessionsError> {
-        let key = Self::key(tenant, session_id)?;
-        self.load(&key).await?;
+    pub async fn close(&self, caller: &Identity, session_id: &str) -> Result<LiveSession, SessionsError> {
+        let key = Self::key(&caller.tenant, session_id)?;
+        self.load_changeable(caller, &key).await?;
         let now = now();
         let session = self
             .live
@@ -188,15 +213,15 @@ impl ContextSwitcher {
     /// Switch events, oldest first, a page at a time (the token is the last sequence seen).
     pub async fn history(
         &self,
-        tenant: &TenantId,
+        caller: &Identity,
         session_id: &str,
         page_size: u32,
         page_token: &str,
     ) -> Result<(Vec<SwitchEvent>, Option<String>), SessionsError> {
-        let key = Self::key(tenant, session_id)?;
+        let key = Self::key(&caller.tenant, session_id)?;
         let page_size = HISTORY_PAGE.size(page_size)?;
         let after = paging::after(page_token, paging::sequence)?.unwrap_or(0);
-        self.load(&key).await?;
+        self.load_readable(caller, &key).await?;
         let events = self
             .records
             .history(&key, after, page_size + 1)
@@ -208,13 +233,13 @@ impl ContextSwitcher {
     /// Records conversation turns (the router calls this for each user/assistant turn).
     pub async fn append_messages(
         &self,
-        tenant: &TenantId,
+        caller: &Identity,
         session_id: &str,
         messages: Vec<NewMessage>,
     ) -> Result<LiveSession, SessionsError> {
-        let key = Self::key(tenant, session_id)?;
+        let key = Self::key(&caller.tenant, session_id)?;
         let batch = MessageBatch::new(messages, &self.limits)?;
-        let session = self.load_open(&key).await?;
+        let session = self.load_open_changeable(caller, &key).await?;
         let now = now();
         let messages = batch.into_messages(&session.role_id, &self.limits, now.timestamp_millis())?;
         let (key, messages) = (&key, &messages);

@@ -4,6 +4,8 @@
 
 use std::{collections::BTreeMap, time::Duration};
 
+use switchyard_kit::text::reject_nul;
+
 use crate::{
     defaults::GENERAL_ASSISTANT,
     domain::{Message, MessageRole, Role, RoleId, SessionId, SessionLimits, check_query, excerpt, parse_role_id},
@@ -82,6 +84,11 @@ impl NewSession {
                     "keys must be 1 to {MAX_METADATA_KEY_BYTES} bytes and values at most {MAX_METADATA_VALUE_BYTES}"
                 ),
             ));
+        }
+        // Metadata is stored and handed back as it was given: a NUL is refused, not replaced.
+        for (key, value) in &self.metadata {
+            reject_nul("metadata", key)?;
+            reject_nul(&format!("metadata[{key}]"), value)?;
         }
         Ok(ValidSession { id, chosen_id, role, ttl, metadata: self.metadata })
     }

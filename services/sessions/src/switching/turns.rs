@@ -2,6 +2,7 @@
 //! from the session's current role (see [`super::decision`]), applies the outcome as one
 //! conditional update, records a switch and answers with the prompt for the active role.
 
+use switchyard_kit::Identity;
 use switchyard_proto::triggers::v1::RoleMatch;
 
 use super::{
@@ -16,7 +17,7 @@ use crate::{
     error::SessionsError,
     store::{Record, TurnOutcome, TurnUpdate},
     transition::{system_prompt, transition_context},
-    triggers::{Detection, TriggersError},
+    triggers::{Detection, TriggersError, registry_id},
 };
 
 /// Characters of the query kept with a switch event.
@@ -36,6 +37,21 @@ pub struct Turn {
     pub system_prompt: String,
 }
 
+/// A detection in the ids the tenant knows its roles by (the triggers service knows a
+/// tenant's roles by their registry ids); scores of roles the tenant does not see are dropped.
+fn in_tenant_ids(detection: Detection, visible: &std::collections::HashMap<String, RoleId>) -> Detection {
+    let tenant_id = |id: &str| visible.get(id).map(ToString::to_string);
+    Detection {
+        role_id: detection.role_id.map(|id| tenant_id(&id).unwrap_or(id)),
+        matches: detection
+            .matches
+            .into_iter()
+            .filter_map(|score| Some(RoleMatch { role_id: tenant_id(&score.role_id)?, ..score }))
+            .collect(),
+        ..detection
+    }
+}
+
 /// The conditional update that applies `decision` to `session` as it was read.
 fn update_for(session: &LiveSession, decision: &Decision, count_turn: bool) -> TurnUpdate {
     TurnUpdate {
@@ -53,25 +69,25 @@ impl ContextSwitcher {
     /// that skips reading the session is then not taken: the read is needed anyway).
     pub async fn process_query(
         &self,
-        tenant: &TenantId,
+        caller: &Identity,
         session_id: &str,
         query: &str,
         custom_instructions: Option<&str>,
         force_role_id: Option<&str>,
         include_messages: bool,
     ) -> Result<Turn, SessionsError> {
-        let key = Self::key(tenant, session_id)?;
+        let key = Self::key(&caller.tenant, session_id)?;
         let query = Query::new(query, custom_instructions, force_role_id, &self.limits, |id| {
-            self.roles.require(id, "force_role_id")
+            self.roles.require(&caller.tenant, id, "force_role_id")
         })?;
-        if !include_messages && let Some(turn) = self.keep_by_hint(&key, &query).await? {
+        if !include_messages && let Some(turn) = self.keep_by_hint(caller, &key, &query).await? {
             return Ok(turn);
         }
         let (key, query) = (&key, &query);
         retry::on_conflict(&key.id, move || async move {
-            let session = self.load_open(key).await?;
+            let session = self.load_open_changeable(caller, key).await?;
             let current = self.role_of(&session);
-            let decision = self.decide(query, &current).await?;
+            let decision = self.decide(&key.tenant, query, &current).await?;
             let update = update_for(&session, &decision, true);
             Ok(match self.apply(key, &update).await? {
                 Attempt::Done(after) => Attempt::Done(
@@ -88,10 +104,19 @@ impl ContextSwitcher {
     /// turn that keeps the role in one conditional update, with no read first. `None` when
     /// the full path must run: no usable hint, a switch to make, or a stale hint (which costs
     /// only a conflict).
-    async fn keep_by_hint(&self, key: &SessionKey, query: &Query<'_>) -> Result<Option<Turn>, SessionsError> {
-        let Some((role_id, switch_count)) = self.hints.get(key) else { return Ok(None) };
-        let Some(current) = self.roles.get(&role_id) else { return Ok(None) };
-        let decision = self.decide(query, &current).await?;
+    async fn keep_by_hint(
+        &self,
+        caller: &Identity,
+        key: &SessionKey,
+        query: &Query<'_>,
+    ) -> Result<Option<Turn>, SessionsError> {
+        let Some((role_id, switch_count, owner)) = self.hints.get(key) else { return Ok(None) };
+        // Another user's session: the full path answers, as for a session never seen here.
+        if !caller.may_change(owner.as_ref()) {
+            return Ok(None);
+        }
+        let Some(current) = self.roles.get(&key.tenant, &role_id) else { return Ok(None) };
+        let decision = self.decide(&key.tenant, query, &current).await?;
         if decision.new_role.is_some() {
             return Ok(None);
         }
@@ -116,17 +141,17 @@ impl ContextSwitcher {
     /// Switches by hand (spec: manually_switch_context).
     pub async fn switch(
         &self,
-        tenant: &TenantId,
+        caller: &Identity,
         session_id: &str,
         new_role_id: &str,
         reason: &str,
     ) -> Result<Turn, SessionsError> {
-        let key = Self::key(tenant, session_id)?;
-        let target = self.roles.require(new_role_id, "new_role_id")?;
+        let key = Self::key(&caller.tenant, session_id)?;
+        let target = self.roles.require(&caller.tenant, new_role_id, "new_role_id")?;
         let detail = manual_reason(reason);
         let (key, target, detail) = (&key, &target, &detail);
         retry::on_conflict(&key.id, move || async move {
-            let session = self.load_open(key).await?;
+            let session = self.load_open_changeable(caller, key).await?;
             let current = self.role_of(&session);
             let decision = Decision::manual(&current, target, detail.clone());
             let update = update_for(&session, &decision, false);
@@ -150,7 +175,7 @@ impl ContextSwitcher {
             .map_err(|err| SessionsError::unavailable("updating the session", err))?;
         match outcome {
             TurnOutcome::Applied(session) => {
-                self.hints.remember(key, session.role_id.clone(), session.switch_count);
+                self.hints.remember(key, session.role_id.clone(), session.switch_count, session.owner.clone());
                 Ok(Attempt::Done(session))
             }
             TurnOutcome::Conflict | TurnOutcome::Missing => Ok(Attempt::Conflict),
@@ -158,31 +183,41 @@ impl ContextSwitcher {
         }
     }
 
-    /// What to do with `query` while `current` is active: the forced role, or detection.
-    async fn decide(&self, query: &Query<'_>, current: &Role) -> Result<Decision, SessionsError> {
+    /// What to do with `query` while `current` is active: the forced role, or detection
+    /// among the roles `tenant` sees.
+    async fn decide(&self, tenant: &TenantId, query: &Query<'_>, current: &Role) -> Result<Decision, SessionsError> {
         match &query.forced {
             Some(forced) => Ok(Decision::forced(current, forced)),
             None => {
-                let answer = self.detect(query.text, current).await?;
-                Decision::detected(answer, current, |id| self.roles.get(id))
+                let answer = self.detect(tenant, query.text, current).await?;
+                Decision::detected(answer, current, |id| self.roles.get(tenant, id))
             }
         }
     }
 
-    /// Asks the triggers service for the best role, re-registering the roles first if it
-    /// forgot the current one. Only a failed re-registration is an error here; the triggers'
-    /// own answer, failure included, is for the decision to weigh.
-    async fn detect(&self, query: &str, current: &Role) -> Result<Result<Detection, TriggersError>, SessionsError> {
-        let detection = self.triggers.best_role(query, Some(&current.id)).await;
-        if !matches!(detection, Err(TriggersError::UnknownRole(_))) {
-            return Ok(detection);
+    /// Asks the triggers service for the best of the roles `tenant` sees, re-registering the
+    /// roles first if it forgot the current one, and answers in the tenant's role ids. Only a
+    /// failed re-registration is an error here; the triggers' own answer, failure included,
+    /// is for the decision to weigh.
+    async fn detect(
+        &self,
+        tenant: &TenantId,
+        query: &str,
+        current: &Role,
+    ) -> Result<Result<Detection, TriggersError>, SessionsError> {
+        let visible = self.roles.registry_ids(tenant);
+        let candidates = || visible.keys().cloned().collect::<Vec<_>>();
+        let current_id = registry_id(current);
+        let mut detection = self.triggers.best_role(query, Some(&current_id), candidates()).await;
+        if matches!(detection, Err(TriggersError::UnknownRole(_))) {
+            detection = match self.roles.ensure_registered(tenant, &current.id).await {
+                Ok(()) => self.triggers.best_role(query, Some(&current_id), candidates()).await,
+                // The role itself was deleted: decide with no role to hold on to.
+                Err(SessionsError::RoleNotFound(_)) => self.triggers.best_role(query, None, candidates()).await,
+                Err(err) => return Err(err),
+            };
         }
-        match self.roles.ensure_registered(&current.id).await {
-            Ok(()) => Ok(self.triggers.best_role(query, Some(&current.id)).await),
-            // The role itself was deleted: decide with no role to hold on to.
-            Err(SessionsError::RoleNotFound(_)) => Ok(self.triggers.best_role(query, None).await),
-            Err(err) => Err(err),
-        }
+        Ok(detection.map(|detection| in_tenant_ids(detection, &visible)))
     }
 
     /// Records the outcome of an applied update and builds the answer.

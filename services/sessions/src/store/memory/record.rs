@@ -15,7 +15,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, SubsecRound, Utc};
 
 use crate::{
-    domain::{LiveSession, Message, Role, RoleId, SessionKey, SessionStatus, SwitchEvent},
+    domain::{LiveSession, Message, Role, RoleId, SessionKey, SessionStatus, SwitchEvent, TenantId},
     store::{Record, RecordStore, RoleStore, StoreError},
 };
 
@@ -203,16 +203,20 @@ impl RecordStore for MemoryRecordStore {
     }
 }
 
-/// Roles in memory.
+/// Roles in memory, by tenant (`None`, the built-ins, first) and id.
 #[derive(Default)]
 pub struct MemoryRoleStore {
-    roles: Mutex<BTreeMap<RoleId, Role>>,
+    roles: Mutex<BTreeMap<(Option<TenantId>, RoleId), Role>>,
 }
 
 impl MemoryRoleStore {
-    fn lock(&self) -> MutexGuard<'_, BTreeMap<RoleId, Role>> {
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<(Option<TenantId>, RoleId), Role>> {
         self.roles.lock().unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+fn role_key(role: &Role) -> (Option<TenantId>, RoleId) {
+    (role.tenant.clone(), role.id.clone())
 }
 
 #[async_trait]
@@ -223,26 +227,26 @@ impl RoleStore for MemoryRoleStore {
 
     async fn insert(&self, role: &Role) -> Result<bool, StoreError> {
         let mut roles = self.lock();
-        if roles.contains_key(&role.id) {
+        if roles.contains_key(&role_key(role)) {
             return Ok(false);
         }
         let stored =
             Role { created_at: stored_time(role.created_at), updated_at: stored_time(role.updated_at), ..role.clone() };
-        roles.insert(role.id.clone(), stored);
+        roles.insert(role_key(role), stored);
         Ok(true)
     }
 
     async fn update(&self, role: &Role) -> Result<bool, StoreError> {
         let mut roles = self.lock();
-        let Some(stored) = roles.get_mut(&role.id) else {
+        let Some(stored) = roles.get_mut(&role_key(role)) else {
             return Ok(false);
         };
         *stored = Role { created_at: stored.created_at, updated_at: stored_time(role.updated_at), ..role.clone() };
         Ok(true)
     }
 
-    async fn delete(&self, id: &RoleId) -> Result<bool, StoreError> {
-        Ok(self.lock().remove(id).is_some())
+    async fn delete(&self, tenant: Option<&TenantId>, id: &RoleId) -> Result<bool, StoreError> {
+        Ok(self.lock().remove(&(tenant.cloned(), id.clone())).is_some())
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
