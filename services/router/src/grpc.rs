@@ -198,6 +198,7 @@ impl RouterService for RouterGrpc {
         if !id.starts_with("chat-") || id.len() > MAX_RESPONSE_ID_BYTES {
             return Err(status(RouterError::invalid("response_id", "must be the `id` of a ChatResponse (`chat-…`)")));
         }
+        switchyard_kit::text::reject_nul("response_id", id).map_err(|err| status(err.into()))?;
         let expected_route = match pb::RouteType::try_from(request.expected_route) {
             Ok(route) => route_from_proto(route),
             Err(_) => {

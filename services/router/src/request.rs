@@ -1,7 +1,7 @@
 //! A chat turn's request, validated at the edge of the RPC: every field checked against the
 //! named limits, errors naming the field.
 
-use switchyard_kit::SessionId;
+use switchyard_kit::{SessionId, text::reject_nul};
 use switchyard_llm::ModelRef;
 use switchyard_proto::router::v1 as pb;
 
@@ -91,6 +91,10 @@ impl TurnRequest {
             "" => None,
             id => Some(SessionId::parse_field(id, "session_id")?),
         };
+        // Identifiers are recorded with the turn's decision and reused: a NUL is refused, while
+        // the message, history and instructions go to the model as they are.
+        reject_nul("model", raw.model.as_deref().unwrap_or_default())?;
+        reject_nul("force_role_id", raw.force_role_id.as_deref().unwrap_or_default())?;
         let model = raw
             .model
             .filter(|m| !m.is_empty())

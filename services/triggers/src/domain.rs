@@ -4,6 +4,7 @@
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
+use switchyard_kit::text::reject_nul;
 
 use crate::error::TriggersError;
 
@@ -105,6 +106,7 @@ impl Trigger {
         field: &str,
     ) -> Result<Self, TriggersError> {
         let invalid = |sub: &str, reason: String| TriggersError::invalid(format!("{field}.{sub}"), reason);
+        reject_nul(&format!("{field}.pattern"), pattern)?;
         if !(MIN_PRIORITY..=MAX_PRIORITY).contains(&priority) {
             return Err(invalid(
                 "priority",
@@ -168,6 +170,7 @@ pub struct RoleRegistration {
 /// A role description: trimmed, at most `max_example_bytes` (empty is allowed: no description).
 pub fn role_description(text: &str, limits: &Limits) -> Result<String, TriggersError> {
     let text = text.trim();
+    reject_nul("description", text)?;
     if text.len() > limits.max_example_bytes {
         return Err(TriggersError::invalid(
             "description",
@@ -192,6 +195,7 @@ pub fn example_questions(questions: &[String], limits: &Limits, field: &str) -> 
         if question.is_empty() {
             return Err(TriggersError::invalid(format!("{field}[{index}]"), "must not be empty".into()));
         }
+        reject_nul(&format!("{field}[{index}]"), question)?;
         if question.len() > limits.max_example_bytes {
             return Err(TriggersError::invalid(
                 format!("{field}[{index}]"),

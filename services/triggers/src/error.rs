@@ -1,6 +1,6 @@
 //! The triggers service's errors, each with its caller-facing code.
 
-use switchyard_kit::{ErrorCode, ServiceError};
+use switchyard_kit::{ErrorCode, FieldError, ServiceError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TriggersError {
@@ -25,6 +25,12 @@ pub enum TriggersError {
 impl TriggersError {
     pub fn invalid(field: impl Into<String>, reason: String) -> Self {
         Self::InvalidArgument { field: field.into(), reason }
+    }
+}
+
+impl From<FieldError> for TriggersError {
+    fn from(err: FieldError) -> Self {
+        Self::InvalidArgument { field: err.field, reason: err.reason }
     }
 }
 

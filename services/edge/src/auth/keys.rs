@@ -77,6 +77,8 @@ impl KeyStore {
         name: &str,
         admin: bool,
     ) -> anyhow::Result<NewKey> {
+        // Postgres refuses a NUL in text: say which field, not what the database said.
+        switchyard_kit::text::reject_nul("name", name)?;
         let mut secret = [0_u8; 32];
         rand::rng().fill_bytes(&mut secret);
         let mut id = [0_u8; 6];

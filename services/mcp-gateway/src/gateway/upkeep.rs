@@ -22,7 +22,18 @@ pub(super) fn spawn(gateway: &Arc<Gateway>, shutdown: CancellationToken) {
     tokio::spawn(refresh_metrics(gateway.clone(), shutdown));
 }
 
-impl BufferedRecord for UsageRecord {}
+impl BufferedRecord for UsageRecord {
+    fn key_fields(&self) -> String {
+        match self {
+            UsageRecord::SetContext { key, at, .. } => {
+                format!("tenant={} session={} kind=set_context at={at}", key.tenant, key.id)
+            }
+            UsageRecord::ToolCall { key, server, at, .. } => {
+                format!("tenant={} session={} kind=tool_call server={server} at={at}", key.tenant, key.id)
+            }
+        }
+    }
+}
 
 /// The usage store as the record buffer's sink.
 pub(super) struct UsageSink(pub(super) Arc<dyn UsageStore>);

@@ -3,6 +3,7 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::{PgPool, Row};
+use switchyard_kit::text::scrub_nul;
 
 use super::{SessionKey, StoreError, UsageStore, embedding_from_bytes, embedding_to_bytes};
 use crate::domain::{ShownMatch, UsagePair, UsageRecord, context_text};
@@ -11,8 +12,15 @@ pub struct PostgresUsageStore {
     pool: PgPool,
 }
 
-fn unavailable(err: impl std::fmt::Display) -> StoreError {
-    StoreError::Unavailable(format!("postgres: {err}"))
+/// A failed statement is reported as the store being unavailable — unless Postgres refused
+/// what it was given: that error is kept as it is, so the record buffer sets the record aside
+/// instead of retrying it forever.
+fn unavailable(err: impl Into<StoreError>) -> StoreError {
+    match err.into() {
+        refused if refused.is_refused_content() => refused,
+        StoreError::Database(err) => StoreError::Unavailable(format!("postgres: {err}")),
+        other => StoreError::Unavailable(format!("postgres: {other}")),
+    }
 }
 
 impl PostgresUsageStore {
@@ -44,8 +52,8 @@ impl UsageStore for PostgresUsageStore {
                     )
                     .bind(key.tenant.as_str())
                     .bind(key.id.as_str())
-                    .bind(query)
-                    .bind(intent)
+                    .bind(scrub_nul(query))
+                    .bind(intent.as_deref().map(scrub_nul))
                     .bind(at)
                     .execute(&mut *tx)
                     .await
@@ -71,11 +79,11 @@ impl UsageStore for PostgresUsageStore {
                     )
                     .bind(key.tenant.as_str())
                     .bind(key.id.as_str())
-                    .bind(tool)
-                    .bind(server)
-                    .bind(upstream_tool)
-                    .bind(context_query)
-                    .bind(context_intent)
+                    .bind(scrub_nul(tool))
+                    .bind(scrub_nul(server))
+                    .bind(scrub_nul(upstream_tool))
+                    .bind(context_query.as_deref().map(scrub_nul))
+                    .bind(context_intent.as_deref().map(scrub_nul))
                     .bind(context_embedding.as_deref().map(embedding_to_bytes))
                     .bind(shown_flag(*shown))
                     .bind(is_error)

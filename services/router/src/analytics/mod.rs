@@ -87,7 +87,14 @@ impl DecisionRecord {
     }
 }
 
-impl BufferedRecord for DecisionRecord {}
+impl BufferedRecord for DecisionRecord {
+    fn key_fields(&self) -> String {
+        format!(
+            "tenant={} session={} kind=routing_decision id={} at={}",
+            self.tenant, self.session_id, self.id, self.occurred_at
+        )
+    }
+}
 
 /// The user's judgement of one answer.
 #[derive(Debug, Clone, PartialEq)]

@@ -5,7 +5,7 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::{PgPool, QueryBuilder, Row, postgres::PgRow};
-use switchyard_kit::{TenantId, store::StoreError};
+use switchyard_kit::{TenantId, store::StoreError, text::scrub_nul};
 
 use super::{
     AnalyticsStore, Correction, DecisionRecord, Feedback, RecordedTurn, RouteFigures, RoutingStats, StoredCorrection,
@@ -16,8 +16,20 @@ pub struct PostgresAnalytics {
     pool: PgPool,
 }
 
-fn unavailable(err: impl std::fmt::Display) -> StoreError {
-    StoreError::Unavailable(format!("postgres: {err}"))
+/// A failed statement is reported as the store being unavailable — unless Postgres refused
+/// what it was given: that error is kept as it is, so the record buffer sets the record aside
+/// instead of retrying it forever.
+fn unavailable(err: impl Into<StoreError>) -> StoreError {
+    match err.into() {
+        refused if refused.is_refused_content() => refused,
+        StoreError::Database(err) => StoreError::Unavailable(format!("postgres: {err}")),
+        other => StoreError::Unavailable(format!("postgres: {other}")),
+    }
+}
+
+/// Recorded text as stored: a NUL (which Postgres refuses) as U+FFFD.
+fn scrub_nul_all(items: &[String]) -> Vec<String> {
+    items.iter().map(|item| scrub_nul(item).into_owned()).collect()
 }
 
 impl PostgresAnalytics {
@@ -77,7 +89,7 @@ impl AnalyticsStore for PostgresAnalytics {
                 .push_bind(&d.session_id)
                 .push_bind(&d.role_id)
                 .push_bind(d.route.as_str())
-                .push_bind(&d.reasoning)
+                .push_bind(scrub_nul(&d.reasoning))
                 .push_bind(i32::try_from(d.routing_ms).unwrap_or(i32::MAX))
                 .push_bind(i32::try_from(d.execution_ms).unwrap_or(i32::MAX))
                 .push_bind(&d.provider)
@@ -89,10 +101,10 @@ impl AnalyticsStore for PostgresAnalytics {
                 .push_bind(i32::try_from(d.model_fallbacks).unwrap_or(i32::MAX))
                 .push_bind(i32::try_from(d.prompt_tokens).unwrap_or(i32::MAX))
                 .push_bind(i32::try_from(d.completion_tokens).unwrap_or(i32::MAX))
-                .push_bind(&d.tools_used)
-                .push_bind(&d.domains)
-                .push_bind(&d.degraded)
-                .push_bind(&d.message)
+                .push_bind(scrub_nul_all(&d.tools_used))
+                .push_bind(scrub_nul_all(&d.domains))
+                .push_bind(scrub_nul_all(&d.degraded))
+                .push_bind(d.message.as_deref().map(scrub_nul))
                 .push_bind(d.interrupted);
         });
         // A batch retried after a timeout may have landed already.
@@ -129,7 +141,7 @@ impl AnalyticsStore for PostgresAnalytics {
         )
         .bind(&correction.tenant)
         .bind(&correction.user)
-        .bind(&correction.message)
+        .bind(scrub_nul(&correction.message))
         .bind(correction.route.as_str())
         .bind(&correction.response_id)
         .bind(correction.created_at)
@@ -172,7 +184,7 @@ impl AnalyticsStore for PostgresAnalytics {
         .bind(feedback.tenant.as_str())
         .bind(feedback.helpful)
         .bind(feedback.expected_route.map(Route::as_str))
-        .bind(&feedback.comment)
+        .bind(scrub_nul(&feedback.comment))
         .bind(feedback.submitted_at)
         .execute(&self.pool)
         .await
