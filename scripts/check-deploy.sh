@@ -53,7 +53,7 @@ ensure_tools() {
 # service is deployed in full: each Deployment has a Service, an HPA and a NetworkPolicy of its
 # name (and a PodDisruptionBudget wherever the kustomization keeps budgets), an overlay retags
 # every image from the base's `latest`, and each pod's terminationGracePeriodSeconds outlasts
-# the binary's shutdown (SHUTDOWN_GRACE, default 20s, plus any *_RECORD_DRAIN_TIMEOUT set).
+# the binary's shutdown (SHUTDOWN_GRACE, default 75s, plus any *_RECORD_DRAIN_TIMEOUT set).
 check_kubernetes() {
   local dir rendered count out rendered_checks
   read -r -d '' rendered_checks <<'EOF' || true
@@ -100,7 +100,7 @@ for deployment in deployments:
         for source in container.get("envFrom") or []:
             env.update(config_maps.get((source.get("configMapRef") or {}).get("name"), {}))
         env.update({e["name"]: e["value"] for e in container.get("env") or [] if "value" in e})
-        shutdown = seconds(env.get("SHUTDOWN_GRACE", "20s"))
+        shutdown = seconds(env.get("SHUTDOWN_GRACE", "75s"))
         drains = [seconds(v) for k, v in env.items() if k.endswith("_RECORD_DRAIN_TIMEOUT")]
         if shutdown is None or None in drains:
             errors.append(f"Deployment {name}: SHUTDOWN_GRACE or a *_RECORD_DRAIN_TIMEOUT is not a duration")
