@@ -1,8 +1,8 @@
 //! What the workspace's tests and benches share: the repository and its installed peer tools,
 //! the real Postgres and Redis with a fresh schema or key prefix per test (cleaned up on every
-//! exit), servers on their own task, a TCP proxy that cuts connections for outage tests, a
-//! fixture MCP server, and one polling helper. A dev-dependency only; no service compiles it
-//! into its binary.
+//! exit), servers on their own task, a TCP proxy that cuts connections for outage tests, raw
+//! HTTP/1.1 connections for slow and idle clients, a fixture MCP server, and one polling
+//! helper. A dev-dependency only; no service compiles it into its binary.
 
 pub mod catalogue;
 pub mod grpc;
@@ -13,6 +13,7 @@ mod paths;
 mod poll;
 pub mod postgres;
 pub mod proxy;
+pub mod raw_http;
 pub mod redis;
 mod served;
 

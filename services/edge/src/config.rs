@@ -3,7 +3,7 @@
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::Args;
-use switchyard_kit::{Secret, config::parse_duration};
+use switchyard_kit::{Secret, config::parse_duration, http_server::HttpLimits};
 
 use crate::{auth::JwtConfig, upstream::UpstreamUrls};
 
@@ -46,6 +46,12 @@ pub struct EdgeConfig {
     /// How long a key check is remembered (a revoked key keeps working this long at most).
     #[arg(long, env = "EDGE_KEY_CACHE_TTL", default_value = "30s", value_parser = parse_duration)]
     pub key_cache_ttl: Duration,
+
+    /// While Postgres cannot be reached, keys it accepted within this long are still served
+    /// from their last good check (unknown keys get 503); once it answers again every key is
+    /// checked afresh. 0 serves none.
+    #[arg(long, env = "EDGE_KEY_MAX_STALENESS", default_value = "15m", value_parser = parse_duration)]
+    pub key_max_staleness: Duration,
 
     /// Shared secret for HS256 tokens.
     #[arg(long, env = "EDGE_JWT_HS256_SECRET", hide_env_values = true)]
@@ -93,6 +99,21 @@ pub struct EdgeConfig {
     #[arg(long, env = "EDGE_CORS_ORIGINS", value_delimiter = ',')]
     pub cors_origins: Vec<String>,
 
+    /// Longest a client may take to send a request's head (request line and headers), from
+    /// its first byte; a new connection must send one within this of being accepted. Slower
+    /// connections are closed. 0 turns it off.
+    #[arg(long, env = "EDGE_HEADER_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub header_timeout: Duration,
+
+    /// How long a keep-alive connection may wait for its next request before it is closed
+    /// (a request in progress, a stream included, is never cut by it). 0 turns it off.
+    #[arg(long, env = "EDGE_IDLE_TIMEOUT", default_value = "75s", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
+
+    /// Connections served at once; more wait in the listen backlog until one closes.
+    #[arg(long, env = "EDGE_MAX_CONNECTIONS", default_value_t = 4096, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub max_connections: usize,
+
     /// On SIGTERM/SIGINT, how long in-flight requests and streams may take to finish; streams
     /// still open near its end close with one error event. As long as the router's default, so
     /// the edge does not cut a turn the router would finish.
@@ -114,6 +135,7 @@ impl EdgeConfig {
             database_url: None,
             db_schema: "edge".into(),
             key_cache_ttl: Duration::from_secs(30),
+            key_max_staleness: Duration::from_secs(15 * 60),
             jwt_hs256_secret: None,
             jwt_jwks_file: None,
             jwt_issuer: None,
@@ -125,6 +147,9 @@ impl EdgeConfig {
             request_timeout: Duration::from_secs(120),
             max_message_bytes: 4 * 1024 * 1024,
             cors_origins: Vec::new(),
+            header_timeout: HttpLimits::default().header_timeout,
+            idle_timeout: HttpLimits::default().idle_timeout,
+            max_connections: HttpLimits::default().max_connections,
             shutdown_grace: Duration::from_secs(75),
         }
     }
@@ -135,6 +160,14 @@ impl EdgeConfig {
             sessions: self.sessions_url.clone(),
             triggers: self.triggers_url.clone(),
             mcp_gateway: self.mcp_gateway_url.clone(),
+        }
+    }
+
+    pub fn http_limits(&self) -> HttpLimits {
+        HttpLimits {
+            header_timeout: self.header_timeout,
+            idle_timeout: self.idle_timeout,
+            max_connections: self.max_connections,
         }
     }
 

@@ -3,6 +3,12 @@
 //! Kubernetes probes. The router and sessions are required; the triggers service and the MCP
 //! gateway are reported but do not take the edge out of rotation (the REST calls that reach
 //! them fail on their own, chat degrades).
+//!
+//! The API key table counts as it lets callers in: while it is unreachable but keys it
+//! accepted recently are still served (see `auth::keys`), the edge is ready and reports
+//! `api_keys` as degraded; when it is unreachable and no key is left to serve, the edge is not
+//! ready unless tokens (or open mode) still let callers in. Taking every replica out of
+//! rotation for a shared store's outage would refuse the callers it can still serve.
 
 use std::{
     sync::{Arc, Mutex},
@@ -17,7 +23,13 @@ use http::StatusCode;
 use serde_json::{Map, Value, json};
 use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
 
-use crate::{Edge, auth::KeyStore, error::axum_json, transcode::rules::Upstream, upstream::Upstreams};
+use crate::{
+    Edge,
+    auth::{KeyStore, KeyStoreHealth},
+    error::axum_json,
+    transcode::rules::Upstream,
+    upstream::Upstreams,
+};
 
 const CACHE_FOR: Duration = Duration::from_secs(2);
 const CHECK_TIMEOUT: Duration = Duration::from_secs(1);
@@ -26,21 +38,33 @@ const CHECK_TIMEOUT: Duration = Duration::from_secs(1);
 pub struct Readiness {
     upstreams: Upstreams,
     keys: Option<Arc<KeyStore>>,
-    last: Arc<Mutex<Option<(Instant, bool, Value)>>>,
+    /// Callers get in without the key table too (tokens, open mode).
+    keyless: bool,
+    last: Arc<Mutex<Option<(Instant, Check)>>>,
+}
+
+/// One readiness answer.
+#[derive(Debug, Clone)]
+pub struct Check {
+    pub ready: bool,
+    /// Each dependency's state.
+    pub detail: Value,
+    /// The dependencies that work only in part (the edge still serves).
+    pub degraded: Vec<String>,
 }
 
 impl Readiness {
-    pub fn new(upstreams: Upstreams, keys: Option<Arc<KeyStore>>) -> Self {
-        Self { upstreams, keys, last: Arc::default() }
+    pub fn new(upstreams: Upstreams, keys: Option<Arc<KeyStore>>, keyless: bool) -> Self {
+        Self { upstreams, keys, keyless, last: Arc::default() }
     }
 
-    /// Ready or not, and each dependency's state.
-    pub async fn check(&self) -> (bool, Value) {
+    /// Ready or not, each dependency's state, and which are degraded.
+    pub async fn check(&self) -> Check {
         if let Ok(last) = self.last.lock()
-            && let Some((at, ready, detail)) = last.as_ref()
+            && let Some((at, check)) = last.as_ref()
             && at.elapsed() < CACHE_FOR
         {
-            return (*ready, detail.clone());
+            return check.clone();
         }
         let all = [Upstream::Router, Upstream::Sessions, Upstream::Triggers, Upstream::McpGateway];
         let states = futures::future::join_all(all.map(|u| self.serving(u))).await;
@@ -52,20 +76,31 @@ impl Readiness {
             }
             detail.insert(upstream.name().to_owned(), Value::String(state));
         }
+        let mut degraded = Vec::new();
         if let Some(keys) = &self.keys {
-            let state = match tokio::time::timeout(CHECK_TIMEOUT, keys.ping()).await {
-                Ok(Ok(())) => "SERVING".to_owned(),
-                Ok(Err(err)) => format!("UNAVAILABLE: {err}"),
-                Err(_) => "UNAVAILABLE: timed out".to_owned(),
+            let state = match keys.health(CHECK_TIMEOUT).await {
+                KeyStoreHealth::Up => "SERVING".to_owned(),
+                KeyStoreHealth::Down { down_for, error, servable, max_staleness } => {
+                    let outage = format!("unreachable for {}s ({error})", down_for.as_secs());
+                    if servable > 0 {
+                        degraded.push("api_keys".to_owned());
+                        format!(
+                            "DEGRADED: {outage}; serving {servable} keys accepted within the last {}s, 503 for others",
+                            max_staleness.as_secs()
+                        )
+                    } else {
+                        ready &= self.keyless;
+                        format!("UNAVAILABLE: {outage}; no key accepted recently enough to serve")
+                    }
+                }
             };
-            ready &= state == "SERVING";
             detail.insert("api_keys".to_owned(), Value::String(state));
         }
-        let detail = Value::Object(detail);
+        let check = Check { ready, detail: Value::Object(detail), degraded };
         if let Ok(mut last) = self.last.lock() {
-            *last = Some((Instant::now(), ready, detail.clone()));
+            *last = Some((Instant::now(), check.clone()));
         }
-        (ready, detail)
+        check
     }
 
     async fn serving(&self, upstream: Upstream) -> String {
@@ -87,7 +122,11 @@ pub async fn healthz() -> Response {
 }
 
 pub async fn readyz(State(edge): State<Arc<Edge>>) -> Response {
-    let (ready, detail) = edge.readiness.check().await;
-    let body = json!({"status": if ready { "ready" } else { "not_ready" }, "dependencies": detail});
+    let Check { ready, detail, degraded } = edge.readiness.check().await;
+    let body = json!({
+        "status": if ready { "ready" } else { "not_ready" },
+        "degraded": degraded,
+        "dependencies": detail,
+    });
     if ready { axum_json(&body) } else { (StatusCode::SERVICE_UNAVAILABLE, axum_json(&body)).into_response() }
 }

@@ -32,7 +32,7 @@ use axum::{
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, header};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
-use switchyard_kit::ShutdownNotice;
+use switchyard_kit::{ShutdownNotice, http_server::HttpLimits};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
 pub use config::EdgeConfig;
@@ -145,6 +145,7 @@ pub struct EdgeServer {
     listener: tokio::net::TcpListener,
     app: Router,
     shutdown_grace: Duration,
+    limits: HttpLimits,
     edge: Arc<Edge>,
 }
 
@@ -154,7 +155,8 @@ impl EdgeServer {
             Some(url) => Some(Arc::new(
                 KeyStore::connect(url.expose(), &config.db_schema, config.key_cache_ttl)
                     .await
-                    .with_context(|| format!("opening the API key table at {}", url.url_without_credentials()))?,
+                    .with_context(|| format!("opening the API key table at {}", url.url_without_credentials()))?
+                    .with_max_staleness(config.key_max_staleness),
             )),
             None => None,
         };
@@ -184,7 +186,7 @@ impl EdgeServer {
             );
         }
         tracing::info!(accepts = %auth.describe(), "edge authentication");
-        let readiness = health::Readiness::new(upstreams.clone(), auth.keys().cloned());
+        let readiness = health::Readiness::new(upstreams.clone(), auth.keys().cloned(), auth.has_keyless_credentials());
         let edge = Arc::new(Edge {
             routes,
             upstreams,
@@ -199,7 +201,7 @@ impl EdgeServer {
         let app = app(edge.clone(), &config.cors_origins);
         let listener =
             tokio::net::TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
-        Ok(Self { listener, app, shutdown_grace: config.shutdown_grace, edge })
+        Ok(Self { listener, app, shutdown_grace: config.shutdown_grace, limits: config.http_limits(), edge })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -210,17 +212,19 @@ impl EdgeServer {
         self.edge.clone()
     }
 
-    /// Serves until `shutdown`, then lets requests in flight finish for the grace period.
+    /// Serves until `shutdown`, then stops accepting and lets requests in flight finish for the
+    /// grace period. Slow and idle connections are closed, and connections capped, as the
+    /// configuration says (`switchyard_kit::http_server`).
     pub async fn serve(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
         let (stopped_tx, stopped_rx) = tokio::sync::oneshot::channel::<()>();
         let grace = self.shutdown_grace;
         let notice = self.edge.shutdown.clone();
-        let serving = axum::serve(self.listener, self.app).with_graceful_shutdown(async move {
+        let serving = switchyard_kit::http_server::serve(self.listener, self.app, self.limits, async move {
             shutdown.await;
             let _ = stopped_tx.send(());
         });
         tokio::select! {
-            served = serving => served.context("serving HTTP"),
+            () = serving => Ok(()),
             () = async {
                 let _ = stopped_rx.await;
                 notice.run_grace(grace).await;

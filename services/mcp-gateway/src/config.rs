@@ -3,7 +3,7 @@
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::Args;
-use switchyard_kit::{ServerArgs, config::parse_duration};
+use switchyard_kit::{ServerArgs, config::parse_duration, http_server::HttpLimits};
 
 use crate::upstream::{
     Backoff, UpstreamSpec,
@@ -28,6 +28,23 @@ pub struct GatewayConfig {
     /// Address the MCP streamable HTTP endpoint (`/mcp`) listens on.
     #[arg(long, env = "MCP_GATEWAY_MCP_LISTEN", default_value = "0.0.0.0:8081")]
     pub mcp_listen: SocketAddr,
+
+    /// Longest an MCP client may take to send a request's head (request line and headers),
+    /// from its first byte; a new connection must send one within this of being accepted.
+    /// Slower connections are closed. 0 turns it off.
+    #[arg(long, env = "MCP_GATEWAY_MCP_HEADER_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub mcp_header_timeout: Duration,
+
+    /// How long a keep-alive connection to the MCP endpoint may wait for its next request
+    /// before it is closed (an open event stream is a request in progress: never cut by it).
+    /// 0 turns it off.
+    #[arg(long, env = "MCP_GATEWAY_MCP_IDLE_TIMEOUT", default_value = "75s", value_parser = parse_duration)]
+    pub mcp_idle_timeout: Duration,
+
+    /// Connections to the MCP endpoint served at once; more wait in the listen backlog until
+    /// one closes.
+    #[arg(long, env = "MCP_GATEWAY_MCP_MAX_CONNECTIONS", default_value_t = 4096, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub mcp_max_connections: usize,
 
     /// Serve MCP over stdin/stdout instead of HTTP and gRPC (for desktop MCP clients that
     /// launch the gateway themselves). Logs go to stderr.
@@ -158,6 +175,9 @@ impl GatewayConfig {
         Self {
             listen,
             mcp_listen,
+            mcp_header_timeout: HttpLimits::default().header_timeout,
+            mcp_idle_timeout: HttpLimits::default().idle_timeout,
+            mcp_max_connections: HttpLimits::default().max_connections,
             stdio: false,
             config_file: None,
             servers,
@@ -193,6 +213,15 @@ impl GatewayConfig {
         };
         let from_flags = self.servers.iter().map(|s| config::parse_flag(s)).collect::<Result<Vec<_>, _>>()?;
         config::merge(from_file, from_flags)
+    }
+
+    /// The MCP endpoint's limits on slow and idle clients and on connections.
+    pub fn mcp_http_limits(&self) -> HttpLimits {
+        HttpLimits {
+            header_timeout: self.mcp_header_timeout,
+            idle_timeout: self.mcp_idle_timeout,
+            max_connections: self.mcp_max_connections,
+        }
     }
 
     pub fn backoff(&self) -> Backoff {

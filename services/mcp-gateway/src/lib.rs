@@ -260,6 +260,7 @@ pub struct GatewayServer {
     grpc: GrpcServer,
     mcp_listener: tokio::net::TcpListener,
     mcp: axum::Router,
+    mcp_limits: switchyard_kit::http_server::HttpLimits,
     gateway: Arc<Gateway>,
     stop: CancellationToken,
     drain_timeout: Duration,
@@ -299,7 +300,15 @@ impl GatewayServer {
             .await
             .with_context(|| format!("binding the MCP endpoint on {}", config.mcp_listen))?;
         let mcp = mcp_router(gateway.clone(), config, stop.child_token());
-        Ok(Self { grpc, mcp_listener, mcp, gateway, stop, drain_timeout: config.record_drain_timeout })
+        Ok(Self {
+            grpc,
+            mcp_listener,
+            mcp,
+            mcp_limits: config.mcp_http_limits(),
+            gateway,
+            stop,
+            drain_timeout: config.record_drain_timeout,
+        })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -316,11 +325,15 @@ impl GatewayServer {
 
     /// Serves gRPC and MCP until `shutdown`; then stops the downstream servers.
     pub async fn serve(self, shutdown: impl Future<Output = ()> + Send) -> anyhow::Result<()> {
-        let Self { grpc, mcp_listener, mcp, stop, gateway, drain_timeout } = self;
+        let Self { grpc, mcp_listener, mcp, mcp_limits, stop, gateway, drain_timeout } = self;
         let http_stop = stop.clone();
-        let http = tokio::spawn(async move {
-            axum::serve(mcp_listener, mcp).with_graceful_shutdown(http_stop.cancelled_owned()).await
-        });
+        // Slow and idle clients closed, connections capped (see `switchyard_kit::http_server`).
+        let http = tokio::spawn(switchyard_kit::http_server::serve(
+            mcp_listener,
+            mcp,
+            mcp_limits,
+            http_stop.cancelled_owned(),
+        ));
         let grpc_stop = stop.clone();
         let served = grpc.serve(async move {
             tokio::select! {
@@ -330,7 +343,7 @@ impl GatewayServer {
         });
         let result = served.await;
         stop.cancel();
-        http.await.context("MCP endpoint task")?.context("MCP endpoint")?;
+        http.await.context("MCP endpoint task")?;
         gateway.drain_records(drain_timeout).await;
         result
     }

@@ -3,10 +3,16 @@
 //! presented key against the table, remembering answers (including "no such key") for a short
 //! time so a busy key costs no query per request. A revoked key stops working within that
 //! time on every replica.
+//!
+//! When the table cannot be read, the edge does not wait on it request after request: the
+//! first failure marks the store down, a background probe watches for its return, and until
+//! then keys it accepted within the max staleness are served from that last good answer while
+//! any other key gets a fast 503. Once the store answers again every key is checked afresh,
+//! so a key revoked meanwhile stops at once.
 
 use std::{
     collections::HashMap,
-    sync::Mutex,
+    sync::{Arc, Mutex, PoisonError, Weak},
     time::{Duration, Instant},
 };
 
@@ -22,6 +28,11 @@ use crate::error::ApiError;
 
 /// Answers remembered at most; past it, expired ones go, then everything.
 const CACHE_ENTRIES: usize = 10_000;
+/// How long keys accepted before an outage are served from their last check by default.
+pub const DEFAULT_MAX_STALENESS: Duration = Duration::from_secs(15 * 60);
+/// How often a store marked down is tried again, and how long one try may take.
+const PROBE_EVERY: Duration = Duration::from_secs(1);
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A key's record (never its secret).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,12 +59,58 @@ type Answers = HashMap<[u8; 32], (Option<Caller>, Instant)>;
 pub struct KeyStore {
     pool: PgPool,
     cache_ttl: Duration,
+    max_staleness: Duration,
     cache: Mutex<Answers>,
+    outage: Arc<Outage>,
+}
+
+/// Whether the key table is known to be unreachable: since when, and the error that said so.
+#[derive(Debug, Default)]
+struct Outage {
+    down: Mutex<Option<(Instant, String)>>,
+}
+
+impl Outage {
+    fn since(&self) -> Option<(Instant, String)> {
+        self.down.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Marks the store down; true when it was up until now.
+    fn begin(&self, error: String) -> bool {
+        let mut down = self.down.lock().unwrap_or_else(PoisonError::into_inner);
+        if down.is_some() {
+            return false;
+        }
+        *down = Some((Instant::now(), error));
+        true
+    }
+
+    /// Marks the store up; when it went down, if it was.
+    fn end(&self) -> Option<Instant> {
+        self.down.lock().unwrap_or_else(PoisonError::into_inner).take().map(|(since, _)| since)
+    }
+}
+
+/// The key table as readiness reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyStoreHealth {
+    Up,
+    /// Unreachable for `down_for`; `servable` keys are within the max staleness of their last
+    /// good check and are still served.
+    Down {
+        down_for: Duration,
+        error: String,
+        servable: usize,
+        max_staleness: Duration,
+    },
 }
 
 impl std::fmt::Debug for KeyStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KeyStore").field("cache_ttl", &self.cache_ttl).finish_non_exhaustive()
+        f.debug_struct("KeyStore")
+            .field("cache_ttl", &self.cache_ttl)
+            .field("max_staleness", &self.max_staleness)
+            .finish_non_exhaustive()
     }
 }
 
@@ -62,11 +119,45 @@ impl KeyStore {
     pub async fn connect(database_url: &str, schema: &str, cache_ttl: Duration) -> anyhow::Result<Self> {
         let pool = connect_in_schema(database_url, schema, 4).await?;
         sqlx::migrate!("./migrations").run(&pool).await?;
-        Ok(Self { pool, cache_ttl, cache: Mutex::new(HashMap::new()) })
+        Ok(Self {
+            pool,
+            cache_ttl,
+            max_staleness: DEFAULT_MAX_STALENESS,
+            cache: Mutex::new(HashMap::new()),
+            outage: Arc::default(),
+        })
+    }
+
+    /// How long, while the table cannot be read, a key it accepted is still served from that
+    /// answer (zero: none is).
+    #[must_use]
+    pub fn with_max_staleness(mut self, max_staleness: Duration) -> Self {
+        self.max_staleness = max_staleness;
+        self
     }
 
     pub async fn ping(&self) -> Result<(), sqlx::Error> {
         sqlx::query("SELECT 1").execute(&self.pool).await.map(|_| ())
+    }
+
+    /// The table's state: a store already known down is not asked again (its probe is), an up
+    /// one is pinged within `timeout` and marked down when that fails.
+    pub async fn health(&self, timeout: Duration) -> KeyStoreHealth {
+        if self.outage.since().is_none() {
+            let error = match tokio::time::timeout(timeout, self.ping()).await {
+                Ok(Ok(())) => return KeyStoreHealth::Up,
+                Ok(Err(err)) => err.to_string(),
+                Err(_) => format!("no answer within {timeout:?}"),
+            };
+            self.store_failed(error);
+        }
+        let Some((since, error)) = self.outage.since() else { return KeyStoreHealth::Up };
+        let servable = self
+            .cache
+            .lock()
+            .map(|cache| cache.values().filter(|(caller, at)| caller.is_some() && self.servable(*at)).count())
+            .unwrap_or(0);
+        KeyStoreHealth::Down { down_for: since.elapsed(), error, servable, max_staleness: self.max_staleness }
     }
 
     /// Creates a key for `tenant` (and `user`); returns its text, shown once.
@@ -146,23 +237,34 @@ impl KeyStore {
             .collect()
     }
 
-    /// The caller a presented key stands for: 401 for an unknown or revoked key, 503 when the
-    /// key table cannot be read.
+    /// The caller a presented key stands for: 401 for an unknown or revoked key; while the
+    /// key table cannot be read, the last good answer for a key it accepted within the max
+    /// staleness, else 503.
     pub async fn verify(&self, presented: &str) -> Result<Caller, ApiError> {
         let hash = digest(presented);
-        if let Some(answer) = self.cached(&hash) {
-            return answer.ok_or_else(invalid);
+        let remembered = self.remembered(&hash);
+        if let Some((answer, at)) = &remembered
+            && at.elapsed() < self.cache_ttl
+        {
+            return answer.clone().ok_or_else(invalid);
+        }
+        // Known down: answer now rather than wait out the pool's acquire timeout again.
+        if self.outage.since().is_some() {
+            return self.stale(remembered);
         }
         let row = sqlx::query(
             "SELECT id, tenant_id, user_id, admin FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL",
         )
         .bind(hash.as_slice())
         .fetch_optional(&self.pool)
-        .await
-        .map_err(|err| {
-            tracing::warn!(error = %err, "API key lookup failed");
-            ApiError::unavailable("credentials cannot be checked right now")
-        })?;
+        .await;
+        let row = match row {
+            Ok(row) => row,
+            Err(err) => {
+                self.store_failed(err.to_string());
+                return self.stale(remembered);
+            }
+        };
         let caller = match row {
             None => None,
             Some(row) => Some(caller(&row).map_err(|err| {
@@ -174,22 +276,74 @@ impl KeyStore {
         caller.ok_or_else(invalid)
     }
 
-    fn cached(&self, hash: &[u8; 32]) -> Option<Option<Caller>> {
+    /// The answer while the table cannot be read: a key accepted recently enough, else 503 (an
+    /// unknown key may have been created since, so it is not called invalid).
+    fn stale(&self, remembered: Option<(Option<Caller>, Instant)>) -> Result<Caller, ApiError> {
+        match remembered {
+            Some((Some(caller), at)) if self.servable(at) => Ok(caller),
+            _ => {
+                tracing::warn!(
+                    "api key refused with 503: the key store is unreachable and the key was not accepted recently"
+                );
+                Err(ApiError::unavailable(
+                    "credentials cannot be checked right now: the API key store is unreachable; retry shortly",
+                ))
+            }
+        }
+    }
+
+    fn servable(&self, checked_at: Instant) -> bool {
+        checked_at.elapsed() < self.max_staleness
+    }
+
+    /// Marks the store down (once per outage: logged, and a probe started that marks it up
+    /// again when it answers).
+    fn store_failed(&self, error: String) {
+        if !self.outage.begin(error.clone()) {
+            return;
+        }
+        tracing::warn!(
+            %error,
+            max_staleness = ?self.max_staleness,
+            "api key store unreachable: serving keys it accepted within the max staleness from their last check, \
+             503 for any other key, until it answers again"
+        );
+        tokio::spawn(probe(self.pool.clone(), Arc::downgrade(&self.outage)));
+    }
+
+    fn remembered(&self, hash: &[u8; 32]) -> Option<(Option<Caller>, Instant)> {
         let cache = self.cache.lock().ok()?;
-        let (caller, at) = cache.get(hash)?;
-        (at.elapsed() < self.cache_ttl).then(|| caller.clone())
+        cache.get(hash).cloned()
     }
 
     fn remember(&self, hash: [u8; 32], caller: Option<Caller>) {
         let Ok(mut cache) = self.cache.lock() else { return };
         if cache.len() >= CACHE_ENTRIES {
-            let ttl = self.cache_ttl;
-            cache.retain(|_, (_, at)| at.elapsed() < ttl);
+            let (ttl, staleness) = (self.cache_ttl, self.max_staleness);
+            // Accepted keys stay as long as an outage could still serve them.
+            cache.retain(|_, (caller, at)| at.elapsed() < ttl || (caller.is_some() && at.elapsed() < staleness));
             if cache.len() >= CACHE_ENTRIES {
                 cache.clear();
             }
         }
         cache.insert(hash, (caller, Instant::now()));
+    }
+}
+
+/// Tries a store marked down until it answers, then marks it up; every key is then checked
+/// afresh (an answer served stale is older than the cache time by then). Ends with the store.
+async fn probe(pool: PgPool, outage: Weak<Outage>) {
+    loop {
+        tokio::time::sleep(PROBE_EVERY).await;
+        let Some(outage) = outage.upgrade() else { return };
+        let answered =
+            matches!(tokio::time::timeout(PROBE_TIMEOUT, sqlx::query("SELECT 1").execute(&pool)).await, Ok(Ok(_)));
+        if answered {
+            if let Some(since) = outage.end() {
+                tracing::info!(down_for = ?since.elapsed(), "api key store reachable again: checking keys afresh");
+            }
+            return;
+        }
     }
 }
 

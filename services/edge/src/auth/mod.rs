@@ -14,7 +14,7 @@ use switchyard_kit::{TenantId, UserId};
 
 use crate::error::ApiError;
 pub use jwt::{JwtConfig, JwtVerifier};
-pub use keys::{ApiKey, KeyStore, NewKey};
+pub use keys::{ApiKey, KeyStore, KeyStoreHealth, NewKey};
 
 /// The prefix of every Switchyard API key, so a key is told from a JWT at a glance.
 pub const KEY_PREFIX: &str = "sy_";
@@ -56,6 +56,12 @@ impl Authenticator {
 
     pub fn keys(&self) -> Option<&Arc<KeyStore>> {
         self.keys.as_ref()
+    }
+
+    /// Whether some callers are let in without the key table: token holders, or everyone in
+    /// open mode.
+    pub fn has_keyless_credentials(&self) -> bool {
+        self.open || self.jwt.is_some()
     }
 
     /// What the edge accepts, for the start-up log.

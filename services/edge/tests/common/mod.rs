@@ -36,6 +36,8 @@ pub enum Auth {
     /// API keys in a fresh Postgres schema, HS256 tokens with [`JWT_SECRET`] and, when given,
     /// RS256 tokens from a JWKS file.
     Closed { jwks_file: Option<std::path::PathBuf> },
+    /// API keys from this store only, no tokens (for a key table behind a proxy the test cuts).
+    Keys(Arc<KeyStore>),
 }
 
 pub struct Options {
@@ -150,6 +152,10 @@ impl Stack {
                 .expect("jwt verifier");
                 edge_config.open = false;
                 (Authenticator::new(false, Some(keys.clone()), Some(Arc::new(jwt))), Some(keys))
+            }
+            Auth::Keys(keys) => {
+                edge_config.open = false;
+                (Authenticator::new(false, Some(keys.clone()), None), Some(keys))
             }
         };
         (options.configure)(&mut edge_config);

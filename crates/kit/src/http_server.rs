@@ -1,0 +1,342 @@
+//! The HTTP listener of the services that speak HTTP (the edge, the gateway's MCP endpoint):
+//! an axum app served over hyper's HTTP/1.1 and HTTP/2 connections, with what `axum::serve`
+//! lacks against slow and idle clients — a deadline for a request's head, one for a connection
+//! with no request in progress, and a cap on open connections — and the same graceful shutdown
+//! (stop accepting, let in-flight requests finish, then return).
+//!
+//! The deadlines follow the connection, not hyper's own `header_read_timeout` (which on a
+//! keep-alive connection also runs while waiting for the next request, so an idle connection
+//! could not be kept longer than a head may take to arrive, and which does not cover HTTP/2 or
+//! the bytes read before the protocol is known). A request in progress — including a response
+//! still streaming, such as Server-Sent Events — is never cut by them.
+
+use std::{
+    convert::Infallible,
+    future::Future,
+    io,
+    net::SocketAddr,
+    pin::{Pin, pin},
+    sync::{Arc, Mutex, PoisonError},
+    task::{Context, Poll},
+    time::{Duration, Instant},
+};
+
+use axum::{
+    Router,
+    body::{Body, Bytes},
+};
+use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
+use hyper_util::{
+    rt::{TokioExecutor, TokioIo},
+    server::conn::auto::Builder,
+};
+use tokio::{
+    io::{AsyncRead, AsyncWrite, ReadBuf},
+    net::{TcpListener, TcpStream},
+    sync::{Notify, OwnedSemaphorePermit, Semaphore},
+    task::JoinSet,
+};
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+
+/// How long clients may take, and how many may be connected at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpLimits {
+    /// From the first byte of a request to the end of its head (request line and headers); a
+    /// new connection owes its first request head within this from being accepted. Zero turns
+    /// it off.
+    pub header_timeout: Duration,
+    /// How long a connection may stay open between requests (from the end of one response to
+    /// the first byte of the next). Zero turns it off.
+    pub idle_timeout: Duration,
+    /// Connections served at once; further ones wait in the listen backlog until one closes.
+    pub max_connections: usize,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        Self {
+            header_timeout: Duration::from_secs(30),
+            // Longer than the 60 s idle timeout of common load balancers and ingress proxies,
+            // so they, not we, close a pooled connection: one we close as they reuse it fails a
+            // request.
+            idle_timeout: Duration::from_secs(75),
+            max_connections: 4096,
+        }
+    }
+}
+
+/// How long to wait before accepting again after the listener failed (out of file
+/// descriptors, say), rather than spinning.
+const ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
+/// At most one "connection limit reached" warning this often.
+const LIMIT_WARNING_EVERY: Duration = Duration::from_secs(60);
+
+/// Serves `app` on `listener` until `shutdown`; then stops accepting, asks every connection to
+/// finish (idle ones close at once, HTTP/2 ones get GOAWAY) and returns once all have closed.
+/// A caller that bounds the drain drops this future: the connections still open are closed.
+pub async fn serve(listener: TcpListener, app: Router, limits: HttpLimits, shutdown: impl Future<Output = ()> + Send) {
+    let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let stop = CancellationToken::new();
+    let mut connections = JoinSet::new();
+    let mut shutdown = pin!(shutdown);
+    let mut warned_full: Option<Instant> = None;
+    loop {
+        while connections.try_join_next().is_some() {}
+        let permit = match permits.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                if warned_full.is_none_or(|at| at.elapsed() >= LIMIT_WARNING_EVERY) {
+                    tracing::warn!(
+                        max_connections = limits.max_connections,
+                        "connection limit reached: new connections wait until one closes"
+                    );
+                    warned_full = Some(Instant::now());
+                }
+                tokio::select! {
+                    permit = permits.clone().acquire_owned() => match permit {
+                        Ok(permit) => permit,
+                        Err(_) => break,
+                    },
+                    () = &mut shutdown => break,
+                }
+            }
+        };
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(err) if is_connection_error(&err) => continue,
+                Err(err) => {
+                    tracing::error!(error = %err, "accepting a connection failed");
+                    tokio::select! {
+                        () = tokio::time::sleep(ACCEPT_BACKOFF) => continue,
+                        () = &mut shutdown => break,
+                    }
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        // Streamed answers go out token by token: no waiting to fill a segment.
+        let _ = stream.set_nodelay(true);
+        connections.spawn(connection(stream, peer, app.clone(), limits, stop.clone(), permit));
+    }
+    drop(listener);
+    stop.cancel();
+    while connections.join_next().await.is_some() {}
+}
+
+/// Errors of one incoming connection (it went away before it was accepted), not of the
+/// listener.
+fn is_connection_error(err: &io::Error) -> bool {
+    matches!(
+        err.kind(),
+        io::ErrorKind::ConnectionRefused | io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset
+    )
+}
+
+/// Serves one connection until it ends, a deadline passes with no request in progress, or
+/// shutdown (then gracefully). The permit is the connection's place under the limit.
+async fn connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    app: Router,
+    limits: HttpLimits,
+    stop: CancellationToken,
+    _permit: OwnedSemaphorePermit,
+) {
+    let activity = Arc::new(Activity::new());
+    let io = TokioIo::new(Watched { stream, activity: activity.clone() });
+    let requests = activity.clone();
+    let service = hyper::service::service_fn(move |request: http::Request<Incoming>| {
+        let in_flight = requests.begin();
+        let app = app.clone();
+        async move {
+            let response = app.oneshot(request.map(Body::new)).await.unwrap_or_else(|never| match never {});
+            Ok::<_, Infallible>(response.map(|body| Tracked { body, _in_flight: in_flight }))
+        }
+    });
+    let builder = Builder::new(TokioExecutor::new());
+    let mut conn = pin!(builder.serve_connection_with_upgrades(io, service));
+    let mut stopping = false;
+    loop {
+        let deadline = activity.deadline(&limits);
+        let changed = activity.changed.notified();
+        tokio::select! {
+            served = conn.as_mut() => {
+                if let Err(err) = served {
+                    tracing::debug!(%peer, error = %err, "connection ended with an error");
+                }
+                return;
+            }
+            () = changed => {}
+            () = sleep_until(deadline.map(|(at, _)| at)) => {
+                if let Some((at, waiting_for)) = activity.deadline(&limits)
+                    && at <= Instant::now()
+                {
+                    // Nothing in progress, so nothing is lost by closing the socket.
+                    tracing::debug!(%peer, waiting_for, "closing a connection that outstayed its deadline");
+                    return;
+                }
+            }
+            () = stop.cancelled(), if !stopping => {
+                stopping = true;
+                conn.as_mut().graceful_shutdown();
+            }
+        }
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// What a connection is doing, as its deadlines see it.
+struct Activity {
+    phase: Mutex<Phase>,
+    /// Told when the phase changes, so the connection's deadline is recomputed.
+    changed: Notify,
+}
+
+struct Phase {
+    /// Requests whose response has not been sent to its end.
+    in_flight: usize,
+    /// When the last response ended (or the connection was accepted).
+    idle_since: Instant,
+    /// When the head of the next request began to arrive; a new connection owes one at once.
+    head_since: Option<Instant>,
+}
+
+impl Activity {
+    fn new() -> Self {
+        let now = Instant::now();
+        Self {
+            phase: Mutex::new(Phase { in_flight: 0, idle_since: now, head_since: Some(now) }),
+            changed: Notify::new(),
+        }
+    }
+
+    fn phase(&self) -> std::sync::MutexGuard<'_, Phase> {
+        self.phase.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Bytes arrived.
+    fn read(&self) {
+        let mut phase = self.phase();
+        if phase.in_flight == 0 && phase.head_since.is_none() {
+            phase.head_since = Some(Instant::now());
+            drop(phase);
+            self.changed.notify_one();
+        }
+    }
+
+    /// A request's head is complete and it is being served.
+    fn begin(self: &Arc<Self>) -> InFlight {
+        let mut phase = self.phase();
+        phase.in_flight += 1;
+        phase.head_since = None;
+        drop(phase);
+        self.changed.notify_one();
+        InFlight(self.clone())
+    }
+
+    /// When the connection must close if nothing changes, and what it is waiting for; none
+    /// while a request is in progress.
+    fn deadline(&self, limits: &HttpLimits) -> Option<(Instant, &'static str)> {
+        let phase = self.phase();
+        if phase.in_flight > 0 {
+            return None;
+        }
+        match phase.head_since {
+            Some(at) if !limits.header_timeout.is_zero() => Some((at + limits.header_timeout, "request head")),
+            Some(_) => None,
+            None if !limits.idle_timeout.is_zero() => Some((phase.idle_since + limits.idle_timeout, "next request")),
+            None => None,
+        }
+    }
+}
+
+/// A request in progress; dropped when its response has been sent to the end (or abandoned).
+struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut phase = self.0.phase();
+        phase.in_flight = phase.in_flight.saturating_sub(1);
+        if phase.in_flight == 0 {
+            phase.idle_since = Instant::now();
+            phase.head_since = None;
+        }
+        drop(phase);
+        self.0.changed.notify_one();
+    }
+}
+
+/// A response body that keeps its request counted as in progress until hyper drops it.
+struct Tracked {
+    body: Body,
+    _in_flight: InFlight,
+}
+
+impl HttpBody for Tracked {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// The socket, telling the connection's [`Activity`] when bytes arrive.
+struct Watched {
+    stream: TcpStream,
+    activity: Arc<Activity>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.stream).poll_read(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            this.activity.read();
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
+}
