@@ -83,6 +83,19 @@ pub struct GatewayConfig {
     #[arg(long = "allowed-host", env = "MCP_GATEWAY_ALLOWED_HOSTS", value_delimiter = ',', default_values_t = ["localhost".to_owned(), "127.0.0.1".to_owned(), "::1".to_owned()])]
     pub allowed_hosts: Vec<String>,
 
+    /// Browser origins the MCP endpoint accepts besides loopback pages (`http(s)://localhost`,
+    /// `127.0.0.1`, `[::1]`, any port): `scheme://host[:port]`, `:*` for any port (DNS-rebinding
+    /// protection). A request with another `Origin` is refused with 403; requests without one
+    /// (non-browser clients) pass. Repeatable or comma-separated; `*` accepts any origin.
+    #[arg(
+        long = "allowed-origin",
+        alias = "allowed-origins",
+        env = "MCP_GATEWAY_ALLOWED_ORIGINS",
+        value_delimiter = ',',
+        value_parser = crate::guard::parse_allowed_origin
+    )]
+    pub allowed_origins: Vec<String>,
+
     /// Redis for session contexts and MCP session state, Postgres for the record of
     /// set_context and tool calls; or memory with --in-memory.
     #[command(flatten)]
@@ -185,6 +198,7 @@ impl GatewayConfig {
             tool_mode: ToolMode::Filtered,
             prefix_tools: true,
             allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
+            allowed_origins: Vec::new(),
             stores: GatewayStoreArgs::in_memory(),
             context_ttl: Duration::from_secs(24 * 3600),
             model_dir: PathBuf::from("models/all-MiniLM-L6-v2"),

@@ -6,8 +6,9 @@
 //! background loops in its submodules), [`catalog`] ranks tools, [`upstream`] runs the
 //! downstream servers (one file per transport), [`domain`] holds what the core and [`store`]
 //! share, [`error`] its error type. Fronts: [`mcp`] (MCP over streamable HTTP at `/mcp`, or
-//! stdio) and [`grpc`] (the internal `switchyard.mcp.v1.McpGatewayService`) adapt the core
-//! and do every protocol conversion.
+//! stdio; [`guard`] checks the HTTP requests' origin and body first) and [`grpc`] (the
+//! internal `switchyard.mcp.v1.McpGatewayService`) adapt the core and do every protocol
+//! conversion.
 //!
 //! Replicas: every piece of session state — the context, the list last shown, and the MCP
 //! transport's own session (its `initialize` parameters) — lives in Redis, so a client's
@@ -20,6 +21,7 @@ pub mod embedding_cache;
 pub mod error;
 pub mod gateway;
 pub mod grpc;
+pub mod guard;
 pub mod mcp;
 pub mod metrics;
 pub mod naming;
@@ -199,6 +201,15 @@ pub fn mcp_router(gateway: Arc<Gateway>, config: &GatewayConfig, shutdown: Cance
         http.with_allowed_hosts(config.allowed_hosts.clone())
     };
     http.session_store = Some(Arc::new(SharedTransportSessions(gateway.contexts().clone())));
+    let guard = guard::Guard {
+        origins: guard::Origins::new(&config.allowed_origins),
+        max_body_bytes: http.max_request_body_bytes,
+    };
+    if guard.origins.accepts_any() {
+        tracing::warn!(
+            "--allowed-origin *: /mcp accepts requests from any web page's origin (no DNS-rebinding protection)"
+        );
+    }
     let handler_gateway = gateway.clone();
     let service = StreamableHttpService::new(
         move || Ok(McpHandler::http(handler_gateway.clone())),
@@ -206,10 +217,13 @@ pub fn mcp_router(gateway: Arc<Gateway>, config: &GatewayConfig, shutdown: Cance
         http,
     );
     // Tenant and user from the headers an API gateway in front sets, checked like gRPC's.
+    // The Origin and body checks come first: a refused page or a malformed message never
+    // reaches a session.
     axum::Router::new()
         .nest_service("/mcp", service)
         .layer(axum::middleware::from_fn_with_state(gateway, end_session))
         .layer(IdentityLayer::http())
+        .layer(axum::middleware::from_fn_with_state(Arc::new(guard), guard::check))
 }
 
 /// `DELETE /mcp` ends a session. The transport answers 202 whether or not it held the
