@@ -34,7 +34,8 @@ async fn a_stream_cut_by_shutdown_ends_unavailable_and_its_turn_is_recorded_as_i
     };
     let suite = Suite::with(llm, options).await;
     let mut client = suite.client().await;
-    let mut stream = client.chat_stream(stream_request("how does refinancing work?")).await.expect("opens").into_inner();
+    let mut stream =
+        client.chat_stream(stream_request("how does refinancing work?")).await.expect("opens").into_inner();
 
     // The route is decided and the answer has begun when the router is told to stop.
     let mut response_id = String::new();
@@ -78,7 +79,8 @@ async fn a_stream_cut_by_shutdown_ends_unavailable_and_its_turn_is_recorded_as_i
     assert_eq!(row, Some((true, "direct".to_owned(), session_id.clone())), "the decision is recorded interrupted");
 
     // The session counted one turn and has its two messages: the question and the partial answer.
-    let channel = tonic::transport::Channel::from_shared(sessions.url()).expect("url").connect().await.expect("sessions");
+    let channel =
+        tonic::transport::Channel::from_shared(sessions.url()).expect("url").connect().await.expect("sessions");
     let got = SessionServiceClient::new(channel)
         .get_session(GetSessionRequest { session_id, include_messages: true })
         .await

@@ -15,9 +15,9 @@ use std::{
 };
 
 use switchyard_kit::{Identity, SessionId, ShutdownNotice};
+use switchyard_llm::{ChatRequest, Message, ModelRef, ToolChoice, ToolSpec, Usage};
 use tokio::task::JoinSet;
 use tracing::Instrument;
-use switchyard_llm::{ChatRequest, Message, ModelRef, ToolChoice, ToolSpec, Usage};
 
 use crate::{
     analytics::{DecisionRecord, Recorder},
@@ -317,7 +317,8 @@ impl Router {
         let message = request.message.clone();
         let write = async move {
             let TurnOutcome { metadata, content, .. } = outcome;
-            if let Err(status) = sessions.end_turn(&identity, &session_id, &metadata.role_id, &message, &content).await {
+            if let Err(status) = sessions.end_turn(&identity, &session_id, &metadata.role_id, &message, &content).await
+            {
                 tracing::warn!(%session_id, error = %status.message(), "could not append the interrupted turn to the session");
             }
         };
