@@ -42,6 +42,9 @@ pub enum Auth {
 
 pub struct Options {
     pub gateway: bool,
+    /// Sessions keep their record in a fresh Postgres schema (see [`Stack::sessions_schema`])
+    /// and live state in Redis under a fresh prefix, instead of in memory.
+    pub durable_sessions: bool,
     pub auth: Auth,
     pub configure: Box<dyn FnOnce(&mut EdgeConfig) + Send>,
     pub configure_router: Box<dyn FnOnce(&mut RouterConfig) + Send>,
@@ -49,7 +52,13 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Self { gateway: false, auth: Auth::Open, configure: Box::new(|_| {}), configure_router: Box::new(|_| {}) }
+        Self {
+            gateway: false,
+            durable_sessions: false,
+            auth: Auth::Open,
+            configure: Box::new(|_| {}),
+            configure_router: Box::new(|_| {}),
+        }
     }
 }
 
@@ -62,7 +71,12 @@ pub struct Stack {
     pub gateway: Option<Served>,
     pub keys: Option<Arc<KeyStore>>,
     pub http: Client,
+    /// The sessions' Postgres schema, with [`Options::durable_sessions`].
+    pub sessions_schema: Option<String>,
+    /// The router's analytics schema.
+    pub analytics_schema: String,
     schemas: Vec<Schema>,
+    _redis_prefix: Option<switchyard_testkit::KeyPrefix>,
     /// Holds the absent gateway's port closed for the stack's lifetime.
     _down: Option<switchyard_testkit::ClosedPort>,
 }
@@ -71,9 +85,20 @@ impl Stack {
     pub async fn start(llm: ScriptedLlm, options: Options) -> Self {
         let triggers = TriggersServer::bind(&TriggersConfig::in_memory(loopback())).await.expect("triggers binds");
         let triggers = Served::spawn(triggers.local_addr(), |stop| triggers.serve(stop));
-        let sessions = SessionsServer::bind(&SessionsConfig::in_memory(loopback(), &triggers.url()))
-            .await
-            .expect("sessions binds");
+        let mut sessions_config = SessionsConfig::in_memory(loopback(), &triggers.url());
+        let (sessions_schema, redis_prefix) = if options.durable_sessions {
+            let (schema, prefix) = (Schema::new("edge_sessions_test"), switchyard_testkit::KeyPrefix::new("edge"));
+            let stores = &mut sessions_config.stores;
+            stores.in_memory = false;
+            stores.database_url = Some(Secret::new(database_url()));
+            stores.redis_url = Some(Secret::new(switchyard_testkit::redis_url()));
+            stores.db_schema = schema.name().to_owned();
+            stores.redis_prefix = prefix.as_str().to_owned();
+            (Some(schema), Some(prefix))
+        } else {
+            (None, None)
+        };
+        let sessions = SessionsServer::bind(&sessions_config).await.expect("sessions binds");
         let sessions = Served::spawn(sessions.local_addr(), |stop| sessions.serve(stop));
         wait_serving(&sessions.url(), "switchyard.sessions.v1.SessionService").await;
 
@@ -132,7 +157,9 @@ impl Stack {
             mcp_gateway: gateway_url,
         };
         let mut edge_config = EdgeConfig::open(loopback(), &urls);
-        let mut schemas = vec![analytics];
+        let analytics_schema = analytics.name().to_owned();
+        let sessions_schema_name = sessions_schema.as_ref().map(|schema| schema.name().to_owned());
+        let mut schemas: Vec<Schema> = [Some(analytics), sessions_schema].into_iter().flatten().collect();
         let (auth, keys) = match options.auth {
             Auth::Open => (Authenticator::new(true, None, None), None),
             Auth::Closed { jwks_file } => {
@@ -162,7 +189,21 @@ impl Stack {
         let edge = EdgeServer::bind_with_auth(&edge_config, auth).await.expect("edge binds");
         let edge = Served::spawn(edge.local_addr(), |stop| edge.serve(stop));
         let http = Client::builder().timeout(Duration::from_secs(60)).build().expect("client");
-        Self { llm, edge, router, sessions, triggers, gateway, keys, http, schemas, _down: down }
+        Self {
+            llm,
+            edge,
+            router,
+            sessions,
+            triggers,
+            gateway,
+            keys,
+            http,
+            sessions_schema: sessions_schema_name,
+            analytics_schema,
+            schemas,
+            _redis_prefix: redis_prefix,
+            _down: down,
+        }
     }
 
     pub fn url(&self, path: &str) -> String {
