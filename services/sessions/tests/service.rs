@@ -469,3 +469,139 @@ async fn process_query_returns_the_recent_messages_when_asked() {
     }
     suite.stop().await;
 }
+
+/// A request as the edge sends it for an authenticated caller (or, without a user, as an
+/// internal caller sends it).
+fn as_caller<T>(tenant: &str, user: Option<&str>, admin: bool, message: T) -> Request<T> {
+    let mut request = as_tenant(tenant, message);
+    if let Some(user) = user {
+        request.metadata_mut().insert("x-user-id", user.parse().expect("ascii"));
+    }
+    if admin {
+        request.metadata_mut().insert("x-switchyard-admin", "true".parse().expect("ascii"));
+    }
+    request
+}
+
+#[tokio::test]
+async fn a_session_is_its_users_even_rebuilt_from_postgres_and_internal_callers_see_the_tenants() {
+    let suite = Suite::start().await;
+    let mut sessions = SessionServiceClient::new(suite.channel().await);
+    fn ann<T>(message: T) -> Request<T> {
+        as_caller("acme", Some("ann"), false, message)
+    }
+    fn bob<T>(message: T) -> Request<T> {
+        as_caller("acme", Some("bob"), false, message)
+    }
+    fn admin<T>(message: T) -> Request<T> {
+        as_caller("acme", Some("root"), true, message)
+    }
+    fn internal<T>(message: T) -> Request<T> {
+        as_caller("acme", None, false, message)
+    }
+    let get = || GetSessionRequest { session_id: "owned".into(), include_messages: false };
+
+    let created = sessions.create_session(ann(create("owned", "tech-expert"))).await.expect("create").into_inner();
+    assert_eq!(created.session.expect("session").user_id, "ann");
+    // Ann's turns leave this replica a hint for the fast path; it must not let bob in.
+    for _ in 0..2 {
+        sessions.process_query(ann(process("owned", "How do I profile a Rust binary?"))).await.expect("ann's turn");
+    }
+    for _ in 0..2 {
+        let err = sessions.process_query(bob(process("owned", "How do I profile a Rust binary?"))).await.unwrap_err();
+        assert_eq!(err.code(), Code::NotFound, "{err:?}");
+    }
+    assert_eq!(sessions.get_session(bob(get())).await.unwrap_err().code(), Code::NotFound);
+    let history = || GetHistoryRequest { session_id: "owned".into(), ..Default::default() };
+    assert_eq!(sessions.get_history(bob(history())).await.unwrap_err().code(), Code::NotFound);
+    let switch = || SwitchContextRequest {
+        session_id: "owned".into(),
+        new_role_id: "finance-expert".into(),
+        ..Default::default()
+    };
+    assert_eq!(sessions.switch_context(bob(switch())).await.unwrap_err().code(), Code::NotFound);
+    let close = || CloseSessionRequest { session_id: "owned".into() };
+    assert_eq!(sessions.close_session(bob(close())).await.unwrap_err().code(), Code::NotFound);
+    let append = || AppendMessagesRequest {
+        session_id: "owned".into(),
+        messages: vec![ConversationMessage { role: MessageRole::User.into(), content: "hi".into(), ..Default::default() }],
+    };
+    assert_eq!(sessions.append_messages(bob(append())).await.unwrap_err().code(), Code::NotFound);
+
+    // The tenant's administrator reads it, but does not use it as ann.
+    let read = sessions.get_session(admin(get())).await.expect("an administrator reads it").into_inner();
+    assert_eq!(read.session.expect("session").turn_count, 2);
+    sessions.get_history(admin(history())).await.expect("and its history");
+    assert_eq!(sessions.switch_context(admin(switch())).await.unwrap_err().code(), Code::NotFound);
+    // Another tenant's administrator finds nothing.
+    let other_admin = as_caller("globex", Some("root"), true, get());
+    assert_eq!(sessions.get_session(other_admin).await.unwrap_err().code(), Code::NotFound);
+
+    // Rebuilt from Postgres after Redis lost it, the session is still ann's.
+    assert!(delete_redis_keys(&suite.prefix).await >= 1, "the live session was in Redis");
+    assert_eq!(sessions.get_session(bob(get())).await.unwrap_err().code(), Code::NotFound);
+    let rebuilt = sessions.get_session(ann(get())).await.expect("ann's after the rebuild").into_inner();
+    assert_eq!(rebuilt.session.expect("session").user_id, "ann");
+
+    // An internal caller without a user keeps the tenant-wide view, and its own sessions are
+    // the whole tenant's.
+    sessions.get_session(internal(get())).await.expect("tenant-wide read");
+    sessions.append_messages(internal(append())).await.expect("tenant-wide write");
+    sessions.create_session(internal(create("shared", "tech-expert"))).await.expect("create");
+    let shared = GetSessionRequest { session_id: "shared".into(), include_messages: false };
+    let read = sessions.get_session(bob(shared)).await.expect("any user of the tenant").into_inner();
+    assert_eq!(read.session.expect("session").user_id, "");
+    suite.stop().await;
+}
+
+#[tokio::test]
+async fn a_tenants_role_is_invisible_to_other_tenants_and_never_chosen_for_their_sessions() {
+    let suite = Suite::start().await;
+    let channel = suite.channel().await;
+    let mut roles = RoleServiceClient::new(channel.clone());
+    let mut sessions = SessionServiceClient::new(channel);
+    let mut space = role("space-expert", "rocketry");
+    space.system_prompt = "ACME-SECRET launch schedule.".into();
+    roles.create_role(as_tenant("acme", CreateRoleRequest { role: Some(space) })).await.expect("acme creates");
+
+    let get = || GetRoleRequest { role_id: "space-expert".into() };
+    let own = roles.get_role(as_tenant("acme", get())).await.expect("acme reads its role").into_inner();
+    assert!(!own.role.expect("role").built_in);
+    let err = roles.get_role(as_tenant("globex", get())).await.unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+    assert!(!err.message().contains("ACME-SECRET"));
+    let listed = roles.list_roles(as_tenant("globex", ListRolesRequest::default())).await.expect("list").into_inner();
+    assert!(listed.roles.iter().all(|r| r.id != "space-expert" && r.built_in), "globex sees the built-ins alone");
+    // Globex may make a role of the same id: its own, apart from acme's.
+    let mut globex_space = role("space-expert", "telescope");
+    globex_space.system_prompt = "Globex stargazing.".into();
+    roles.create_role(as_tenant("globex", CreateRoleRequest { role: Some(globex_space) })).await.expect("globex");
+
+    for (tenant, keyword, switched_to) in
+        [("acme", "rocketry", "space-expert"), ("globex", "rocketry", "general-assistant")]
+    {
+        let id = format!("{tenant}-space");
+        sessions.create_session(as_tenant(tenant, create(&id, "general-assistant"))).await.expect("create");
+        let turn = sessions
+            .process_query(as_tenant(tenant, process(&id, &format!("Tell me about {keyword}"))))
+            .await
+            .expect("process")
+            .into_inner();
+        assert_eq!(turn.role_id, switched_to, "{tenant}: {}", turn.reason_detail);
+        if tenant == "globex" {
+            assert!(turn.scores.iter().all(|m| m.role_id != "space-expert"), "{:?}", turn.scores);
+            assert!(!turn.system_prompt.contains("ACME-SECRET"));
+        } else {
+            assert!(turn.system_prompt.contains("ACME-SECRET"));
+        }
+    }
+    // Globex's own role of that id answers to its own trigger, with its own prompt.
+    let turn = sessions
+        .process_query(as_tenant("globex", process("globex-space", "Which telescope should I buy?")))
+        .await
+        .expect("process")
+        .into_inner();
+    assert_eq!(turn.role_id, "space-expert");
+    assert!(turn.system_prompt.contains("Globex stargazing.") && !turn.system_prompt.contains("ACME-SECRET"));
+    suite.stop().await;
+}
