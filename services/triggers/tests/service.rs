@@ -328,3 +328,35 @@ async fn domains_are_listed_with_their_triggers() {
     }
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_nul_in_registered_text_is_refused_naming_the_field() {
+    let schema = Schema::new("t");
+    let server = common::spawn(&common::postgres_config(&schema)).await;
+    let mut client = common::client(&server).await;
+    let with = |change: fn(&mut RegisterRoleTriggersRequest)| {
+        let mut request = register("mortgage-expert", &["finance"], vec![custom("mortgage", TriggerKind::Keyword, 5)]);
+        change(&mut request);
+        request
+    };
+    let cases: [(fn(&mut RegisterRoleTriggersRequest), &str); 4] = [
+        (|r| r.description = "home loans\0".into(), "description"),
+        (|r| r.example_questions = vec!["ok?".into(), "refinance\0?".into()], "example_questions[1]"),
+        (|r| r.custom_triggers[0] = custom("mort\0gage", TriggerKind::Regex, 5), "custom_triggers[0].pattern"),
+        (|r| r.role_id = "mortgage\0expert".into(), "role_id"),
+    ];
+    for (change, field) in cases {
+        let status = client.register_role_triggers(with(change)).await.expect_err("a NUL is refused");
+        assert_eq!(status.code(), Code::InvalidArgument, "{field}: {status:?}");
+        assert!(status.message().starts_with(field), "{field}: {}", status.message());
+    }
+    // The same role without the NUL registers; the query to match may hold one (it is only
+    // matched, never stored).
+    client.register_role_triggers(with(|_| {})).await.expect("register");
+    let detected = client
+        .detect_triggers(DetectTriggersRequest { query: "my mortgage \0 rate".into() })
+        .await
+        .expect("detect")
+        .into_inner();
+    assert!(detected.matches.iter().any(|m| m.role_id == "mortgage-expert"), "{detected:?}");
+}
