@@ -330,3 +330,15 @@ where
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_notice_is_cut_a_little_before_the_grace_ends() {
+        assert_eq!(ShutdownNotice::margin(Duration::from_secs(75)), Duration::from_secs(2));
+        assert_eq!(ShutdownNotice::margin(Duration::from_secs(2)), Duration::from_millis(500));
+        assert_eq!(ShutdownNotice::margin(Duration::ZERO), Duration::ZERO);
+    }
+}
