@@ -189,3 +189,36 @@ async fn without_any_provider_chat_is_refused_with_what_to_set() {
     assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
     assert!(status.message().contains("OPENAI_API_KEY"), "{}", status.message());
 }
+
+#[tokio::test]
+async fn a_nul_is_passed_to_the_model_in_content_and_refused_in_identifiers() {
+    let llm = ScriptedLlm::start(|_| Reply::text("Noted.")).await;
+    let suite = Suite::start(llm).await;
+    let mut client = suite.client().await;
+
+    let mut request = chat("hi");
+    request.model = Some("openai/gpt-4o-mini\0".into());
+    let status = client.chat(request).await.expect_err("refused");
+    assert_eq!((status.code(), bad_field(&status)), (Code::InvalidArgument, "model".to_owned()), "{status:?}");
+    let mut request = chat("hi");
+    request.force_role_id = Some("finance-expert\0".into());
+    let status = client.chat(request).await.expect_err("refused");
+    assert_eq!((status.code(), bad_field(&status)), (Code::InvalidArgument, "force_role_id".to_owned()), "{status:?}");
+    assert!(suite.llm.requests().is_empty(), "no model was called");
+
+    // Conversation content goes to the model as it was sent, and its decision is recorded.
+    let answer = client.chat(chat("refinance my mortgage \0")).await.expect("chat").into_inner();
+    let asked = suite.llm.requests().iter().filter_map(|r| r.last_user_text()).collect::<Vec<_>>();
+    assert!(asked.iter().any(|text| text.contains("mortgage \0")), "{asked:?}");
+    // Feedback finds the recorded decision; its comment (recorded free text) may hold a NUL,
+    // its response id (an identifier) may not.
+    let feedback = |response_id: &str| switchyard_proto::router::v1::SubmitFeedbackRequest {
+        response_id: response_id.to_owned(),
+        helpful: false,
+        comment: "wrong \0 answer".into(),
+        ..Default::default()
+    };
+    client.submit_feedback(feedback(&answer.id)).await.expect("feedback with a NUL in its comment");
+    let status = client.submit_feedback(feedback(&format!("{}\0", answer.id))).await.expect_err("refused");
+    assert_eq!((status.code(), bad_field(&status)), (Code::InvalidArgument, "response_id".to_owned()), "{status:?}");
+}
