@@ -177,3 +177,43 @@ impl WithTime for Correction {
         Self { created_at: at, ..self.clone() }
     }
 }
+
+#[tokio::test]
+async fn a_decision_postgres_refuses_is_set_aside_and_every_other_one_lands() {
+    use switchyard_kit::records::{RecordBuffer, RecordBufferConfig};
+    use switchyard_router::analytics::DecisionSink;
+
+    let schema = Schema::new("router_store");
+    let postgres = Arc::new(
+        PostgresAnalytics::connect(&database_url(), schema.name())
+            .await
+            .unwrap_or_else(|err| panic!("postgres at {} (set DATABASE_URL): {err}", database_url())),
+    );
+    let recorder = RecordBuffer::start(
+        Arc::new(DecisionSink(postgres.clone())),
+        RecordBufferConfig { flush_interval: std::time::Duration::from_secs(3600), ..RecordBufferConfig::default() },
+    );
+    // Recorded text holding a NUL is stored with U+FFFD in its place.
+    let mut nul = decision(1, "acme", Route::Direct, 5, 0);
+    nul.reasoning = "the user asked \0".to_owned();
+    nul.message = Some("refinance my mortgage \0".to_owned());
+    nul.tools_used = vec!["calc\0".to_owned()];
+    // A time before 4713 BC, which Postgres refuses whatever the text.
+    let mut refused = decision(2, "acme", Route::Direct, 5, 0);
+    refused.occurred_at = Utc.with_ymd_and_hms(-5000, 1, 1, 0, 0, 0).single().expect("time");
+    recorder.push_all(vec![
+        decision(0, "acme", Route::Direct, 5, 0),
+        nul,
+        refused,
+        decision(3, "globex", Route::McpAgent, 5, 0),
+    ]);
+    let report = recorder.drain(std::time::Duration::from_secs(20)).await;
+    assert_eq!((report.written, report.lost, recorder.set_aside()), (3, 0, 1));
+
+    let (acme, globex) = (TenantId::parse("acme").expect("tenant"), TenantId::parse("globex").expect("tenant"));
+    assert!(postgres.recorded_turn(&acme, "chat-0").await.expect("read").is_some());
+    let turn = postgres.recorded_turn(&acme, "chat-1").await.expect("read").expect("recorded");
+    assert_eq!(turn.message.as_deref(), Some("refinance my mortgage \u{FFFD}"));
+    assert!(postgres.recorded_turn(&acme, "chat-2").await.expect("read").is_none());
+    assert!(postgres.recorded_turn(&globex, "chat-3").await.expect("read").is_some());
+}
