@@ -340,3 +340,47 @@ impl AsyncWrite for Watched {
         Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: HttpLimits =
+        HttpLimits { header_timeout: Duration::from_secs(1), idle_timeout: Duration::from_secs(5), max_connections: 8 };
+
+    #[test]
+    fn a_new_connection_owes_a_head_within_the_header_timeout() {
+        let activity = Activity::new();
+        let (at, waiting_for) = activity.deadline(&LIMITS).unwrap();
+        assert_eq!(waiting_for, "request head");
+        assert!(at <= Instant::now() + LIMITS.header_timeout);
+    }
+
+    #[test]
+    fn a_request_in_progress_has_no_deadline_and_its_end_starts_the_idle_one() {
+        let activity = Arc::new(Activity::new());
+        let first = activity.begin();
+        let second = activity.begin();
+        assert_eq!(activity.deadline(&LIMITS), None);
+        // Bytes while busy (a pipelined request) do not start a head deadline.
+        activity.read();
+        drop(first);
+        assert_eq!(activity.deadline(&LIMITS), None, "one response still streaming");
+        drop(second);
+        let (at, waiting_for) = activity.deadline(&LIMITS).unwrap();
+        assert_eq!(waiting_for, "next request");
+        assert!(at > Instant::now() + LIMITS.header_timeout, "the idle timeout, not the header one");
+        // The next request's first byte starts its head deadline.
+        activity.read();
+        assert_eq!(activity.deadline(&LIMITS).map(|(_, waiting_for)| waiting_for), Some("request head"));
+    }
+
+    #[test]
+    fn zero_turns_a_timeout_off() {
+        let activity = Arc::new(Activity::new());
+        let off = HttpLimits { header_timeout: Duration::ZERO, idle_timeout: Duration::ZERO, ..LIMITS };
+        assert_eq!(activity.deadline(&off), None);
+        drop(activity.begin());
+        assert_eq!(activity.deadline(&off), None);
+    }
+}

@@ -93,6 +93,10 @@ async fn known_keys_are_served_from_their_last_check_and_revocations_apply_once_
     assert_eq!((status, body["error"]["status"].as_str()), (503, Some("UNAVAILABLE")), "{body}");
     assert!(body["error"]["message"].as_str().unwrap().contains("unreachable"), "{body}");
     assert!(took < QUICK, "an unknown key during the outage waited {took:?}");
+    // The same in OpenAI's error shape on its endpoints.
+    let (status, body) = json(outage.stack.get("/v1/models", Some(&bob)).await).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (503, Some("unavailable")), "{body}");
+    assert_eq!(body["error"]["type"], "api_error", "{body}");
     // Ready, since callers are still served, and saying it is degraded.
     let ready = eventually(Duration::from_secs(10), "readiness reporting the key store degraded", || async {
         let (status, ready) = outage.ready().await;
