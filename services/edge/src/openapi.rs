@@ -388,9 +388,13 @@ fn hand_written(paths: &mut Map<String, Value>) {
             "responses": errors(json!({"description": "OK", "content": {"application/json": {"schema": {"type": "object"}}}})),
         }}),
     );
-    for (path, summary) in
-        [("/healthz", "The edge process answers."), ("/readyz", "The services behind the edge answer.")]
-    {
+    for (path, summary) in [
+        ("/healthz", "The edge process answers."),
+        (
+            "/readyz",
+            "The services behind the edge answer and callers can be let in; `degraded` names what works only in part.",
+        ),
+    ] {
         paths.insert(
             path.into(),
             json!({"get": {
