@@ -190,3 +190,55 @@ async fn usage_suite(store: Arc<dyn UsageStore>) {
     );
     assert_eq!(store.session_records(&key("other", "s1"), 10).await.unwrap(), []);
 }
+
+/// The usage store as a record buffer's sink, as the gateway writes it.
+struct UsageSink(Arc<PostgresUsageStore>);
+
+#[async_trait::async_trait]
+impl switchyard_kit::records::RecordSink<UsageRecord> for UsageSink {
+    async fn write(&self, records: &[UsageRecord]) -> Result<(), switchyard_kit::store::StoreError> {
+        self.0.record(records).await
+    }
+}
+
+#[tokio::test]
+async fn a_usage_record_postgres_refuses_is_set_aside_and_every_other_one_lands() {
+    use switchyard_kit::records::{RecordBuffer, RecordBufferConfig};
+
+    let schema = Schema::new("gw");
+    let store = Arc::new(
+        PostgresUsageStore::connect(&database_url(), &schema)
+            .await
+            .unwrap_or_else(|err| panic!("postgres at {} (set DATABASE_URL): {err}", database_url())),
+    );
+    let recorder = RecordBuffer::start(
+        Arc::new(UsageSink(store.clone())),
+        RecordBufferConfig { flush_interval: std::time::Duration::from_secs(3600), ..RecordBufferConfig::default() },
+    );
+    let (ann, bob) = (key("acme", "s-ann"), key("globex", "s-bob"));
+    let set_context = |session: &SessionKey, query: &str, at: DateTime<Utc>| UsageRecord::SetContext {
+        key: session.clone(),
+        query: query.to_owned(),
+        intent: Some("refinance\0".to_owned()),
+        at,
+    };
+    // A time before 4713 BC, which Postgres refuses whatever the text.
+    let long_ago = Utc.with_ymd_and_hms(-5000, 1, 1, 0, 0, 0).single().unwrap();
+    recorder.push_all(vec![
+        set_context(&ann, "my mortgage \0", at(1)),
+        set_context(&ann, "refused", long_ago),
+        call(&ann, "calc__add", Some("sum \0 these"), false, 2),
+        set_context(&bob, "contracts", at(3)),
+    ]);
+    let report = recorder.drain(std::time::Duration::from_secs(20)).await;
+    assert_eq!((report.written, report.lost, recorder.set_aside()), (3, 0, 1));
+
+    let ann_records = store.session_records(&ann, 10).await.unwrap();
+    assert_eq!(ann_records.len(), 2, "{ann_records:?}");
+    assert!(ann_records.iter().any(|r| matches!(r,
+        UsageRecord::SetContext { query, intent, .. }
+            if query == "my mortgage \u{FFFD}" && intent.as_deref() == Some("refinance\u{FFFD}"))));
+    assert!(ann_records.iter().any(|r| matches!(r,
+        UsageRecord::ToolCall { context_query, .. } if context_query.as_deref() == Some("sum \u{FFFD} these"))));
+    assert_eq!(store.session_records(&bob, 10).await.unwrap().len(), 1);
+}
