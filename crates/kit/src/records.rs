@@ -464,7 +464,10 @@ mod tests {
     #[derive(Debug, Clone, PartialEq)]
     enum Rec {
         Event(u32),
-        Turns { session: &'static str, count: u64 },
+        Turns {
+            session: &'static str,
+            count: u64,
+        },
         /// Refused by the sink for its content, as Postgres refuses a NUL.
         Poisoned(u32),
     }

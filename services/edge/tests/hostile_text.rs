@@ -17,11 +17,8 @@ use switchyard_testkit::{
 
 async fn durable_stack() -> Stack {
     let llm = ScriptedLlm::start(|_| Reply::text("Noted.")).await;
-    Stack::start(
-        llm,
-        Options { auth: Auth::Closed { jwks_file: None }, durable_sessions: true, ..Options::default() },
-    )
-    .await
+    Stack::start(llm, Options { auth: Auth::Closed { jwks_file: None }, durable_sessions: true, ..Options::default() })
+        .await
 }
 
 fn violation(body: &Value) -> Option<&str> {

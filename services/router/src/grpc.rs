@@ -225,10 +225,14 @@ impl RouterService for RouterGrpc {
             comment: request.comment,
             submitted_at: Utc::now(),
         };
-        self.store
-            .put_feedback(&feedback)
-            .await
-            .map_err(|err| status(RouterError::unavailable("recording feedback", err.to_string())))?;
+        self.store.put_feedback(&feedback).await.map_err(|err| {
+            // Refused for what it holds: the caller's to fix, not the store being away.
+            status(if err.is_refused_content() {
+                RouterError::invalid("comment", "holds a value the store cannot keep")
+            } else {
+                RouterError::unavailable("recording feedback", err.to_string())
+            })
+        })?;
         let route = recorded.route;
         self.router.metrics.feedback(route.as_str(), feedback.helpful, expected_route.is_some_and(|r| r != route));
         // A correction teaches the router this user's preference (spec 002, "User Preferences").

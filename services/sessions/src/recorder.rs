@@ -35,7 +35,9 @@ impl BufferedRecord for Record {
         let (kind, detail) = match self {
             Record::SessionCreated(session) => ("session_created", format!("at={}", session.created_at)),
             Record::Turns { turn_count, at, .. } => ("turns", format!("turn_count={turn_count} at={at}")),
-            Record::Switched { event, .. } => ("switched", format!("sequence={} at={}", event.sequence, event.occurred_at)),
+            Record::Switched { event, .. } => {
+                ("switched", format!("sequence={} at={}", event.sequence, event.occurred_at))
+            }
             Record::MessagesAppended { messages, .. } => {
                 let seqs = messages.iter().map(|m| m.seq.to_string()).collect::<Vec<_>>().join(",");
                 ("messages_appended", format!("seqs={seqs}"))

@@ -349,8 +349,12 @@ async fn postgres_writes_fail_fast_during_an_outage_and_recover() {
 /// A message Postgres refuses for its content even once text is made safe: a time before
 /// 4713 BC is out of the range of `timestamptz` (SQLSTATE 22008).
 fn out_of_range(seq: u64) -> Message {
-    let year_5000_bc =
-        chrono::NaiveDate::from_ymd_opt(-5000, 1, 1).unwrap().and_hms_opt(0, 0, 0).unwrap().and_utc().timestamp_millis();
+    let year_5000_bc = chrono::NaiveDate::from_ymd_opt(-5000, 1, 1)
+        .unwrap()
+        .and_hms_opt(0, 0, 0)
+        .unwrap()
+        .and_utc()
+        .timestamp_millis();
     Message { created_at_ms: year_5000_bc, ..message(seq) }
 }
 

@@ -28,6 +28,19 @@ impl TriggersError {
     }
 }
 
+impl TriggersError {
+    /// A registration the store failed to write: refused for its content, it is the caller's
+    /// to fix (never UNAVAILABLE carrying the database's words); otherwise the store is away.
+    pub fn store_write(err: crate::store::StoreError) -> Self {
+        if err.is_refused_content() {
+            tracing::warn!(%err, "registration refused by the store for its content");
+            Self::invalid("role", "holds a value the store cannot keep".into())
+        } else {
+            Self::StoreUnavailable(err)
+        }
+    }
+}
+
 impl From<FieldError> for TriggersError {
     fn from(err: FieldError) -> Self {
         Self::InvalidArgument { field: err.field, reason: err.reason }

@@ -221,7 +221,7 @@ impl TriggerRegistry {
             return Err(TriggersError::RegistryFull { would_hold, limit: self.config.limits.max_registry_triggers });
         }
         drop(current);
-        let version = self.store.upsert(&registration).await.map_err(TriggersError::StoreUnavailable)?;
+        let version = self.store.upsert(&registration).await.map_err(TriggersError::store_write)?;
         self.refresh().await?;
         tracing::info!(role_id = %registration.role_id, version, domains = ?registration.domains, custom = registration.custom_triggers.len(), "role triggers registered");
         Ok((registration, version))

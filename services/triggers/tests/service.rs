@@ -339,7 +339,8 @@ async fn a_nul_in_registered_text_is_refused_naming_the_field() {
         change(&mut request);
         request
     };
-    let cases: [(fn(&mut RegisterRoleTriggersRequest), &str); 4] = [
+    type Change = fn(&mut RegisterRoleTriggersRequest);
+    let cases: [(Change, &str); 4] = [
         (|r| r.description = "home loans\0".into(), "description"),
         (|r| r.example_questions = vec!["ok?".into(), "refinance\0?".into()], "example_questions[1]"),
         (|r| r.custom_triggers[0] = custom("mort\0gage", TriggerKind::Regex, 5), "custom_triggers[0].pattern"),
