@@ -1,5 +1,6 @@
 //! Client channels to other Switchyard services. Every channel the kit builds injects the
-//! current span's W3C trace context, so one request is one trace across services.
+//! current span's W3C trace context and the request id, so one request is one trace, and one
+//! id in the logs, across services.
 
 use std::time::Duration;
 
@@ -12,7 +13,8 @@ use tonic::{
 /// A channel that propagates trace context; pass it to any generated client's `new`.
 pub type TracedChannel = InterceptedService<Channel, TraceContextInjector>;
 
-/// Adds `traceparent`/`tracestate` for the current span to every outgoing request.
+/// Adds `traceparent`/`tracestate` for the current span to every outgoing request, and the id
+/// of the request being served ([`crate::failures::request_id`]) unless one is set already.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TraceContextInjector;
 
@@ -20,6 +22,12 @@ impl Interceptor for TraceContextInjector {
     fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
         let mut headers = std::mem::take(request.metadata_mut()).into_headers();
         crate::telemetry::inject_current_context(&mut headers);
+        if !headers.contains_key(crate::failures::REQUEST_ID)
+            && let Some(id) = crate::failures::request_id().and_then(|id| http::HeaderValue::from_str(&id).ok())
+            && !id.is_empty()
+        {
+            headers.insert(crate::failures::REQUEST_ID, id);
+        }
         *request.metadata_mut() = tonic::metadata::MetadataMap::from_headers(headers);
         Ok(request)
     }

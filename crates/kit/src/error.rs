@@ -84,26 +84,44 @@ pub trait ServiceError: std::error::Error {
     fn field(&self) -> Option<&str> {
         None
     }
+
+    /// True for an error received from another Switchyard service that decided and logged it
+    /// ([`crate::failures::logged_upstream`]): passed on, it is not logged again.
+    fn logged_upstream(&self) -> bool {
+        false
+    }
 }
 
 /// Converts a service error to a gRPC status. The message is the error's display text (which
 /// names the field); invalid-argument errors also carry a `google.rpc.BadRequest` detail so
 /// programmatic clients can find the field. Internal errors are logged here, once, with their
-/// source chain, and the caller gets only the top-level message.
+/// source chain (and marked logged, so the server's failure log does not repeat them), and the
+/// caller gets only the top-level message. An error passed on from another service keeps its
+/// mark.
 pub fn to_status<E: ServiceError>(err: &E) -> Status {
     let code = err.code();
     let message = err.to_string();
-    match (code, err.field()) {
+    let mut status = match (code, err.field()) {
         (ErrorCode::InvalidArgument, Some(field)) => {
             let details = ErrorDetails::with_bad_request_violation(field, message.clone());
             Status::with_error_details(code.grpc(), message, details)
         }
-        (ErrorCode::Internal, _) => {
-            tracing::error!(error = %error_chain(err), "internal error");
-            Status::new(code.grpc(), message)
+        (ErrorCode::Internal, _) if !err.logged_upstream() => {
+            tracing::error!(
+                request_id = crate::failures::request_id().unwrap_or_default(),
+                error = %error_chain(err),
+                "internal error"
+            );
+            let mut status = Status::new(code.grpc(), message);
+            crate::failures::mark_logged(&mut status);
+            status
         }
         _ => Status::new(code.grpc(), message),
+    };
+    if err.logged_upstream() {
+        crate::failures::mark_logged(&mut status);
     }
+    status
 }
 
 /// The field and reason of an `INVALID_ARGUMENT` received from another service: the field from

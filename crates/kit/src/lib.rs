@@ -1,6 +1,7 @@
 //! The service kit: what every Switchyard service is built from — configuration flags,
 //! telemetry with W3C trace propagation, the gRPC server (health, reflection, admission
-//! control, identity, graceful shutdown), the HTTP listener (deadlines for slow and idle
+//! control, identity, graceful shutdown, each failure logged once where it was decided, with
+//! the request id carried across services), the HTTP listener (deadlines for slow and idle
 //! clients, a connection cap), client channels, the shared error codes, caller
 //! identity (tenant, user, session keys), store plumbing (Redis, Postgres schemas, store
 //! flags, secrets), the record buffer that writes Postgres records off the request path,
@@ -10,6 +11,7 @@ pub mod backoff;
 pub mod client;
 pub mod config;
 pub mod error;
+pub mod failures;
 pub mod health;
 pub mod http_server;
 pub mod identity;

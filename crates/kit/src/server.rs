@@ -1,7 +1,8 @@
 //! The gRPC server every service runs: health and reflection (v1 and v1alpha, so grpcurl
 //! 1.8 works), a request id, a span per request continuing the caller's trace, admission
-//! control (a global concurrency limit that sheds instead of queueing, and a deadline), the
-//! caller's identity (`x-tenant-id`, `x-user-id`), message size limits, and a graceful
+//! control (a global concurrency limit that sheds instead of queueing, and a deadline), every
+//! error answered logged once (`failures`), the caller's identity (`x-tenant-id`,
+//! `x-user-id`), message size limits, and a graceful
 //! shutdown that drains in-flight calls and, when the grace runs out, ends the streams still
 //! open with UNAVAILABLE rather than cutting them mid-frame ([`ShutdownNotice`]).
 
@@ -32,7 +33,7 @@ use tower_http::{
 use tracing::Level;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-use crate::{config::ServerArgs, health::HealthHandle, identity::IdentityLayer, telemetry};
+use crate::{config::ServerArgs, failures::FailureLogLayer, health::HealthHandle, identity::IdentityLayer, telemetry};
 
 /// A bound, not yet serving, gRPC server.
 pub struct GrpcServer {
@@ -138,6 +139,9 @@ impl GrpcServer {
                     .on_response(DefaultOnResponse::new().level(Level::DEBUG))
                     .on_failure(DefaultOnFailure::new().level(Level::DEBUG)),
             )
+            // Every error answered, once, with the request id (and the id kept for the calls
+            // the request makes); inside the span, outside admission so sheds are counted.
+            .layer(FailureLogLayer)
             .layer(AdmissionLayer::new(args.concurrency_limit, args.request_timeout))
             // Tenant and user for every service, read once: handlers take `Identity::of`.
             .layer(IdentityLayer::grpc())
@@ -307,8 +311,8 @@ where
             return Box::pin(inner.call(request));
         }
         let Ok(permit) = self.layer.permits.clone().try_acquire_owned() else {
+            // Logged by the failure log, as every error answered.
             let limit = self.layer.limit;
-            tracing::warn!(limit, "overloaded, shedding request");
             return Box::pin(async move {
                 Ok(Status::resource_exhausted(format!(
                     "server overloaded: {limit} requests already in flight, retry with backoff"

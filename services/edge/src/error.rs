@@ -26,11 +26,21 @@ pub struct ApiError {
     retry_after: Option<u64>,
     /// `WWW-Authenticate` challenge, for 401.
     challenge: bool,
+    /// A service's error that service logged: the edge only maps it.
+    logged_upstream: bool,
 }
 
 impl ApiError {
     fn new(status: StatusCode, code: Code, message: impl Into<String>) -> Self {
-        Self { status, code, message: message.into(), field: None, retry_after: None, challenge: false }
+        Self {
+            status,
+            code,
+            message: message.into(),
+            field: None,
+            retry_after: None,
+            challenge: false,
+            logged_upstream: false,
+        }
     }
 
     /// 400 for one request field; the message is `field: reason`.
@@ -116,6 +126,7 @@ impl ApiError {
         };
         let mut error = Self::new(http, status.code(), message);
         error.field = field;
+        error.logged_upstream = switchyard_kit::failures::logged_upstream(status);
         if status.code() == Code::ResourceExhausted || status.code() == Code::Unavailable {
             error.retry_after = Some(1);
         }
@@ -182,8 +193,54 @@ impl IntoResponse for ApiError {
         if self.challenge {
             headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"switchyard\""));
         }
+        response.extensions_mut().insert(Answered {
+            code: self.code,
+            message: self.message,
+            logged_upstream: self.logged_upstream,
+        });
         response
     }
+}
+
+/// What an error response said, for [`log_failures`].
+#[derive(Debug, Clone)]
+struct Answered {
+    code: Code,
+    message: String,
+    logged_upstream: bool,
+}
+
+/// Logs every error the edge answers, once, with the request id: what the edge decided
+/// (credentials, rate limits, bad input, a service it could not reach), not a service's error
+/// it merely maps — that service logged it. Calls to the services carry the request id.
+pub async fn log_failures(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let request_id = request
+        .headers()
+        .get(switchyard_kit::failures::REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let (method, path) = (request.method().clone(), request.uri().path().to_owned());
+    let response = switchyard_kit::failures::with_request_id(request_id.clone(), next.run(request)).await;
+    let status = response.status();
+    if !status.is_client_error() && !status.is_server_error() {
+        return response;
+    }
+    let answered = response.extensions().get::<Answered>();
+    if answered.is_some_and(|a| a.logged_upstream) {
+        return response;
+    }
+    let code = answered.map_or("", |a| code_name(a.code));
+    let error = answered.map_or("", |a| a.message.as_str());
+    let (request_id, method, status) = (request_id.as_str(), method.as_str(), status.as_u16());
+    if status >= 500 {
+        tracing::error!(request_id, method, path, status, code, error, "request failed");
+    } else if status == 429 {
+        tracing::warn!(request_id, method, path, status, code, error, "request refused");
+    } else {
+        tracing::info!(request_id, method, path, status, code, error, "request refused");
+    }
+    response
 }
 
 /// A JSON body with its content type (axum's `Json` needs a feature we do not otherwise use).

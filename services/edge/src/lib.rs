@@ -33,7 +33,10 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, header};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use switchyard_kit::{ShutdownNotice, http_server::HttpLimits};
-use tower_http::cors::{AllowOrigin, CorsLayer};
+use tower_http::{
+    cors::{AllowOrigin, CorsLayer},
+    request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer},
+};
 
 pub use config::EdgeConfig;
 
@@ -109,7 +112,12 @@ pub fn app(edge: Arc<Edge>, cors_origins: &[String]) -> Router {
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/api/context/process/stream", post(rest::process_stream))
         .fallback(rest::transcode)
-        .with_state(edge);
+        .with_state(edge)
+        // A request id for every request (the caller's, or a new one), answered in
+        // `x-request-id`, sent on to the services and named in the one log line of a failure.
+        .layer(axum::middleware::from_fn(error::log_failures))
+        .layer(PropagateRequestIdLayer::x_request_id())
+        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid));
     match cors(cors_origins) {
         Some(layer) => router.layer(layer),
         None => router,
@@ -135,7 +143,7 @@ fn cors(origins: &[String]) -> Option<CorsLayer> {
                 header::CONTENT_TYPE,
                 "x-api-key".parse().expect("static header name"),
             ])
-            .expose_headers([header::RETRY_AFTER])
+            .expose_headers([header::RETRY_AFTER, "x-request-id".parse().expect("static header name")])
             .max_age(Duration::from_secs(600)),
     )
 }

@@ -108,9 +108,12 @@ impl Upstreams {
 }
 
 /// A transport failure names the service it could not reach ("tcp connect error" alone tells
-/// a caller nothing).
+/// a caller nothing). A status the service answered (and logged) is passed on as it is.
 fn named(upstream: Upstream, status: Status) -> Status {
-    if status.code() == tonic::Code::Unavailable && !status.message().starts_with(upstream.name()) {
+    if status.code() == tonic::Code::Unavailable
+        && !status.message().starts_with(upstream.name())
+        && !switchyard_kit::failures::logged_upstream(&status)
+    {
         Status::unavailable(format!("{} unavailable: {}", upstream.name(), status.message()))
     } else {
         status

@@ -212,14 +212,15 @@ impl SessionsClient {
 /// is missing); an invalid argument keeps the field the sessions service named, which is the
 /// router's field of the same name (`session_id`, `force_role_id`, `custom_instructions`).
 fn session_error(context: &'static str, status: &Status) -> RouterError {
-    match status.code() {
+    let err = match status.code() {
         tonic::Code::NotFound => RouterError::NotFound(status.message().to_owned()),
         tonic::Code::InvalidArgument => match switchyard_kit::error::field_violation(status) {
             (Some(field), reason) => RouterError::invalid(field, reason),
             (None, reason) => RouterError::invalid("session_id", reason),
         },
         _ => RouterError::from_status(context, status),
-    }
+    };
+    err.passed_on(status)
 }
 
 /// A tool the MCP agent may call, as the gateway lists it.

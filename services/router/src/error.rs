@@ -30,6 +30,11 @@ pub enum RouterError {
     /// A dependency (sessions, Postgres) failed; `code` keeps the class it came with.
     #[error("{context}: {message}")]
     Dependency { context: &'static str, code: ErrorCode, message: String },
+
+    /// An error another Switchyard service decided and logged, passed on unchanged otherwise:
+    /// the router does not log it a second time.
+    #[error("{0}")]
+    LoggedUpstream(Box<RouterError>),
 }
 
 impl RouterError {
@@ -40,6 +45,17 @@ impl RouterError {
     /// A status from another service, keeping its class.
     pub fn from_status(context: &'static str, status: &tonic::Status) -> Self {
         Self::Dependency { context, code: ErrorCode::from_grpc(status.code()), message: status.message().to_owned() }
+            .passed_on(status)
+    }
+
+    /// This error, made from `status`, marked as logged if the service that answered
+    /// `status` logged it.
+    pub fn passed_on(self, status: &tonic::Status) -> Self {
+        match self {
+            Self::LoggedUpstream(_) => self,
+            _ if switchyard_kit::failures::logged_upstream(status) => Self::LoggedUpstream(Box::new(self)),
+            _ => self,
+        }
     }
 
     pub fn unavailable(context: &'static str, message: impl Into<String>) -> Self {
@@ -63,13 +79,19 @@ impl ServiceError for RouterError {
             Self::Cancelled => ErrorCode::Unavailable,
             Self::ShuttingDown => ErrorCode::Unavailable,
             Self::Dependency { code, .. } => *code,
+            Self::LoggedUpstream(err) => err.code(),
         }
     }
 
     fn field(&self) -> Option<&str> {
         match self {
             Self::Invalid { field, .. } => Some(field),
+            Self::LoggedUpstream(err) => err.field(),
             _ => None,
         }
+    }
+
+    fn logged_upstream(&self) -> bool {
+        matches!(self, Self::LoggedUpstream(_))
     }
 }

@@ -128,7 +128,8 @@ impl RouterService for RouterGrpc {
             };
             let _ = out.send(last).await;
         };
-        tokio::spawn(task.instrument(tracing::Span::current()));
+        // The turn's calls to sessions and the gateway carry this request's id.
+        tokio::spawn(switchyard_kit::failures::carry_request_id(task.instrument(tracing::Span::current())));
         Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(out_rx))))
     }
 

@@ -45,6 +45,8 @@ pub struct Options {
     /// Sessions keep their record in a fresh Postgres schema (see [`Stack::sessions_schema`])
     /// and live state in Redis under a fresh prefix, instead of in memory.
     pub durable_sessions: bool,
+    /// The Redis durable sessions use, when not `REDIS_URL`'s (a proxy the test cuts).
+    pub sessions_redis_url: Option<String>,
     pub auth: Auth,
     pub configure: Box<dyn FnOnce(&mut EdgeConfig) + Send>,
     pub configure_router: Box<dyn FnOnce(&mut RouterConfig) + Send>,
@@ -55,6 +57,7 @@ impl Default for Options {
         Self {
             gateway: false,
             durable_sessions: false,
+            sessions_redis_url: None,
             auth: Auth::Open,
             configure: Box::new(|_| {}),
             configure_router: Box::new(|_| {}),
@@ -91,7 +94,8 @@ impl Stack {
             let stores = &mut sessions_config.stores;
             stores.in_memory = false;
             stores.database_url = Some(Secret::new(database_url()));
-            stores.redis_url = Some(Secret::new(switchyard_testkit::redis_url()));
+            let redis_url = options.sessions_redis_url.clone().unwrap_or_else(switchyard_testkit::redis_url);
+            stores.redis_url = Some(Secret::new(redis_url));
             stores.db_schema = schema.name().to_owned();
             stores.redis_prefix = prefix.as_str().to_owned();
             (Some(schema), Some(prefix))

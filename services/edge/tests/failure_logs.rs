@@ -1,0 +1,113 @@
+//! Every error answered to a caller is logged once, by the service that decided it, with the
+//! request id the edge answered in `x-request-id`: a Redis outage's 503 (sessions' Redis behind
+//! the test kit's cuttable proxy, the chat going edge → router → sessions) is one error line at
+//! the sessions service and none at the router or the edge; an error the edge decides itself
+//! is the edge's one line. The whole suite runs in this process, its logs captured in memory.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::{
+    io::Write,
+    sync::{Arc, Mutex, OnceLock},
+};
+
+use common::{Options, Stack};
+use serde_json::json;
+use switchyard_testkit::{llm::ScriptedLlm, proxy::TcpProxy, redis};
+
+/// Everything logged at info and above, by every service of the process.
+fn logs() -> Arc<Mutex<Vec<u8>>> {
+    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let buffer = Arc::new(Mutex::new(Vec::new()));
+        let writer = buffer.clone();
+        tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(move || Capture(writer.clone()))
+            .init();
+        buffer
+    })
+    .clone()
+}
+
+struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Capture {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The log lines about a failure of request `id` (the failure log's, and an internal error's).
+fn failure_lines(logs: &Mutex<Vec<u8>>, id: &str) -> Vec<String> {
+    let text = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
+    text.lines()
+        .filter(|line| line.contains(id))
+        .filter(|line| ["request failed", "request refused", "internal error"].iter().any(|m| line.contains(m)))
+        .map(str::to_owned)
+        .collect()
+}
+
+fn request_id(response: &reqwest::Response) -> String {
+    let id = response.headers().get("x-request-id").expect("the edge answers a request id");
+    id.to_str().unwrap().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_is_logged_once_where_it_was_decided() {
+    let logs = logs();
+    let proxy = TcpProxy::start(redis::redis_addr()).await;
+    let options = Options {
+        durable_sessions: true,
+        sessions_redis_url: Some(redis::redis_url_via(proxy.addr())),
+        ..Options::default()
+    };
+    let stack = Stack::start(ScriptedLlm::queue(vec![]).await, options).await;
+
+    proxy.cut();
+    let response = stack.send(reqwest::Method::POST, "/api/v1/chat", None, &json!({"message": "hello"})).await;
+    assert_eq!(response.status().as_u16(), 503, "{:?}", response.text().await);
+    let id = request_id(&response);
+    let lines = failure_lines(&logs, &id);
+    assert_eq!(lines.len(), 1, "one line, at the service that decided it: {lines:#?}");
+    let line = &lines[0];
+    assert!(line.contains(" ERROR "), "a server-side failure is an error: {line}");
+    assert!(line.contains("switchyard.sessions.v1.SessionService"), "decided by sessions: {line}");
+    assert!(line.contains("UNAVAILABLE"), "{line}");
+
+    // A mistake the edge finds itself is the edge's line, at info.
+    let response = stack
+        .http
+        .post(stack.url("/api/v1/chat"))
+        .header("content-type", "application/json")
+        .body("{\"message\": ")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 400);
+    let id = request_id(&response);
+    let lines = failure_lines(&logs, &id);
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    assert!(lines[0].contains(" INFO ") && lines[0].contains("/api/v1/chat"), "{}", lines[0]);
+
+    // A caller's own request id is kept, answered and logged.
+    let response = stack
+        .http
+        .post(stack.url("/api/v1/chat"))
+        .header("x-request-id", "caller-chosen-7")
+        .json(&json!({"message": "hello again"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 503);
+    assert_eq!(request_id(&response), "caller-chosen-7");
+    assert_eq!(failure_lines(&logs, "caller-chosen-7").len(), 1);
+    proxy.restore();
+}
