@@ -25,13 +25,17 @@ pub enum KeysCommand {
         /// The tenant the key acts for.
         #[arg(long)]
         tenant: String,
-        /// The user the key acts as (sessions and corrections are per user).
+        /// The user the key acts as: sessions and corrections are per user (another user of
+        /// the tenant gets 404 for them); without one, the key sees every session of the
+        /// tenant.
         #[arg(long)]
         user: Option<String>,
         /// A label to recognise the key by.
         #[arg(long, default_value = "")]
         name: String,
-        /// Let the key change the role catalogue and trigger packs.
+        /// Make the key an administrator of its tenant: it may create, change and delete the
+        /// tenant's own roles (updating a built-in role makes the tenant's own copy; built-ins
+        /// themselves are read-only) and read every user's sessions of the tenant.
         #[arg(long)]
         admin: bool,
     },

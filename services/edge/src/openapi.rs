@@ -95,7 +95,10 @@ pub fn generate(routes: &RouteTable) -> Value {
             }
             BodyRule::None => {}
         }
-        if route.rpc.admin_only {
+        if route.rpc.operator_only {
+            operation["description"] =
+                json!("Needs an administrator credential of the `default` tenant (403 otherwise).");
+        } else if route.rpc.admin_only {
             operation["description"] = json!("Needs an administrator credential (403 otherwise).");
         }
         paths

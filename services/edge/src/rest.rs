@@ -17,6 +17,7 @@ use prost_reflect::{DynamicMessage, ReflectMessage, Value as ProtoValue};
 use serde::Deserialize;
 use serde_json::Value;
 use switchyard_kit::ShutdownNotice;
+use switchyard_kit::TenantId;
 use switchyard_proto::router::v1 as router;
 
 use crate::{
@@ -67,6 +68,13 @@ async fn transcode_inner(
     if route.rpc.admin_only && !caller.admin {
         return Err(ApiError::forbidden(format!("{} needs an administrator credential", route.rpc.full_name())));
     }
+    if route.rpc.operator_only && !(caller.admin && caller.tenant.as_str() == TenantId::DEFAULT) {
+        return Err(ApiError::forbidden(format!(
+            "{} works on the trigger registry every tenant shares: it needs an administrator of the `{}` tenant",
+            route.rpc.full_name(),
+            TenantId::DEFAULT
+        )));
+    }
     let bytes = edge.read_json_body(headers, body).await?;
     let request = message::request(route, &bytes, &bindings, uri.query())?;
     if route.rpc.method.is_server_streaming() {
@@ -76,7 +84,8 @@ async fn transcode_inner(
             .server_streaming(route.rpc.upstream, route.rpc.grpc_path.clone(), route.rpc.method.output(), request)
             .await
             .map_err(|status| ApiError::from_status(&status))?;
-        let events = client_stream(stream, edge.shutdown.clone(), |message| vec![event_of(&message)], error_event, None);
+        let events =
+            client_stream(stream, edge.shutdown.clone(), |message| vec![event_of(&message)], error_event, None);
         return Ok(sse(events));
     }
     let request = upstream::request(request, &caller, Some(edge.request_timeout));
@@ -123,23 +132,36 @@ pub fn client_stream<T: Send + 'static>(
         end: Option<Event>,
     }
     let relay = Relay { upstream: Box::pin(upstream), shutdown, event, failed, end };
-    futures::stream::unfold(Some(relay), |relay| async move {
-        let mut relay = relay?;
-        let item = tokio::select! {
-            biased;
-            () = relay.shutdown.cut() => {
-                tracing::warn!("stream ended early: the edge is shutting down");
-                return Some((vec![(relay.failed)(&ApiError::unavailable(EDGE_SHUTTING_DOWN))], None));
+    // The stream outlives the handler: its failures are logged here, with the request's id.
+    let request_id = switchyard_kit::failures::request_id().unwrap_or_default();
+    futures::stream::unfold(Some(relay), move |relay| {
+        let request_id = request_id.clone();
+        async move {
+            let mut relay = relay?;
+            let item = tokio::select! {
+                biased;
+                () = relay.shutdown.cut() => {
+                    tracing::warn!(request_id, "stream ended early: the edge is shutting down");
+                    return Some((vec![(relay.failed)(&ApiError::unavailable(EDGE_SHUTTING_DOWN))], None));
+                }
+                item = relay.upstream.next() => item,
+            };
+            match item {
+                Some(Ok(message)) => {
+                    let events = (relay.event)(message);
+                    Some((events, Some(relay)))
+                }
+                Some(Err(status)) => {
+                    // A status the service answered was logged there; one the connection made
+                    // (the service gone mid-stream) is the edge's to log.
+                    if !switchyard_kit::failures::logged_upstream(&status) {
+                        let code = crate::error::code_name(status.code());
+                        tracing::error!(request_id, code, error = status.message(), "stream failed");
+                    }
+                    Some((vec![(relay.failed)(&ApiError::from_status(&status))], None))
+                }
+                None => Some((relay.end.take().into_iter().collect(), None)),
             }
-            item = relay.upstream.next() => item,
-        };
-        match item {
-            Some(Ok(message)) => {
-                let events = (relay.event)(message);
-                Some((events, Some(relay)))
-            }
-            Some(Err(status)) => Some((vec![(relay.failed)(&ApiError::from_status(&status))], None)),
-            None => Some((relay.end.take().into_iter().collect(), None)),
         }
     })
     .flat_map(futures::stream::iter)

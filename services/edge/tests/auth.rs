@@ -262,15 +262,15 @@ async fn a_tenants_roles_are_its_own_and_built_ins_are_read_only() {
     assert!(ids.contains(&"finance-expert") && !ids.contains(&"mortgage-expert"), "{ids:?}");
     assert!(!body.to_string().contains("ACME-SECRET"));
     let patch = json!({"system_prompt": "hijacked"});
-    let response = stack.send(reqwest::Method::PATCH, "/api/context/roles/mortgage-expert", Some(&b_admin), &patch).await;
+    let response =
+        stack.send(reqwest::Method::PATCH, "/api/context/roles/mortgage-expert", Some(&b_admin), &patch).await;
     assert_eq!(json(response).await.0, 404, "B's administrator cannot change A's role");
     let response =
         stack.send(reqwest::Method::DELETE, "/api/context/roles/mortgage-expert", Some(&b_admin), &json!({})).await;
     assert_eq!(json(response).await.0, 404, "nor delete it");
-    let (status, _) = json(
-        stack.post("/api/context/sessions", Some(&b_user), &json!({"initial_role_id": "mortgage-expert"})).await,
-    )
-    .await;
+    let (status, _) =
+        json(stack.post("/api/context/sessions", Some(&b_user), &json!({"initial_role_id": "mortgage-expert"})).await)
+            .await;
     assert_eq!(status, 404, "nor start a session in it");
     let b_session = new_session(&stack, &b_user).await;
     let forced = json!({"session_id": b_session, "query": "escrow question", "force_role_id": "mortgage-expert"});
@@ -289,12 +289,27 @@ async fn a_tenants_roles_are_its_own_and_built_ins_are_read_only() {
     let (status, turn) = json(stack.post("/api/context/process", Some(&a_user), &query).await).await;
     assert_eq!((status, turn["role_id"].as_str()), (200, Some("mortgage-expert")), "{turn}");
 
+    // The trigger registry every tenant shares is the operator's alone: B's administrator can
+    // neither rewrite a built-in's triggers there nor read A's role's patterns from it.
+    let put = json!({"domains": ["legal"]});
+    let response = stack.send(reqwest::Method::PUT, "/api/triggers/roles/finance-expert", Some(&b_admin), &put).await;
+    assert_eq!(json(response).await.0, 403);
+    let response =
+        stack.send(reqwest::Method::DELETE, "/api/triggers/roles/finance-expert", Some(&b_admin), &json!({})).await;
+    assert_eq!(json(response).await.0, 403);
+    let (status, body) = json(stack.get("/api/triggers/roles", Some(&b_admin)).await).await;
+    assert_eq!(status, 403, "{body}");
+    let detect = json!({"query": "How does escrow work?"});
+    assert_eq!(json(stack.post("/api/triggers/detect", Some(&b_user), &detect).await).await.0, 403);
+    assert_eq!(json(stack.get("/api/triggers/domains", Some(&b_user)).await).await.0, 200, "the packs are public");
+
     // A built-in is read-only for every tenant: updating makes B's own copy, seen by B alone.
     let (status, body) = json(stack.get("/api/context/roles/finance-expert", Some(&a_user)).await).await;
     assert_eq!((status, body["role"]["built_in"].as_bool()), (200, Some(true)));
     let builtin_prompt = body["role"]["system_prompt"].clone();
     let patch = json!({"system_prompt": "Tenant B's finance house style."});
-    let response = stack.send(reqwest::Method::PATCH, "/api/context/roles/finance-expert", Some(&b_admin), &patch).await;
+    let response =
+        stack.send(reqwest::Method::PATCH, "/api/context/roles/finance-expert", Some(&b_admin), &patch).await;
     let (status, body) = json(response).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["role"]["built_in"], false, "B's own copy");

@@ -1,12 +1,12 @@
 //! The sessions service's view of the triggers service: picking the best role for a query
 //! (with hysteresis towards the session's role) and keeping role registrations in step.
 
+use sha2::{Digest, Sha256};
 use switchyard_kit::client::{InvalidUrl, TracedChannel, connect_lazy};
 use switchyard_proto::triggers::v1::{
     self as pb, GetBestRoleRequest, RegisterRoleTriggersRequest, UnregisterRoleRequest,
     trigger_service_client::TriggerServiceClient,
 };
-use sha2::{Digest, Sha256};
 use tonic::Code;
 
 use crate::domain::{Role, RoleId, TriggerKind};

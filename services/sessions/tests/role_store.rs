@@ -91,7 +91,8 @@ async fn role_store_behaves(store: Arc<dyn RoleStore>) {
 /// tenant's override) or with another tenant's role, and each is written and removed alone.
 async fn tenants_keep_their_own_roles(store: &dyn RoleStore) {
     let tenant = |name: &str| Some(TenantId::parse(name).unwrap());
-    let own = |name: &str, prompt: &str| Role { tenant: tenant(name), system_prompt: prompt.to_owned(), ..role("zoning") };
+    let own =
+        |name: &str, prompt: &str| Role { tenant: tenant(name), system_prompt: prompt.to_owned(), ..role("zoning") };
     let (acme, globex) = (own("acme", "Acme's zoning rules."), own("globex", "Globex's zoning rules."));
     assert!(store.insert(&globex).await.unwrap());
     assert!(store.insert(&acme).await.unwrap(), "another tenant's role of the same id is no conflict");

@@ -524,7 +524,11 @@ async fn a_session_is_its_users_even_rebuilt_from_postgres_and_internal_callers_
     assert_eq!(sessions.close_session(bob(close())).await.unwrap_err().code(), Code::NotFound);
     let append = || AppendMessagesRequest {
         session_id: "owned".into(),
-        messages: vec![ConversationMessage { role: MessageRole::User.into(), content: "hi".into(), ..Default::default() }],
+        messages: vec![ConversationMessage {
+            role: MessageRole::User.into(),
+            content: "hi".into(),
+            ..Default::default()
+        }],
     };
     assert_eq!(sessions.append_messages(bob(append())).await.unwrap_err().code(), Code::NotFound);
 
@@ -603,5 +607,39 @@ async fn a_tenants_role_is_invisible_to_other_tenants_and_never_chosen_for_their
         .into_inner();
     assert_eq!(turn.role_id, "space-expert");
     assert!(turn.system_prompt.contains("Globex stargazing.") && !turn.system_prompt.contains("ACME-SECRET"));
+    suite.stop().await;
+}
+
+#[tokio::test]
+async fn a_nul_is_refused_in_catalogue_text_and_ids_and_recorded_safely_in_queries() {
+    let suite = Suite::start().await;
+    let channel = suite.channel().await;
+    let mut roles = RoleServiceClient::new(channel.clone());
+    let mut sessions = SessionServiceClient::new(channel);
+
+    let mut named = role("space-expert", "rocketry");
+    named.name = "Space\0 Expert".into();
+    let err = roles.create_role(CreateRoleRequest { role: Some(named) }).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert!(err.message().starts_with("role.name:"), "{}", err.message());
+    let err = sessions.create_session(create("a\0b", "general-assistant")).await.unwrap_err();
+    assert!(err.code() == Code::InvalidArgument && err.message().starts_with("session_id"), "{err:?}");
+    let mut tagged = create("tagged", "general-assistant");
+    tagged.metadata.insert("channel".into(), "web\0".into());
+    let err = sessions.create_session(tagged).await.unwrap_err();
+    assert!(err.code() == Code::InvalidArgument && err.message().starts_with("metadata[channel]"), "{err:?}");
+
+    // A query is conversation content: matched and switched on as sent, recorded with U+FFFD.
+    sessions.create_session(create("nul", "general-assistant")).await.expect("create");
+    let query = format!("{FINANCE_ONLY} \0");
+    let switched = sessions.process_query(process("nul", &query)).await.expect("process").into_inner();
+    assert_eq!((switched.role_id.as_str(), switched.switched), ("finance-expert", true));
+    sessions.create_session(create("after", "general-assistant")).await.expect("create");
+    sessions.process_query(process("after", FINANCE_ONLY)).await.expect("process");
+    for (id, excerpt) in [("nul", format!("{FINANCE_ONLY} \u{FFFD}")), ("after", FINANCE_ONLY.to_owned())] {
+        let history = sessions.get_history(GetHistoryRequest { session_id: id.into(), ..Default::default() }).await;
+        let events = history.expect("history").into_inner().events;
+        assert_eq!(events.iter().map(|e| e.query_excerpt.as_str()).collect::<Vec<_>>(), [excerpt.as_str()], "{id}");
+    }
     suite.stop().await;
 }

@@ -41,14 +41,25 @@ impl Upstream {
     }
 }
 
-/// RPCs that change what every tenant sees (the role catalogue and trigger packs): callers
-/// need an administrator credential.
+/// RPCs that change a tenant's roles or the trigger registry: callers need an administrator
+/// credential.
 const ADMIN_RPCS: &[&str] = &[
     "switchyard.sessions.v1.RoleService.CreateRole",
     "switchyard.sessions.v1.RoleService.UpdateRole",
     "switchyard.sessions.v1.RoleService.DeleteRole",
     "switchyard.triggers.v1.TriggerService.RegisterRoleTriggers",
     "switchyard.triggers.v1.TriggerService.UnregisterRole",
+];
+
+/// RPCs on the trigger registry itself, which holds every tenant's roles (their ids and
+/// patterns) and decides for all of them: only an administrator of the `default` tenant (the
+/// operator's; open mode is one) may call them. Tenants reach detection through their sessions.
+const OPERATOR_RPCS: &[&str] = &[
+    "switchyard.triggers.v1.TriggerService.RegisterRoleTriggers",
+    "switchyard.triggers.v1.TriggerService.UnregisterRole",
+    "switchyard.triggers.v1.TriggerService.ListRoleTriggers",
+    "switchyard.triggers.v1.TriggerService.DetectTriggers",
+    "switchyard.triggers.v1.TriggerService.GetBestRole",
 ];
 
 /// How a response becomes JSON.
@@ -68,6 +79,8 @@ pub struct Rpc {
     pub grpc_path: http::uri::PathAndQuery,
     pub upstream: Upstream,
     pub admin_only: bool,
+    /// Needs an administrator of the `default` tenant (see [`OPERATOR_RPCS`]).
+    pub operator_only: bool,
 }
 
 impl Rpc {
@@ -148,6 +161,7 @@ impl RouteTable {
                         .map_err(|e: http::uri::InvalidUri| rule_error(e.to_string()))?,
                     upstream,
                     admin_only: ADMIN_RPCS.contains(&method.full_name()),
+                    operator_only: OPERATOR_RPCS.contains(&method.full_name()),
                     method: method.clone(),
                 });
                 let shape = if method.full_name() == "switchyard.router.v1.RouterService.Chat" {
@@ -288,7 +302,11 @@ mod tests {
         };
         assert!(matches!(&route.body, BodyRule::Field(field) if field.name() == "role"));
         assert_eq!(bindings[0].field_path, ["role", "id"]);
-        assert!(route.rpc.admin_only);
+        assert!(route.rpc.admin_only && !route.rpc.operator_only, "a tenant's administrator changes its roles");
+        let Lookup::Found(route, _) = table.find(&Method::PUT, "/api/triggers/roles/tech-expert") else {
+            panic!("trigger registration route not found");
+        };
+        assert!(route.rpc.operator_only, "the shared trigger registry is the operator's");
 
         match table.find(&Method::PUT, "/api/context/sessions") {
             Lookup::MethodNotAllowed(allowed) => assert_eq!(allowed, [Method::POST]),
