@@ -78,7 +78,7 @@ fn assert_rest_ends_with_one_error(events: &[(String, Value)], message: &str) {
     assert_eq!(name, "error", "{names:?}");
     assert_eq!(error["error"]["code"], 503, "{error}");
     assert_eq!(error["error"]["status"], "UNAVAILABLE", "{error}");
-    assert!(error["error"]["message"].as_str().unwrap().contains(message), "{error}");
+    assert!(error["error"]["message"].as_str().is_some_and(|m| m.contains(message)), "{error}");
 }
 
 /// One error chunk in OpenAI's shape, the last: no `[DONE]` after it.
@@ -91,7 +91,7 @@ fn assert_openai_ends_with_one_error(events: &[(String, Value)], message: &str) 
     assert!(last.get("error").is_some(), "the error chunk is the last, no [DONE]: {data:?}");
     assert_eq!(last["error"]["type"], "api_error", "{last}");
     assert_eq!(last["error"]["code"], "unavailable", "{last}");
-    assert!(last["error"]["message"].as_str().unwrap().contains(message), "{last}");
+    assert!(last["error"]["message"].as_str().is_some_and(|m| m.contains(message)), "{last}");
 }
 
 #[tokio::test]
