@@ -96,10 +96,8 @@ fn assert_openai_ends_with_one_error(events: &[(String, Value)], message: &str) 
 
 #[tokio::test]
 async fn streams_cut_by_the_routers_shutdown_end_with_one_error_event_each() {
-    let options = Options {
-        configure_router: Box::new(|config| config.server.shutdown_grace = GRACE),
-        ..Options::default()
-    };
+    let options =
+        Options { configure_router: Box::new(|config| config.server.shutdown_grace = GRACE), ..Options::default() };
     let stack = Stack::start(slow_vendor().await, options).await;
     let (rest, openai) = open_both(&stack).await;
 
