@@ -284,7 +284,9 @@ impl Router {
         started: Instant,
     ) -> RouterError {
         let Interrupted { id, session_id, meta, answer } = turn;
-        tracing::warn!(
+        // The UNAVAILABLE the caller gets is the error line (the kit's failure log, with the
+        // request id); this one says what the turn had.
+        tracing::info!(
             response_id = %id,
             session_id = %session_id,
             route = meta.route.as_str(),
