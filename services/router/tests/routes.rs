@@ -340,3 +340,46 @@ async fn a_client_that_leaves_cancels_the_turn() {
         .into_inner();
     assert!(session.recent_messages.is_empty(), "{:?}", session.recent_messages);
 }
+
+fn tenant_expert_script(request: &Recorded) -> Reply {
+    if is_routing_call(request) {
+        Reply::tool_call("use_multiagent_orchestration", r#"{"domains": ["finance", "technical"], "reasoning": "x"}"#)
+    } else if request.system_text().contains("one of several experts") {
+        Reply::text("An expert's view.")
+    } else {
+        Reply::text("Synthesis.")
+    }
+}
+
+#[tokio::test]
+async fn experts_are_the_callers_tenants_roles_never_another_tenants() {
+    use switchyard_proto::sessions::v1::{Role, UpdateRoleRequest, role_service_client::RoleServiceClient};
+    let llm = ScriptedLlm::start(tenant_expert_script).await;
+    let suite = Suite::start(llm).await;
+    // Acme makes the built-in finance expert its own, with a prompt no other tenant may see.
+    let mut roles = RoleServiceClient::new(suite.sessions_channel().await);
+    let own =
+        Role { id: "finance-expert".into(), system_prompt: "ACME-SECRET: our loan book.".into(), ..Role::default() };
+    let mask = prost_types::FieldMask { paths: vec!["system_prompt".into()] };
+    let update = UpdateRoleRequest { role: Some(own), update_mask: Some(mask) };
+    roles.update_role(common::as_tenant("acme", update)).await.expect("acme's own copy");
+
+    let mut client = suite.client().await;
+    let question = "Analyze the technical architecture and business implications of migrating to microservices";
+    let experts_asked = |requests: Vec<Recorded>| -> Vec<String> {
+        requests
+            .iter()
+            .map(|request| request.system_text())
+            .filter(|system| system.contains("one of several experts"))
+            .collect()
+    };
+    client.chat(common::as_tenant("acme", chat(question))).await.expect("acme's chat");
+    let acme = experts_asked(suite.llm.take_requests());
+    assert!(acme.iter().any(|system| system.contains("ACME-SECRET")), "acme's expert is its own copy: {acme:?}");
+
+    // Within the role list's cache time, another tenant's experts are the built-ins.
+    client.chat(common::as_tenant("globex", chat(question))).await.expect("globex's chat");
+    let globex = experts_asked(suite.llm.take_requests());
+    assert_eq!(globex.len(), 2, "{globex:?}");
+    assert!(globex.iter().all(|system| !system.contains("ACME-SECRET")), "{globex:?}");
+}
