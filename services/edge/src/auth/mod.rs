@@ -1,6 +1,7 @@
 //! Who is calling. Every API request carries an API key or a JWT bearer token; the tenant and
 //! user come from the credential alone and reach the services as `x-tenant-id` /
-//! `x-user-id` (see `upstream::request`): a caller's own identity headers are never read.
+//! `x-user-id`, with `x-switchyard-admin` for an administrator (see `upstream::request`): a
+//! caller's own identity headers are never read.
 //! Open mode, for `switchyard dev`, lets requests without a credential through as the default
 //! tenant.
 
@@ -26,7 +27,8 @@ pub struct Caller {
     pub user: Option<UserId>,
     /// What rate limits count against: the key id, or the token's tenant and subject.
     pub principal: String,
-    /// May change the role catalogue and trigger packs.
+    /// Administers its tenant: changes the tenant's roles and reads its users' sessions (and,
+    /// in the `default` tenant, works on the trigger registry every tenant shares).
     pub admin: bool,
 }
 
