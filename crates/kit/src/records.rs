@@ -407,10 +407,19 @@ impl<R: BufferedRecord> RecordBuffer<R> {
             tokio::time::sleep(pause).await;
         }
         let lost = self.backlog();
+        // Set aside since start: each was logged with its key fields when it was refused.
+        let set_aside = self.set_aside();
         if lost > 0 {
-            tracing::error!(records = self.config.name, written, lost, ?deadline, "records not written before exit");
+            tracing::error!(
+                records = self.config.name,
+                written,
+                lost,
+                set_aside,
+                ?deadline,
+                "records not written before exit"
+            );
         } else if written > 0 {
-            tracing::info!(records = self.config.name, written, "records drained at shutdown");
+            tracing::info!(records = self.config.name, written, set_aside, "records drained at shutdown");
         }
         DrainReport { written, lost }
     }

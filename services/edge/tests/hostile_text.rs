@@ -104,3 +104,13 @@ async fn a_nul_in_a_roles_text_is_refused_naming_the_field() {
             .await;
     assert_eq!((status, violation(&body)), (400, Some("metadata[channel]")), "{body}");
 }
+
+#[tokio::test]
+async fn an_api_key_name_with_a_nul_is_refused_naming_the_field() {
+    let stack = durable_stack().await;
+    let keys = stack.keys.as_ref().unwrap();
+    let tenant = switchyard_kit::TenantId::parse("acme").unwrap();
+    let err = keys.create(&tenant, None, "ci\0bot", false).await.err().expect("refused");
+    assert!(err.to_string().starts_with("name: "), "{err}");
+    keys.create(&tenant, None, "ci-bot", false).await.expect("created without the NUL");
+}
