@@ -110,7 +110,7 @@ async fn an_api_key_name_with_a_nul_is_refused_naming_the_field() {
     let stack = durable_stack().await;
     let keys = stack.keys.as_ref().unwrap();
     let tenant = switchyard_kit::TenantId::parse("acme").unwrap();
-    let err = keys.create(&tenant, None, "ci\0bot", false).await.err().expect("refused");
+    let err = keys.create(&tenant, None, "ci\0bot", false).await.expect_err("refused");
     assert!(err.to_string().starts_with("name: "), "{err}");
     keys.create(&tenant, None, "ci-bot", false).await.expect("created without the NUL");
 }
