@@ -2,7 +2,8 @@
 //! request id the edge answered in `x-request-id`: a Redis outage's 503 (sessions' Redis behind
 //! the test kit's cuttable proxy, the chat going edge → router → sessions) is one error line at
 //! the sessions service and none at the router or the edge; an error the edge decides itself
-//! is the edge's one line. The whole suite runs in this process, its logs captured in memory.
+//! is the edge's one line, and a caller's mistake found by triggers behind sessions is the
+//! triggers service's. The whole suite runs in this process, its logs captured in memory.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -70,6 +71,17 @@ async fn an_error_is_logged_once_where_it_was_decided() {
         ..Options::default()
     };
     let stack = Stack::start(ScriptedLlm::queue(vec![]).await, options).await;
+
+    // A caller's mistake found two services down (a regex the triggers service refuses, in a
+    // role sent to sessions) is logged by the triggers service only, at info.
+    let role = json!({"id": "escrow-expert", "name": "Escrow expert", "system_prompt": "You know escrow.",
+        "custom_triggers": [{"pattern": "(escrow", "kind": "TRIGGER_KIND_REGEX", "priority": 5}]});
+    let response = stack.send(reqwest::Method::POST, "/api/context/roles", None, &role).await;
+    let id = request_id(&response);
+    assert_eq!(response.status().as_u16(), 400, "{:?}", response.text().await);
+    let lines = failure_lines(&logs, &id);
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    assert!(lines[0].contains(" INFO ") && lines[0].contains("switchyard.triggers.v1.TriggerService"), "{}", lines[0]);
 
     proxy.cut();
     let response = stack.send(reqwest::Method::POST, "/api/v1/chat", None, &json!({"message": "hello"})).await;

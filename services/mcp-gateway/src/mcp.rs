@@ -324,6 +324,15 @@ impl McpHandler {
 /// Gateway errors as MCP errors: the caller's mistakes as invalid params (naming what), a
 /// downstream's own error passed back unchanged.
 pub fn to_mcp(err: GatewayError) -> McpError {
+    // The one place the gateway's own errors become an MCP client's: each logged here, once (a
+    // downstream server's error is that server's, passed on as it is).
+    match &err {
+        GatewayError::Downstream(_) => {}
+        GatewayError::InvalidArgument { .. } | GatewayError::UnknownTool(_) => {
+            tracing::info!(error = %err, "mcp request refused");
+        }
+        _ => tracing::error!(error = %err, "mcp request failed"),
+    }
     match err {
         GatewayError::InvalidArgument { .. } => McpError::invalid_params(err.to_string(), None),
         GatewayError::UnknownTool(ref name) => McpError::invalid_params(err.to_string(), Some(json!({"tool": name}))),

@@ -33,11 +33,19 @@ pub enum SessionsError {
     Unavailable(String),
     #[error("{0}")]
     Internal(String),
+    /// An error the triggers service decided and logged, passed on: not logged again here.
+    #[error("{0}")]
+    LoggedUpstream(Box<SessionsError>),
 }
 
 impl SessionsError {
     pub fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Self {
         Self::InvalidArgument { field: field.into(), reason: reason.into() }
+    }
+
+    /// This error, marked as logged upstream when `logged` (see [`Self::LoggedUpstream`]).
+    pub fn passed_on(self, logged: bool) -> Self {
+        if logged && !matches!(self, Self::LoggedUpstream(_)) { Self::LoggedUpstream(Box::new(self)) } else { self }
     }
 
     pub fn unavailable(what: &str, err: impl std::fmt::Display) -> Self {
@@ -72,13 +80,19 @@ impl ServiceError for SessionsError {
             Self::SessionClosed(_) | Self::RoleProtected(_) | Self::RoleBuiltIn(_) => ErrorCode::FailedPrecondition,
             Self::Unavailable(_) => ErrorCode::Unavailable,
             Self::Internal(_) => ErrorCode::Internal,
+            Self::LoggedUpstream(err) => err.code(),
         }
     }
 
     fn field(&self) -> Option<&str> {
         match self {
             Self::InvalidArgument { field, .. } => Some(field),
+            Self::LoggedUpstream(err) => err.field(),
             _ => None,
         }
+    }
+
+    fn logged_upstream(&self) -> bool {
+        matches!(self, Self::LoggedUpstream(_))
     }
 }

@@ -339,12 +339,16 @@ impl RoleCatalog {
     }
 
     async fn register(&self, role: &Role) -> Result<(), SessionsError> {
-        self.triggers.register(&registry_id(role), role).await.map_err(|err| match err {
-            TriggersError::Rejected { field: Some(field), reason } => {
-                SessionsError::invalid(format!("role.{field}"), reason)
-            }
-            TriggersError::Rejected { field: None, reason } => SessionsError::invalid("role", reason),
-            other => SessionsError::unavailable("registering the role's triggers", other),
+        self.triggers.register(&registry_id(role), role).await.map_err(|err| {
+            let logged = err.logged_upstream();
+            let passed = match err {
+                TriggersError::Rejected { field: Some(field), reason, .. } => {
+                    SessionsError::invalid(format!("role.{field}"), reason)
+                }
+                TriggersError::Rejected { field: None, reason, .. } => SessionsError::invalid("role", reason),
+                other => SessionsError::unavailable("registering the role's triggers", other),
+            };
+            passed.passed_on(logged)
         })
     }
 

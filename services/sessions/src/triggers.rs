@@ -33,25 +33,32 @@ pub enum TriggersError {
     UnknownRole(String),
     /// The triggers service rejected a request field (e.g. `custom_triggers[0].pattern`);
     /// `field` is `None` when the answer did not say which.
+    /// `logged`: the triggers service logged it (passed on, it is not logged again).
     #[error("{}{reason}", .field.as_deref().map(|f| format!("{f}: ")).unwrap_or_default())]
-    Rejected { field: Option<String>, reason: String },
-    #[error("triggers service unavailable: {0}")]
-    Unavailable(String),
+    Rejected { field: Option<String>, reason: String, logged: bool },
+    #[error("triggers service unavailable: {message}")]
+    Unavailable { message: String, logged: bool },
 }
 
 impl TriggersError {
     fn from_status(status: tonic::Status, role: &str) -> Self {
+        let logged = switchyard_kit::failures::logged_upstream(&status);
         match status.code() {
             Code::NotFound => Self::UnknownRole(role.to_owned()),
             Code::InvalidArgument => Self::rejected(&status),
-            _ => Self::Unavailable(format!("{}: {}", status.code(), status.message())),
+            _ => Self::Unavailable { message: format!("{}: {}", status.code(), status.message()), logged },
         }
     }
 
     /// The field at fault, from the status's `BadRequest` detail (or its message).
     fn rejected(status: &tonic::Status) -> Self {
         let (field, reason) = switchyard_kit::error::field_violation(status);
-        Self::Rejected { field, reason }
+        Self::Rejected { field, reason, logged: switchyard_kit::failures::logged_upstream(status) }
+    }
+
+    /// Whether the triggers service logged this error.
+    pub fn logged_upstream(&self) -> bool {
+        matches!(self, Self::Rejected { logged: true, .. } | Self::Unavailable { logged: true, .. })
     }
 }
 
@@ -177,7 +184,7 @@ mod tests {
 
     fn rejected(status: tonic::Status) -> (Option<String>, String) {
         match TriggersError::from_status(status, "tech-expert") {
-            TriggersError::Rejected { field, reason } => (field, reason),
+            TriggersError::Rejected { field, reason, .. } => (field, reason),
             other => panic!("expected a rejection, got {other:?}"),
         }
     }
@@ -235,9 +242,10 @@ mod tests {
 
     #[test]
     fn a_rejection_prints_as_the_triggers_service_wrote_it() {
-        let with_field = TriggersError::Rejected { field: Some("query".to_owned()), reason: "too long".to_owned() };
+        let with_field =
+            TriggersError::Rejected { field: Some("query".to_owned()), reason: "too long".to_owned(), logged: false };
         assert_eq!(with_field.to_string(), "query: too long");
-        let without = TriggersError::Rejected { field: None, reason: "bad request".to_owned() };
+        let without = TriggersError::Rejected { field: None, reason: "bad request".to_owned(), logged: false };
         assert_eq!(without.to_string(), "bad request");
     }
 }

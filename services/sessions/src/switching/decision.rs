@@ -52,8 +52,9 @@ impl Decision {
     ) -> Result<Self, SessionsError> {
         let detection = match answer {
             Ok(detection) => detection,
-            Err(TriggersError::Rejected { field, reason }) => {
-                return Err(SessionsError::invalid(field.unwrap_or_else(|| "query".to_owned()), reason));
+            Err(TriggersError::Rejected { field, reason, logged }) => {
+                let err = SessionsError::invalid(field.unwrap_or_else(|| "query".to_owned()), reason);
+                return Err(err.passed_on(logged));
             }
             Err(err) => {
                 tracing::warn!(%err, role_id = %current.id, "trigger detection unavailable, keeping the current role");
@@ -171,7 +172,7 @@ mod tests {
 
     #[test]
     fn detection_down_keeps_the_role_and_says_why() {
-        let answer = Err(TriggersError::Unavailable("connection refused".to_owned()));
+        let answer = Err(TriggersError::Unavailable { message: "connection refused".to_owned(), logged: false });
         let decision = Decision::detected(answer, &role("tech-expert"), known).unwrap();
         assert_eq!((new_role(&decision), decision.reason), (None, SwitchReason::DetectionUnavailable));
         assert_eq!(
@@ -183,8 +184,11 @@ mod tests {
     #[test]
     fn a_rejected_query_is_the_callers_error_naming_the_field() {
         let rejected = |field: Option<&str>| {
-            let answer =
-                Err(TriggersError::Rejected { field: field.map(str::to_owned), reason: "too long".to_owned() });
+            let answer = Err(TriggersError::Rejected {
+                field: field.map(str::to_owned),
+                reason: "too long".to_owned(),
+                logged: false,
+            });
             match Decision::detected(answer, &role("tech-expert"), known).unwrap_err() {
                 SessionsError::InvalidArgument { field, reason } => (field, reason),
                 other => panic!("expected an invalid argument, got {other:?}"),
