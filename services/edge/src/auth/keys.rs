@@ -281,14 +281,10 @@ impl KeyStore {
     fn stale(&self, remembered: Option<(Option<Caller>, Instant)>) -> Result<Caller, ApiError> {
         match remembered {
             Some((Some(caller), at)) if self.servable(at) => Ok(caller),
-            _ => {
-                tracing::warn!(
-                    "api key refused with 503: the key store is unreachable and the key was not accepted recently"
-                );
-                Err(ApiError::unavailable(
-                    "credentials cannot be checked right now: the API key store is unreachable; retry shortly",
-                ))
-            }
+            // Logged once with the request id where the edge answers it (`error::log_failures`).
+            _ => Err(ApiError::unavailable(
+                "credentials cannot be checked right now: the API key store is unreachable; retry shortly",
+            )),
         }
     }
 
