@@ -109,6 +109,14 @@ async fn an_error_is_logged_once_where_it_was_decided() {
     assert_eq!(lines.len(), 1, "{lines:#?}");
     assert!(lines[0].contains(" INFO ") && lines[0].contains("/api/v1/chat"), "{}", lines[0]);
 
+    // A service the edge cannot reach (no gateway in this stack) is the edge's error line.
+    let response = stack.get("/api/mcp/servers", None).await;
+    assert_eq!(response.status().as_u16(), 503);
+    let id = request_id(&response);
+    let lines = failure_lines(&logs, &id);
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    assert!(lines[0].contains(" ERROR ") && lines[0].contains("switchyard_edge"), "{}", lines[0]);
+
     // A caller's own request id is kept, answered and logged.
     let response = stack
         .http
