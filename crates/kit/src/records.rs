@@ -218,22 +218,26 @@ impl<R: BufferedRecord> RecordBuffer<R> {
     /// After a write-through refused for content: each record alone, the refused ones set
     /// aside; from the first that fails for another reason on, the rest are held in order.
     async fn write_through_one_by_one(&self, records: Vec<R>) -> Durability {
+        let mut set_aside = false;
         let mut records = records.into_iter();
         while let Some(record) = records.next() {
             let write = tokio::time::timeout(self.config.write_timeout, self.sink.write(std::slice::from_ref(&record)));
             match write.await {
                 Ok(Ok(())) => {}
-                Ok(Err(err)) if err.is_refused_content() => self.set_record_aside(&record, &err),
+                Ok(Err(err)) if err.is_refused_content() => {
+                    self.set_record_aside(&record, &err);
+                    set_aside = true;
+                }
                 failed => {
                     if let Ok(Err(err)) = failed {
                         tracing::warn!(records = self.config.name, %err, "record write failed, buffering");
                     }
                     let held = self.push_all(std::iter::once(record).chain(records).collect());
-                    return if held == Durability::Dropped { held } else { Durability::SetAside };
+                    return if set_aside && held != Durability::Dropped { Durability::SetAside } else { held };
                 }
             }
         }
-        Durability::SetAside
+        if set_aside { Durability::SetAside } else { Durability::Written }
     }
 
     /// Holds one record for the background writer (off the request path).
