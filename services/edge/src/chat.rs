@@ -35,6 +35,10 @@ pub fn metadata_json(metadata: &router::RouteMetadata) -> Value {
         "degraded": metadata.degraded,
         "expert_role_ids": metadata.expert_role_ids,
         "model_fallbacks": metadata.model_fallbacks,
+        "client_tools": metadata.client_tools,
+        "continuation": metadata.continuation,
+        "held_switch_role_id": Some(&metadata.held_switch_role_id).filter(|r| !r.is_empty()),
+        "client_tools_called": metadata.client_tools_called,
     })
 }
 
@@ -61,9 +65,26 @@ pub fn finish_reason(reason: &str) -> &str {
     }
 }
 
-/// Spec 002's response object for a ChatResponse.
+/// The calls of the caller's tools in OpenAI's shape.
+pub fn tool_calls_json(calls: &[router::ToolCall]) -> Value {
+    let calls = calls.iter().map(|call| {
+        json!({"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments_json}})
+    });
+    Value::Array(calls.collect())
+}
+
+/// Spec 002's response object for a ChatResponse; an answer that calls the caller's tools has
+/// them in `message.tool_calls`, as OpenAI's does (its content null when there is no text).
 pub fn completion_json(response: &router::ChatResponse, model: Option<&str>) -> Value {
     let content = response.message.as_ref().map(|m| m.content.as_str()).unwrap_or_default();
+    let calls = response.message.as_ref().map(|m| m.tool_calls.as_slice()).unwrap_or_default();
+    let mut message = json!({"role": "assistant", "content": content});
+    if !calls.is_empty() {
+        if content.is_empty() {
+            message["content"] = Value::Null;
+        }
+        message["tool_calls"] = tool_calls_json(calls);
+    }
     json!({
         "id": response.id,
         "object": "chat.completion",
@@ -71,7 +92,7 @@ pub fn completion_json(response: &router::ChatResponse, model: Option<&str>) -> 
         "model": model.unwrap_or(&response.model),
         "choices": [{
             "index": 0,
-            "message": {"role": "assistant", "content": content},
+            "message": message,
             "finish_reason": finish_reason(&response.finish_reason),
         }],
         "usage": usage_json(response.usage.as_ref()),
@@ -102,7 +123,11 @@ mod tests {
             id: "chat-1".into(),
             created: Some(prost_types::Timestamp { seconds: 1_700_000_000, nanos: 0 }),
             model: "openai/gpt-4o-mini".into(),
-            message: Some(router::ChatMessage { role: router::ChatRole::Assistant as i32, content: "Hi!".into() }),
+            message: Some(router::ChatMessage {
+                role: router::ChatRole::Assistant as i32,
+                content: "Hi!".into(),
+                ..Default::default()
+            }),
             finish_reason: "stop".into(),
             usage: Some(router::Usage { prompt_tokens: 3, completion_tokens: 2, total_tokens: 5 }),
             metadata: Some(router::RouteMetadata {

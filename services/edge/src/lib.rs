@@ -12,6 +12,7 @@ pub mod auth;
 pub mod chat;
 pub mod config;
 pub mod console;
+pub mod conversation;
 pub mod error;
 pub mod health;
 pub mod limit;
