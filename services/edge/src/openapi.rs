@@ -316,7 +316,15 @@ fn chat_completion_schema() -> Value {
             "model": {"type": "string"},
             "choices": {"type": "array", "items": {"type": "object", "properties": {
                 "index": {"type": "integer"},
-                "message": {"type": "object", "properties": {"role": {"type": "string"}, "content": {"type": "string"}}},
+                "message": {"type": "object", "properties": {
+                    "role": {"type": "string"},
+                    "content": {"type": "string", "nullable": true, "description": "Null when the answer is only tool calls."},
+                    "tool_calls": {"type": "array", "items": {"type": "object", "properties": {
+                        "id": {"type": "string"},
+                        "type": {"type": "string", "enum": ["function"]},
+                        "function": {"type": "object", "properties": {"name": {"type": "string"}, "arguments": {"type": "string"}}},
+                    }}},
+                }},
                 "finish_reason": {"type": "string"},
             }}},
             "usage": {"type": "object", "properties": {
@@ -331,6 +339,72 @@ fn chat_completion_schema() -> Value {
             "session_id": {"type": "string"},
         },
     })
+}
+
+/// The body of `POST /v1/chat/completions`: the fields the edge reads (others are ignored).
+fn openai_chat_request_schema() -> Value {
+    let name = json!({"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"});
+    let text_part = json!({"type": "object", "required": ["type", "text"], "properties": {
+        "type": {"type": "string", "enum": ["text"]}, "text": {"type": "string"}}});
+    let image_part = json!({"type": "object", "required": ["type", "image_url"], "properties": {
+        "type": {"type": "string", "enum": ["image_url"]},
+        "image_url": {"type": "object", "required": ["url"], "properties": {
+            "url": {"type": "string", "description": "An `https:` URL or a `data:image/…;base64,` URL."},
+            "detail": {"type": "string", "enum": ["auto", "low", "high"]}}},
+    }});
+    let tool_call = json!({"type": "object", "required": ["id", "type", "function"], "properties": {
+        "id": {"type": "string", "minLength": 1},
+        "type": {"type": "string", "enum": ["function"]},
+        "function": {"type": "object", "required": ["name", "arguments"], "properties": {
+            "name": {"type": "string", "minLength": 1}, "arguments": {"type": "string", "description": "JSON text."}}},
+    }});
+    json!({"type": "object", "required": ["model", "messages"], "properties": {
+        "model": {"type": "string", "description": "`switchyard` (the router decides), `switchyard-direct`, `switchyard-mcp-agent`, `switchyard-multiagent`, or `provider/model`."},
+        "messages": {"type": "array", "minItems": 1, "items": {"type": "object", "required": ["role"], "properties": {
+            "role": {"type": "string", "enum": ["system", "developer", "user", "assistant", "tool"]},
+            "content": {"nullable": true, "oneOf": [
+                {"type": "string"},
+                {"type": "array", "items": {"oneOf": [text_part, image_part]}},
+            ], "description": "Image parts in user messages only; null in an assistant message with tool_calls."},
+            "tool_calls": {"type": "array", "items": tool_call, "description": "An assistant message's calls of the request's tools."},
+            "tool_call_id": {"type": "string", "description": "The call a `tool` message answers (required there)."},
+            "name": {"type": "string", "description": "Ignored."},
+        }}},
+        "tools": {"type": "array", "items": {"type": "object", "required": ["type", "function"], "properties": {
+            "type": {"type": "string", "enum": ["function"]},
+            "function": {"type": "object", "required": ["name"], "properties": {
+                "name": name,
+                "description": {"type": "string"},
+                "parameters": {"type": "object", "additionalProperties": true, "description": "JSON Schema of the arguments."},
+                "strict": {"type": "boolean"},
+            }},
+        }}},
+        "tool_choice": {"oneOf": [
+            {"type": "string", "enum": ["auto", "none", "required"]},
+            {"type": "object", "required": ["type", "function"], "properties": {
+                "type": {"type": "string", "enum": ["function"]},
+                "function": {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}},
+            }},
+        ]},
+        "parallel_tool_calls": {"type": "boolean"},
+        "stop": {"oneOf": [{"type": "string", "minLength": 1}, {"type": "array", "maxItems": 4, "items": {"type": "string", "minLength": 1}}]},
+        "response_format": {"type": "object", "required": ["type"], "properties": {
+            "type": {"type": "string", "enum": ["text", "json_object", "json_schema"]},
+            "json_schema": {"type": "object", "required": ["name"], "properties": {
+                "name": name,
+                "description": {"type": "string"},
+                "schema": {"type": "object", "additionalProperties": true},
+                "strict": {"type": "boolean"},
+            }},
+        }},
+        "stream": {"type": "boolean"},
+        "stream_options": {"type": "object", "properties": {"include_usage": {"type": "boolean"}}},
+        "max_tokens": {"type": "integer", "minimum": 0, "maximum": 4_294_967_295_u64},
+        "max_completion_tokens": {"type": "integer", "minimum": 0, "maximum": 4_294_967_295_u64},
+        "temperature": {"type": "number"},
+        "n": {"type": "integer"},
+        "session_id": {"type": "string", "description": "Switchyard's own: continue this session (also the `x-session-id` header)."},
+    }})
 }
 
 fn hand_written(paths: &mut Map<String, Value>) {
@@ -362,20 +436,8 @@ fn hand_written(paths: &mut Map<String, Value>) {
             "operationId": "OpenAIChatCompletions",
             "tags": ["OpenAI"],
             "summary": "OpenAI-compatible chat completions (JSON, or SSE chunks ending with `data: [DONE]` when `stream` is true).",
-            "requestBody": json_body(json!({"type": "object", "required": ["model", "messages"], "properties": {
-                "model": {"type": "string", "description": "`switchyard` (the router decides), `switchyard-direct`, `switchyard-mcp-agent`, `switchyard-multiagent`, or `provider/model`."},
-                "messages": {"type": "array", "items": {"type": "object", "required": ["role"], "properties": {
-                    "role": {"type": "string", "enum": ["system", "developer", "user", "assistant", "tool"]},
-                    "content": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "object"}}]},
-                }}},
-                "stream": {"type": "boolean"},
-                "stream_options": {"type": "object", "properties": {"include_usage": {"type": "boolean"}}},
-                "max_tokens": {"type": "integer", "minimum": 0, "maximum": 4_294_967_295_u64},
-                "max_completion_tokens": {"type": "integer", "minimum": 0, "maximum": 4_294_967_295_u64},
-                "temperature": {"type": "number"},
-                "n": {"type": "integer"},
-                "session_id": {"type": "string"},
-            }})),
+            "description": "The caller's function tools reach the model; its calls come back in `message.tool_calls` (streamed as `delta.tool_calls`) with finish_reason `tool_calls`. A conversation ending in `tool` messages continues the tool loop. Fields not listed here are ignored. Without `session_id` or an `x-session-id` header, the conversation is keyed by tenant, user, system prompt and first user message.",
+            "requestBody": json_body(openai_chat_request_schema()),
             "responses": errors(json!({"description": "A chat.completion (or chunks)", "content": {
                 "application/json": {"schema": {"$ref": "#/components/schemas/ChatCompletion"}},
                 "text/event-stream": {"schema": {"type": "string"}},
