@@ -20,6 +20,10 @@ pub enum ErrorKind {
     Protocol,
     /// No provider is configured under the model's provider name.
     NotConfigured,
+    /// The request asks for what this provider or wire cannot do (images for a text-only
+    /// model, a malformed image URL, tools it cannot call): the caller's mistake, refused
+    /// before any call, with [`ProviderError::field`] naming what to change.
+    Unsupported,
 }
 
 impl ErrorKind {
@@ -41,10 +45,18 @@ pub struct ProviderError {
     pub message: String,
     /// `Retry-After` as the vendor sent it.
     pub retry_after: Option<Duration>,
+    /// For [`ErrorKind::Unsupported`]: the request field at fault, in the request's terms
+    /// (`messages[1].parts[0]`, `tools`, `response_format`).
+    pub field: Option<String>,
 }
 
 impl ProviderError {
     pub fn new(provider: impl Into<String>, kind: ErrorKind, message: impl Into<String>) -> Self {
-        Self { provider: provider.into(), kind, status: None, message: message.into(), retry_after: None }
+        Self { provider: provider.into(), kind, status: None, message: message.into(), retry_after: None, field: None }
+    }
+
+    /// The request cannot be served as asked; `message` says why, naming `field`.
+    pub fn unsupported(provider: impl Into<String>, field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { field: Some(field.into()), ..Self::new(provider, ErrorKind::Unsupported, message) }
     }
 }

@@ -40,4 +40,7 @@ pub use fallback::{AllModelsFailed, Answered, ModelFailure};
 pub use model::ModelRef;
 pub use openai::OpenAi;
 pub use provider::{EventStream, Provider, Providers};
-pub use types::{ChatRequest, Completion, FinishReason, Message, StreamEvent, ToolCall, ToolChoice, ToolSpec, Usage};
+pub use types::{
+    ChatRequest, Completion, ContentPart, FinishReason, Image, ImageSource, Message, ResponseFormat, StreamEvent,
+    ToolCall, ToolChoice, ToolSpec, Usage,
+};

@@ -4,11 +4,15 @@
 mod stream;
 mod wire;
 
+use std::borrow::Cow;
+
 use reqwest::header::AUTHORIZATION;
+use serde_json::json;
 
 use crate::{
-    ChatRequest, Completion, FinishReason, Message, ProviderConfig, ProviderError, ToolCall, ToolChoice, Usage,
-    vendor::{Api, Vendor},
+    ChatRequest, Completion, ContentPart, FinishReason, Image, Message, ProviderConfig, ProviderError, ResponseFormat,
+    ToolCall, ToolChoice, Usage,
+    vendor::{Api, EncodeError, Vendor},
 };
 
 /// OpenAI-compatible Chat Completions.
@@ -21,15 +25,15 @@ impl Api for OpenAiApi {
     const TYPE_NAME: &'static str = "OpenAi";
     type Decoder = stream::ChunkDecoder;
 
-    fn encode(request: &ChatRequest, stream: bool) -> serde_json::Result<Vec<u8>> {
-        serde_json::to_vec(&wire_request(request, stream))
+    fn encode(request: &ChatRequest, stream: bool) -> Result<Vec<u8>, EncodeError> {
+        Ok(serde_json::to_vec(&wire_request(request, stream)?)?)
     }
 
-    fn parse_completion(body: &[u8]) -> Result<Completion, String> {
+    fn parse_completion(_request: &ChatRequest, body: &[u8]) -> Result<Completion, String> {
         parse_completion(body)
     }
 
-    fn decoder(provider: &str, attempts: u32) -> Self::Decoder {
+    fn decoder(_request: &ChatRequest, provider: &str, attempts: u32) -> Self::Decoder {
         stream::ChunkDecoder::new(provider, attempts)
     }
 }
@@ -48,9 +52,29 @@ impl Vendor<OpenAiApi> {
     }
 }
 
-fn wire_request(request: &ChatRequest, stream: bool) -> wire::ChatCompletionRequest<'_> {
+fn wire_request(request: &ChatRequest, stream: bool) -> Result<wire::ChatCompletionRequest<'_>, EncodeError> {
     let system = request.system.as_deref().map(|content| wire::RequestMessage::System { content });
-    let messages = system.into_iter().chain(request.messages.iter().map(wire_message)).collect();
+    let mut messages: Vec<_> = system.into_iter().collect();
+    // The API takes images only from the user: those of a run of tool results follow the run
+    // as one user message (tool messages must directly follow the assistant's calls).
+    let mut tool_images: Vec<wire::RequestPart<'_>> = Vec::new();
+    for (position, message) in request.messages.iter().enumerate() {
+        if !matches!(message, Message::Tool { .. }) && !tool_images.is_empty() {
+            let parts = std::mem::take(&mut tool_images);
+            messages.push(wire::RequestMessage::User { content: wire::UserContent::Parts(parts) });
+        }
+        if let Message::Tool { parts, .. } = message {
+            for (index, part) in parts.iter().enumerate() {
+                if let ContentPart::Image(image) = part {
+                    tool_images.push(image_part(image, || format!("messages[{position}].parts[{index}]"))?);
+                }
+            }
+        }
+        messages.push(wire_message(message, position)?);
+    }
+    if !tool_images.is_empty() {
+        messages.push(wire::RequestMessage::User { content: wire::UserContent::Parts(tool_images) });
+    }
     let tools: Vec<_> = request
         .tools
         .iter()
@@ -63,28 +87,55 @@ fn wire_request(request: &ChatRequest, stream: bool) -> wire::ChatCompletionRequ
             },
         })
         .collect();
-    // `tool_choice` without `tools` is refused by the API.
-    let tool_choice = (!tools.is_empty()).then_some(match request.tool_choice {
-        ToolChoice::Auto => "auto",
-        ToolChoice::None => "none",
-        ToolChoice::Required => "required",
+    // `tool_choice` and `parallel_tool_calls` without `tools` are refused by the API.
+    let tool_choice = (!tools.is_empty()).then(|| match &request.tool_choice {
+        ToolChoice::Auto => json!("auto"),
+        ToolChoice::None => json!("none"),
+        ToolChoice::Required => json!("required"),
+        ToolChoice::Function(name) => json!({"type": "function", "function": {"name": name}}),
     });
-    wire::ChatCompletionRequest {
+    let parallel_tool_calls = request.parallel_tool_calls.filter(|_| !tools.is_empty());
+    let response_format = request.response_format.as_ref().map(|format| match format {
+        ResponseFormat::JsonObject => json!({"type": "json_object"}),
+        ResponseFormat::JsonSchema { name, description, schema, strict } => {
+            let mut json_schema = json!({"name": name, "schema": schema, "strict": strict});
+            if !description.is_empty() {
+                json_schema["description"] = json!(description);
+            }
+            json!({"type": "json_schema", "json_schema": json_schema})
+        }
+    });
+    Ok(wire::ChatCompletionRequest {
         model: &request.model,
         messages,
         tools,
         tool_choice,
+        parallel_tool_calls,
+        response_format,
         max_tokens: request.max_tokens,
         temperature: request.temperature,
         stop: &request.stop,
         stream,
         stream_options: stream.then_some(wire::StreamOptions { include_usage: true }),
-    }
+    })
 }
 
-fn wire_message(message: &Message) -> wire::RequestMessage<'_> {
-    match message {
-        Message::User { content } => wire::RequestMessage::User { content },
+fn wire_message(message: &Message, position: usize) -> Result<wire::RequestMessage<'_>, EncodeError> {
+    Ok(match message {
+        Message::User { content, parts } if parts.is_empty() => {
+            wire::RequestMessage::User { content: wire::UserContent::Text(content) }
+        }
+        Message::User { content, parts } => {
+            let mut wire_parts: Vec<_> =
+                (!content.is_empty()).then_some(wire::RequestPart::Text { text: content }).into_iter().collect();
+            for (index, part) in parts.iter().enumerate() {
+                wire_parts.push(match part {
+                    ContentPart::Text(text) => wire::RequestPart::Text { text },
+                    ContentPart::Image(image) => image_part(image, || format!("messages[{position}].parts[{index}]"))?,
+                });
+            }
+            wire::RequestMessage::User { content: wire::UserContent::Parts(wire_parts) }
+        }
         Message::Assistant { content, tool_calls } => wire::RequestMessage::Assistant {
             content: (!content.is_empty() || tool_calls.is_empty()).then_some(content.as_str()),
             tool_calls: tool_calls
@@ -96,11 +147,18 @@ fn wire_message(message: &Message) -> wire::RequestMessage<'_> {
                 })
                 .collect(),
         },
-        // The API has no error flag for tool results: the content itself must say so.
-        Message::Tool { call_id, content, is_error: _ } => {
+        // The API has no error flag for tool results: the content itself says so. Text parts
+        // join the content; images were moved to a user message by `wire_request`.
+        Message::Tool { call_id, content, is_error: _, parts } => {
+            let content = if parts.is_empty() { Cow::Borrowed(content.as_str()) } else { message.text() };
             wire::RequestMessage::Tool { tool_call_id: call_id, content }
         }
-    }
+    })
+}
+
+fn image_part(image: &Image, field: impl Fn() -> String) -> Result<wire::RequestPart<'_>, EncodeError> {
+    image.source().map_err(|message| EncodeError::unsupported(field(), message))?;
+    Ok(wire::RequestPart::ImageUrl { image_url: wire::ImageUrl { url: &image.url, detail: image.detail.as_deref() } })
 }
 
 fn parse_completion(body: &[u8]) -> Result<Completion, String> {

@@ -11,7 +11,7 @@ pub struct ToolSpec {
     pub parameters: serde_json::Value,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum ToolChoice {
     /// The model decides whether to call a tool (the spec's `tool_choice="auto"`).
     #[default]
@@ -20,6 +20,66 @@ pub enum ToolChoice {
     None,
     /// The model must call one of the tools.
     Required,
+    /// The model must call this tool (one of the request's tools, by name).
+    Function(String),
+}
+
+/// The shape the answer must take. Never dropped: a wire that cannot express it meets it
+/// another way (Anthropic: a forced tool) or refuses the request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ResponseFormat {
+    /// Any JSON object.
+    JsonObject,
+    /// A JSON value matching `schema`; `name` is the schema's name (`[A-Za-z0-9_-]`, as OpenAI
+    /// requires), `strict` OpenAI's strict schema adherence.
+    JsonSchema { name: String, description: String, schema: serde_json::Value, strict: bool },
+}
+
+/// One part of a message's content, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ContentPart {
+    Text(String),
+    Image(Image),
+}
+
+/// An image: an `https:` URL the vendor fetches, or a `data:<media type>;base64,<bytes>` URL.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Image {
+    pub url: String,
+    /// OpenAI's `detail` (`auto`, `low`, `high`); `None` for the vendor's default.
+    pub detail: Option<String>,
+}
+
+impl Image {
+    pub fn url(url: impl Into<String>) -> Self {
+        Self { url: url.into(), detail: None }
+    }
+
+    /// What the URL holds, for wires that tell the two kinds apart (Anthropic's `source`).
+    pub fn source(&self) -> Result<ImageSource<'_>, String> {
+        if let Some(rest) = self.url.strip_prefix("data:") {
+            let (media_type, data) =
+                rest.split_once(";base64,").ok_or("a `data:` image URL must be `data:<media type>;base64,<data>`")?;
+            if !media_type.starts_with("image/") {
+                return Err(format!("the `data:` image URL's media type `{media_type}` is not an image type"));
+            }
+            if data.is_empty() {
+                return Err("the `data:` image URL carries no data".to_owned());
+            }
+            return Ok(ImageSource::Base64 { media_type, data });
+        }
+        if self.url.starts_with("https://") || self.url.starts_with("http://") {
+            return Ok(ImageSource::Url(&self.url));
+        }
+        Err("an image URL must be `https:` or a base64 `data:` URL".to_owned())
+    }
+}
+
+/// An [`Image`]'s URL taken apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImageSource<'a> {
+    Url(&'a str),
+    Base64 { media_type: &'a str, data: &'a str },
 }
 
 /// A tool call the model made. `arguments` is the JSON text exactly as the model produced it,
@@ -48,10 +108,14 @@ impl ToolCall {
 
 /// One message of the conversation sent to the model. The system prompt is separate
 /// ([`ChatRequest::system`]) because the vendors place it differently.
+///
+/// A user message and a tool result carry text in `content` and, when they are more than
+/// text, `parts` (text and images in order) after it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Message {
     User {
         content: String,
+        parts: Vec<ContentPart>,
     },
     /// An assistant turn; with tool calls when the model called tools.
     Assistant {
@@ -63,12 +127,56 @@ pub enum Message {
         call_id: String,
         content: String,
         is_error: bool,
+        parts: Vec<ContentPart>,
     },
 }
 
 impl Message {
     pub fn user(content: impl Into<String>) -> Self {
-        Self::User { content: content.into() }
+        Self::User { content: content.into(), parts: Vec::new() }
+    }
+
+    /// A user message of text and images.
+    pub fn user_parts(parts: Vec<ContentPart>) -> Self {
+        Self::User { content: String::new(), parts }
+    }
+
+    /// The text result of the tool call `call_id`.
+    pub fn tool_result(call_id: impl Into<String>, content: impl Into<String>, is_error: bool) -> Self {
+        Self::Tool { call_id: call_id.into(), content: content.into(), is_error, parts: Vec::new() }
+    }
+
+    /// All the message's text (its text parts joined by newlines after `content`), for
+    /// readers that need only words: routing, trigger matching, a text-only model.
+    pub fn text(&self) -> std::borrow::Cow<'_, str> {
+        let (content, parts) = match self {
+            Self::User { content, parts } | Self::Tool { content, parts, .. } => (content, parts.as_slice()),
+            Self::Assistant { content, .. } => (content, &[][..]),
+        };
+        let texts: Vec<&str> = std::iter::once(content.as_str())
+            .chain(parts.iter().filter_map(|part| match part {
+                ContentPart::Text(text) => Some(text.as_str()),
+                ContentPart::Image(_) => None,
+            }))
+            .filter(|text| !text.is_empty())
+            .collect();
+        match texts.as_slice() {
+            [] => std::borrow::Cow::Borrowed(""),
+            [one] => std::borrow::Cow::Borrowed(one),
+            _ => std::borrow::Cow::Owned(texts.join("\n")),
+        }
+    }
+
+    /// The message's images.
+    pub fn images(&self) -> impl Iterator<Item = &Image> {
+        let parts = match self {
+            Self::User { parts, .. } | Self::Tool { parts, .. } => parts.as_slice(),
+            Self::Assistant { .. } => &[],
+        };
+        parts.iter().filter_map(|part| match part {
+            ContentPart::Image(image) => Some(image),
+            ContentPart::Text(_) => None,
+        })
     }
 
     pub fn assistant(content: impl Into<String>) -> Self {
@@ -84,6 +192,9 @@ pub struct ChatRequest {
     pub messages: Vec<Message>,
     pub tools: Vec<ToolSpec>,
     pub tool_choice: ToolChoice,
+    /// Whether the model may call several tools in one turn; the vendor's default when `None`.
+    pub parallel_tool_calls: Option<bool>,
+    pub response_format: Option<ResponseFormat>,
     pub max_tokens: Option<u32>,
     pub temperature: Option<f64>,
     pub stop: Vec<String>,
@@ -143,8 +254,8 @@ pub struct Completion {
     pub attempts: u32,
 }
 
-/// What a streaming call yields: text as it arrives, each tool call once its arguments are
-/// complete, then exactly one `Done` as the last item.
+/// What a streaming call yields: text as it arrives, tool calls as they start and as their
+/// arguments stream, then exactly one `Done` as the last item.
 #[derive(Debug, Clone, PartialEq)]
 pub enum StreamEvent {
     /// Text content, in order.
@@ -154,6 +265,16 @@ pub enum StreamEvent {
     ToolCallStarted {
         id: String,
         name: String,
+    },
+    /// A piece of a tool call as it streams. `index` is the call's position in the final
+    /// [`Completion::tool_calls`]; a call's first piece carries its `id` and `name` (and comes
+    /// right after its `ToolCallStarted`), the following ones `None`. A call's `arguments` pieces
+    /// joined are exactly its arguments in `Done`.
+    ToolCallDelta {
+        index: u32,
+        id: Option<String>,
+        name: Option<String>,
+        arguments: String,
     },
     Done(Completion),
 }

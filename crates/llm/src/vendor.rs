@@ -22,13 +22,36 @@ pub trait Api: Send + Sync + 'static {
     type Decoder: Decoder;
 
     /// The request body.
-    fn encode(request: &ChatRequest, stream: bool) -> serde_json::Result<Vec<u8>>;
+    fn encode(request: &ChatRequest, stream: bool) -> Result<Vec<u8>, EncodeError>;
 
-    /// A whole (non-streaming) answer.
-    fn parse_completion(body: &[u8]) -> Result<Completion, String>;
+    /// A whole (non-streaming) answer to `request`.
+    fn parse_completion(request: &ChatRequest, body: &[u8]) -> Result<Completion, String>;
 
-    /// Reads one streamed answer, made in `attempts` HTTP attempts.
-    fn decoder(provider: &str, attempts: u32) -> Self::Decoder;
+    /// Reads one streamed answer to `request`, made in `attempts` HTTP attempts.
+    fn decoder(request: &ChatRequest, provider: &str, attempts: u32) -> Self::Decoder;
+}
+
+/// Why a request has no body in a vendor's format.
+#[derive(Debug)]
+pub enum EncodeError {
+    /// The wire cannot carry what the request asks for: the caller's mistake, naming the field.
+    Unsupported {
+        field: String,
+        message: String,
+    },
+    Json(serde_json::Error),
+}
+
+impl EncodeError {
+    pub(crate) fn unsupported(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::Unsupported { field: field.into(), message: message.into() }
+    }
+}
+
+impl From<serde_json::Error> for EncodeError {
+    fn from(err: serde_json::Error) -> Self {
+        Self::Json(err)
+    }
 }
 
 /// A provider speaking the wire format `A`.
@@ -71,9 +94,14 @@ impl<A: Api> Vendor<A> {
     }
 
     fn body(&self, request: &ChatRequest, stream: bool) -> Result<Bytes, ProviderError> {
-        A::encode(request, stream)
-            .map(Bytes::from)
-            .map_err(|err| self.transport.error(ErrorKind::Rejected, format!("the request cannot be encoded: {err}")))
+        A::encode(request, stream).map(Bytes::from).map_err(|err| match err {
+            EncodeError::Unsupported { field, message } => {
+                ProviderError::unsupported(self.transport.provider(), field, message)
+            }
+            EncodeError::Json(err) => {
+                self.transport.error(ErrorKind::Rejected, format!("the request cannot be encoded: {err}"))
+            }
+        })
     }
 }
 
@@ -86,7 +114,7 @@ impl<A: Api> Provider for Vendor<A> {
     async fn complete(&self, request: ChatRequest) -> Result<Completion, ProviderError> {
         let body = self.body(&request, false)?;
         let (body, attempts) = self.transport.post_for_body(&self.url, &self.headers, body).await?;
-        let mut completion = A::parse_completion(&body)
+        let mut completion = A::parse_completion(&request, &body)
             .map_err(|cause| self.transport.error(ErrorKind::Protocol, format!("unexpected response: {cause}")))?;
         completion.attempts = attempts;
         Ok(completion)
@@ -95,7 +123,7 @@ impl<A: Api> Provider for Vendor<A> {
     async fn stream(&self, request: ChatRequest) -> Result<EventStream, ProviderError> {
         let body = self.body(&request, true)?;
         let (response, attempts) = self.transport.post_for_stream(&self.url, &self.headers, body).await?;
-        let decoder = A::decoder(self.transport.provider(), attempts);
+        let decoder = A::decoder(&request, self.transport.provider(), attempts);
         Ok(event_stream(self.transport.provider(), self.transport.config(), response, decoder))
     }
 }

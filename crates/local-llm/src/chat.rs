@@ -67,7 +67,7 @@ pub fn render(tokenizer: &ChatTokenizer, request: &ChatRequest, system: Option<&
     prompt.turn("system", system)?;
     for message in &request.messages {
         match message {
-            Message::User { content } => prompt.turn("user", content)?,
+            Message::User { .. } => prompt.turn("user", &message.text())?,
             Message::Assistant { content, tool_calls } => {
                 let mut text = content.clone();
                 for call in tool_calls {
@@ -78,8 +78,9 @@ pub fn render(tokenizer: &ChatTokenizer, request: &ChatRequest, system: Option<&
                 }
                 prompt.turn("assistant", &text)?;
             }
-            Message::Tool { content, is_error, .. } => {
-                let content = if *is_error { format!("Error: {content}") } else { content.clone() };
+            Message::Tool { is_error, .. } => {
+                let content = message.text();
+                let content = if *is_error { format!("Error: {content}") } else { content.into_owned() };
                 prompt.turn("tool", &content)?;
             }
         }

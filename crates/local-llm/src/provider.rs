@@ -179,6 +179,13 @@ fn run(
                 let id = call_id();
                 let _ =
                     sender.blocking_send(Ok(StreamEvent::ToolCallStarted { id: id.clone(), name: call.name.clone() }));
+                // The call is planned whole: its arguments come as one piece.
+                let _ = sender.blocking_send(Ok(StreamEvent::ToolCallDelta {
+                    index: 0,
+                    id: Some(id.clone()),
+                    name: Some(call.name.clone()),
+                    arguments: call.arguments.clone(),
+                }));
                 let generated = session.len().saturating_sub(prompt.len());
                 Completion {
                     content: String::new(),

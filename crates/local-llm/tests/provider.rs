@@ -28,7 +28,7 @@ async fn collect(provider: &LocalProvider, request: ChatRequest) -> (Vec<String>
     while let Some(event) = stream.next().await {
         match event.expect("event") {
             StreamEvent::Text(text) => texts.push(text),
-            StreamEvent::ToolCallStarted { .. } => {}
+            StreamEvent::ToolCallStarted { .. } | StreamEvent::ToolCallDelta { .. } => {}
             StreamEvent::Done(completion) => {
                 assert!(stream.next().await.is_none(), "Done is the last event");
                 return (texts, completion);
@@ -158,10 +158,12 @@ async fn a_tool_is_chosen_among_the_candidates_with_schema_valid_arguments() {
     let request = ChatRequest { tools: calculator_tools(), tool_choice: ToolChoice::Required, ..ask("add 2 and 3") };
     let mut stream = provider.stream(request).await.expect("stream");
     let mut started = None;
+    let mut deltas = Vec::new();
     let mut done = None;
     while let Some(event) = stream.next().await {
         match event.expect("event") {
             StreamEvent::ToolCallStarted { id, name } => started = Some((id, name)),
+            StreamEvent::ToolCallDelta { index, id, name, arguments } => deltas.push((index, id, name, arguments)),
             StreamEvent::Done(completion) => done = Some(completion),
             StreamEvent::Text(text) => panic!("unexpected text {text:?}"),
         }
@@ -171,6 +173,7 @@ async fn a_tool_is_chosen_among_the_candidates_with_schema_valid_arguments() {
     let [call] = completion.tool_calls.as_slice() else { panic!("one call: {completion:?}") };
     assert_eq!(call.name, "add", "{call:?}");
     assert_eq!(started, Some((call.id.clone(), call.name.clone())));
+    assert_eq!(deltas, [(0, Some(call.id.clone()), Some(call.name.clone()), call.arguments.clone())]);
     let arguments = call.parsed_arguments().expect("JSON object");
     assert_eq!(arguments.get("a").and_then(|v| v.as_f64()), Some(2.0), "{arguments:?}");
     assert_eq!(arguments.get("b").and_then(|v| v.as_f64()), Some(3.0), "{arguments:?}");
@@ -193,7 +196,7 @@ async fn after_a_tool_result_the_model_answers_in_text() {
         messages: vec![
             Message::user("add 2 and 3"),
             Message::Assistant { content: String::new(), tool_calls: vec![call] },
-            Message::Tool { call_id: "call_1".into(), content: "5".into(), is_error: false },
+            Message::tool_result("call_1", "5", false),
         ],
         max_tokens: Some(40),
         ..ask("")

@@ -1,7 +1,8 @@
 //! Assembles a Messages API stream: `message_start` (model, prompt tokens), content blocks that
 //! open with `content_block_start` and grow by `text_delta` or `input_json_delta` pieces,
 //! `message_delta` (stop reason, output tokens) and `message_stop`. An `error` event ends the
-//! stream with that error.
+//! stream with that error. A tool call's input pieces pass on as [`StreamEvent::ToolCallDelta`];
+//! those of the answer tool (a JSON response format, see `AnswerTool`) as the answer's text.
 
 use std::collections::VecDeque;
 
@@ -16,6 +17,10 @@ pub struct EventDecoder {
     calls: Vec<PartialToolUse>,
     stop_reason: Option<String>,
     usage: Usage,
+    /// The answer tool's name, when the request asked for a JSON answer.
+    answer_tool: Option<String>,
+    /// The answer tool's call: its content block, its input pieces so far, its whole input.
+    answer: Option<PartialToolUse>,
 }
 
 struct PartialToolUse {
@@ -27,10 +32,29 @@ struct PartialToolUse {
     input_json: String,
     /// The input given whole in `content_block_start` (an empty object when it will stream).
     start_input: serde_json::Value,
+    /// The block has ended.
+    stopped: bool,
+}
+
+impl PartialToolUse {
+    /// What no input piece said: the input given whole at the start, once the block ends with
+    /// no pieces (a call without arguments), so that the pieces always add up to the arguments.
+    fn unstreamed_input(&mut self) -> Option<String> {
+        if self.stopped {
+            return None;
+        }
+        self.stopped = true;
+        let whole = arguments_text(&self.start_input);
+        (self.input_json.is_empty() && !whole.is_empty()).then_some(whole)
+    }
+
+    fn arguments(self) -> String {
+        if self.input_json.is_empty() { arguments_text(&self.start_input) } else { self.input_json }
+    }
 }
 
 impl EventDecoder {
-    pub fn new(provider: &str, attempts: u32) -> Self {
+    pub fn new(provider: &str, attempts: u32, answer_tool: Option<String>) -> Self {
         Self {
             provider: provider.to_owned(),
             attempts,
@@ -39,6 +63,23 @@ impl EventDecoder {
             calls: Vec::new(),
             stop_reason: None,
             usage: Usage::default(),
+            answer_tool,
+            answer: None,
+        }
+    }
+
+    /// Ends the block `index`: a tool call's input given whole, if no piece streamed it.
+    fn block_stopped(&mut self, index: Option<u32>, out: &mut VecDeque<StreamEvent>) {
+        let ends = |call: &PartialToolUse| index.is_none_or(|index| call.block == index);
+        if let Some(text) =
+            self.answer.as_mut().filter(|answer| ends(answer)).and_then(PartialToolUse::unstreamed_input)
+        {
+            self.text(text, out);
+        }
+        for (position, call) in self.calls.iter_mut().enumerate().filter(|(_, call)| ends(call)) {
+            if let Some(arguments) = call.unstreamed_input() {
+                out.push_back(StreamEvent::ToolCallDelta { index: position as u32, id: None, name: None, arguments });
+            }
         }
     }
 
@@ -66,16 +107,12 @@ impl EventDecoder {
     fn completion(&mut self) -> Completion {
         let tool_calls: Vec<ToolCall> = std::mem::take(&mut self.calls)
             .into_iter()
-            .map(|call| ToolCall {
-                id: call.id,
-                name: call.name,
-                arguments: if call.input_json.is_empty() { arguments_text(&call.start_input) } else { call.input_json },
-            })
+            .map(|call| ToolCall { id: call.id.clone(), name: call.name.clone(), arguments: call.arguments() })
             .collect();
         Completion {
             content: std::mem::take(&mut self.content),
+            finish_reason: finish_reason(self.stop_reason.as_deref(), !tool_calls.is_empty()),
             tool_calls,
-            finish_reason: finish_reason(self.stop_reason.as_deref()),
             usage: self.usage,
             model: std::mem::take(&mut self.model),
             attempts: self.attempts,
@@ -98,27 +135,52 @@ impl Decoder for EventDecoder {
             wire::StreamEvent::ContentBlockStart { index, content_block } => match content_block {
                 wire::ResponseBlock::Text { text } => self.text(text, out),
                 wire::ResponseBlock::ToolUse { id, name, input } => {
-                    out.push_back(StreamEvent::ToolCallStarted { id: id.clone(), name: name.clone() });
-                    self.calls.push(PartialToolUse {
+                    let call = PartialToolUse {
                         block: index,
                         id,
                         name,
                         input_json: String::new(),
                         start_input: input,
-                    });
+                        stopped: false,
+                    };
+                    if self.answer_tool.as_deref() == Some(call.name.as_str()) {
+                        self.answer = Some(call);
+                    } else {
+                        out.push_back(StreamEvent::ToolCallStarted { id: call.id.clone(), name: call.name.clone() });
+                        out.push_back(StreamEvent::ToolCallDelta {
+                            index: self.calls.len() as u32,
+                            id: Some(call.id.clone()),
+                            name: Some(call.name.clone()),
+                            arguments: String::new(),
+                        });
+                        self.calls.push(call);
+                    }
                 }
                 wire::ResponseBlock::Other => {}
             },
             wire::StreamEvent::ContentBlockDelta { index, delta } => match delta {
                 wire::BlockDelta::TextDelta { text } => self.text(text, out),
                 wire::BlockDelta::InputJsonDelta { partial_json } => {
-                    let Some(call) = self.calls.iter_mut().rev().find(|call| call.block == index) else {
+                    if let Some(answer) = self.answer.as_mut().filter(|answer| answer.block == index) {
+                        answer.input_json.push_str(&partial_json);
+                        self.text(partial_json, out);
+                        return Ok(false);
+                    }
+                    let Some(position) = self.calls.iter().rposition(|call| call.block == index) else {
                         return Err(self.error(
                             ErrorKind::Protocol,
                             format!("tool input for content block {index}, which is not a tool call"),
                         ));
                     };
-                    call.input_json.push_str(&partial_json);
+                    self.calls[position].input_json.push_str(&partial_json);
+                    if !partial_json.is_empty() {
+                        out.push_back(StreamEvent::ToolCallDelta {
+                            index: position as u32,
+                            id: None,
+                            name: None,
+                            arguments: partial_json,
+                        });
+                    }
                 }
                 wire::BlockDelta::Other => {}
             },
@@ -128,7 +190,9 @@ impl Decoder for EventDecoder {
                 }
                 self.usage(usage.unwrap_or_default());
             }
+            wire::StreamEvent::ContentBlockStop { index } => self.block_stopped(index, out),
             wire::StreamEvent::MessageStop => {
+                self.block_stopped(None, out);
                 out.push_back(StreamEvent::Done(self.completion()));
                 return Ok(true);
             }
@@ -141,13 +205,14 @@ impl Decoder for EventDecoder {
                 };
                 return Err(self.error(kind, format!("the stream reported {}: {}", error.kind, error.message)));
             }
-            wire::StreamEvent::ContentBlockStop | wire::StreamEvent::Ping | wire::StreamEvent::Other => {}
+            wire::StreamEvent::Ping | wire::StreamEvent::Other => {}
         }
         Ok(false)
     }
 
     fn ended_early(&mut self) -> Result<Completion, ProviderError> {
         if self.stop_reason.is_some() {
+            // Deltas still owed cannot be queued from here; `Done` carries the whole calls.
             Ok(self.completion())
         } else {
             Err(self.error(ErrorKind::Connect, "the stream ended before `message_stop`".to_owned()))
@@ -165,7 +230,7 @@ mod tests {
 
     #[test]
     fn overloaded_mid_stream_is_a_server_error_after_the_text_so_far() {
-        let mut decoder = EventDecoder::new("anthropic", 1);
+        let mut decoder = EventDecoder::new("anthropic", 1, None);
         let mut out = VecDeque::new();
         decoder
             .event(
@@ -183,7 +248,7 @@ mod tests {
 
     #[test]
     fn input_for_an_unknown_block_and_unknown_events_are_handled() {
-        let mut decoder = EventDecoder::new("anthropic", 1);
+        let mut decoder = EventDecoder::new("anthropic", 1, None);
         let mut out = VecDeque::new();
         assert!(!decoder.event(event(r#"{"type":"something_new","x":1}"#), &mut out).unwrap());
         let delta =

@@ -13,7 +13,7 @@ pub(super) struct MessagesRequest<'a> {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tools: Vec<RequestTool<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub tool_choice: Option<RequestToolChoice>,
+    pub tool_choice: Option<RequestToolChoice<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f64>,
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
@@ -41,6 +41,9 @@ pub(super) enum RequestBlock<'a> {
     Text {
         text: &'a str,
     },
+    Image {
+        source: ImageSource<'a>,
+    },
     ToolUse {
         id: &'a str,
         name: &'a str,
@@ -48,23 +51,44 @@ pub(super) enum RequestBlock<'a> {
     },
     ToolResult {
         tool_use_id: &'a str,
-        content: &'a str,
+        content: ToolResultContent<'a>,
         #[serde(skip_serializing_if = "std::ops::Not::not")]
         is_error: bool,
     },
 }
 
 #[derive(Debug, Serialize)]
-pub(super) struct RequestTool<'a> {
-    pub name: &'a str,
-    pub description: &'a str,
-    pub input_schema: &'a serde_json::Value,
+#[serde(tag = "type", rename_all = "snake_case")]
+pub(super) enum ImageSource<'a> {
+    Base64 { media_type: &'a str, data: &'a str },
+    Url { url: &'a str },
+}
+
+/// A tool result's text, or its text and image blocks.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub(super) enum ToolResultContent<'a> {
+    Text(&'a str),
+    Blocks(Vec<RequestBlock<'a>>),
 }
 
 #[derive(Debug, Serialize)]
-pub(super) struct RequestToolChoice {
+pub(super) struct RequestTool<'a> {
+    pub name: &'a str,
+    pub description: &'a str,
+    pub input_schema: std::borrow::Cow<'a, serde_json::Value>,
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct RequestToolChoice<'a> {
+    /// `auto`, `any`, `tool` (with `name`) or `none`.
     #[serde(rename = "type")]
     pub kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<&'a str>,
+    /// Not allowed with `none`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disable_parallel_tool_use: Option<bool>,
 }
 
 /// A non-streaming response.
@@ -135,8 +159,10 @@ pub(super) enum StreamEvent {
         index: u32,
         delta: BlockDelta,
     },
-    /// Nothing to do: each block is complete when the next starts or the message ends.
-    ContentBlockStop,
+    ContentBlockStop {
+        #[serde(default)]
+        index: Option<u32>,
+    },
     MessageDelta {
         #[serde(default)]
         delta: Option<MessageDelta>,

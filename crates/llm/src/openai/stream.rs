@@ -42,9 +42,9 @@ impl ChunkDecoder {
         ProviderError::new(self.provider.clone(), kind, message)
     }
 
-    /// The call a piece belongs to: by `index`, or, from servers that send no index, a new one
-    /// whenever a new id appears.
-    fn call_for(&mut self, delta: &wire::ToolCallDelta) -> &mut PartialCall {
+    /// The position of the call a piece belongs to: by `index`, or, from servers that send no
+    /// index, a new one whenever a new id appears.
+    fn call_for(&mut self, delta: &wire::ToolCallDelta) -> usize {
         let position = match delta.index {
             Some(index) => self.calls.iter().position(|call| call.index == Some(index)),
             None => match (&delta.id, self.calls.last()) {
@@ -53,7 +53,7 @@ impl ChunkDecoder {
                 (_, None) => None,
             },
         };
-        let position = position.unwrap_or_else(|| {
+        position.unwrap_or_else(|| {
             self.calls.push(PartialCall {
                 index: delta.index,
                 id: String::new(),
@@ -62,34 +62,47 @@ impl ChunkDecoder {
                 announced: false,
             });
             self.calls.len() - 1
-        });
-        &mut self.calls[position]
+        })
     }
 
+    /// Joins a piece to its call. The call is announced (`ToolCallStarted`, then a first
+    /// `ToolCallDelta` with id, name and the arguments so far) once its name is known; later
+    /// pieces pass on their argument text.
     fn tool_call_piece(&mut self, delta: wire::ToolCallDelta, out: &mut VecDeque<StreamEvent>) {
-        let call = self.call_for(&delta);
+        let position = self.call_for(&delta);
+        let call = &mut self.calls[position];
+        let index = position as u32;
         if let Some(id) = delta.id.filter(|id| !id.is_empty()) {
             call.id = id;
         }
+        let mut arguments = String::new();
         if let Some(function) = delta.function {
             if let Some(name) = function.name.as_deref().filter(|name| !name.is_empty()) {
                 // Some servers repeat the name in every piece; it is not a new name.
-                if call.name != name {
+                if !call.announced && call.name != name {
                     call.name.push_str(name);
                 }
             }
-            call.arguments.push_str(&function.arguments_text());
+            arguments = function.arguments_text();
+            call.arguments.push_str(&arguments);
         }
         if !call.announced && !call.name.is_empty() {
             call.announced = true;
             out.push_back(StreamEvent::ToolCallStarted { id: call.id.clone(), name: call.name.clone() });
+            out.push_back(StreamEvent::ToolCallDelta {
+                index,
+                id: Some(call.id.clone()),
+                name: Some(call.name.clone()),
+                arguments: call.arguments.clone(),
+            });
+        } else if call.announced && !arguments.is_empty() {
+            out.push_back(StreamEvent::ToolCallDelta { index, id: None, name: None, arguments });
         }
     }
 
     fn completion(&mut self) -> Completion {
-        let mut calls = std::mem::take(&mut self.calls);
-        // Stable: calls without an index keep their order of arrival.
-        calls.sort_by_key(|call| call.index.unwrap_or(u32::MAX));
+        // In order of arrival, which is the `index` of their `ToolCallDelta`s.
+        let calls = std::mem::take(&mut self.calls);
         let tool_calls: Vec<ToolCall> = calls
             .into_iter()
             .map(|call| ToolCall { id: call.id, name: call.name, arguments: call.arguments })
@@ -180,7 +193,8 @@ mod tests {
             completion.tool_calls.iter().map(|c| (c.id.as_str(), c.name.as_str(), c.arguments.as_str())).collect();
         assert_eq!(calls, [("a", "f", r#"{"x":1}"#), ("b", "g", "{}")]);
         assert_eq!(completion.finish_reason, FinishReason::ToolCalls);
-        assert_eq!(out.len(), 2, "one ToolCallStarted per call: {out:?}");
+        let started = out.iter().filter(|event| matches!(event, StreamEvent::ToolCallStarted { .. })).count();
+        assert_eq!(started, 2, "one ToolCallStarted per call: {out:?}");
     }
 
     #[test]

@@ -12,7 +12,11 @@ pub(super) struct ChatCompletionRequest<'a> {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tools: Vec<RequestTool<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub tool_choice: Option<&'static str>,
+    pub tool_choice: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parallel_tool_calls: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub response_format: Option<serde_json::Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -36,7 +40,7 @@ pub(super) enum RequestMessage<'a> {
         content: &'a str,
     },
     User {
-        content: &'a str,
+        content: UserContent<'a>,
     },
     Assistant {
         /// `null` when the turn is only tool calls, as the API documents.
@@ -46,8 +50,30 @@ pub(super) enum RequestMessage<'a> {
     },
     Tool {
         tool_call_id: &'a str,
-        content: &'a str,
+        content: std::borrow::Cow<'a, str>,
     },
+}
+
+/// Plain text, or text and image parts.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub(super) enum UserContent<'a> {
+    Text(&'a str),
+    Parts(Vec<RequestPart<'a>>),
+}
+
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub(super) enum RequestPart<'a> {
+    Text { text: &'a str },
+    ImageUrl { image_url: ImageUrl<'a> },
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct ImageUrl<'a> {
+    pub url: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<&'a str>,
 }
 
 #[derive(Debug, Serialize)]

@@ -58,7 +58,21 @@ async fn tool_call_split_across_many_chunks(vendor: Vendor) {
             _ => assert_eq!(call.arguments, arguments, "{mode:?}: assembled exactly"),
         }
         if mode == Mode::Stream {
-            assert_eq!(events, [StreamEvent::ToolCallStarted { id: call.id.clone(), name: "get_weather".into() }]);
+            assert_eq!(events[0], StreamEvent::ToolCallStarted { id: call.id.clone(), name: "get_weather".into() });
+            // Then the argument text as it streams: id and name on the first piece only, the
+            // pieces adding up to the arguments exactly.
+            let mut joined = String::new();
+            for (position, event) in events[1..].iter().enumerate() {
+                let StreamEvent::ToolCallDelta { index: 0, id, name, arguments } = event else {
+                    panic!("{mode:?}: a delta of call 0, got {event:?}")
+                };
+                let first = position == 0;
+                assert_eq!(id.as_deref(), first.then_some(call.id.as_str()), "{event:?}");
+                assert_eq!(name.as_deref(), first.then_some("get_weather"), "{event:?}");
+                joined.push_str(arguments);
+            }
+            assert_eq!(joined, arguments);
+            assert!(events.len() > 20, "the arguments arrive in many pieces (2 characters each): {events:?}");
         }
     }
 }

@@ -112,7 +112,7 @@ async fn call_tool(
     meta: &mut Metadata,
 ) -> Result<Message, RouterError> {
     let Scope { router, identity, events, .. } = *scope;
-    let reply = |content: String, is_error: bool| Message::Tool { call_id: call.id.clone(), content, is_error };
+    let reply = |content: String, is_error: bool| Message::tool_result(call.id.clone(), content, is_error);
     let Some(tool) = tools.iter().find(|t| t.name == call.name) else {
         return Ok(reply(format!("There is no tool named `{}`; use one of the tools offered.", call.name), true));
     };

@@ -310,6 +310,7 @@ async fn routing_call(
                 // The model chose a handler; its arguments follow without a deadline.
                 decided |= name == USE_MCP_AGENT || name == USE_MULTIAGENT;
             }
+            StreamEvent::ToolCallDelta { .. } => {}
             StreamEvent::Done(completion) => break completion,
         }
     };
