@@ -4,10 +4,12 @@
 //!   descriptor set (so the REST API cannot drift from the protos); `openapi` describes the
 //!   same routes.
 //! - `rest` adds Server-Sent Events for streams and spec 000's streamed processing; `openai`
-//!   speaks OpenAI's chat completions; `console` is a small page for trying it all.
+//!   speaks OpenAI's chat completions and `anthropic` Anthropic's messages; `console` is a
+//!   small page for trying it all.
 //! - `auth` turns API keys and JWTs into the tenant and user the services see; `limit` caps
 //!   each credential's rate.
 
+pub mod anthropic;
 pub mod auth;
 pub mod chat;
 pub mod config;
@@ -111,6 +113,9 @@ pub fn app(edge: Arc<Edge>, cors_origins: &[String]) -> Router {
         .route("/openapi.json", get(openapi::document))
         .route("/v1/models", get(openai::models))
         .route("/v1/chat/completions", post(openai::chat_completions))
+        // Claude Code posts to `/v1/messages?beta=true`: the query is accepted and not read.
+        .route("/v1/messages", post(anthropic::messages))
+        .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/api/context/process/stream", post(rest::process_stream))
         .fallback(rest::transcode)
         .with_state(edge)

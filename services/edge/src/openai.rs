@@ -41,6 +41,19 @@ const ROUTE_MODELS: &[(&str, RouteType)] = &[
 /// Providers whose `provider/model` names pass through to the router.
 const PROVIDERS: &[&str] = &["openai", "anthropic", "local"];
 
+/// What a client API's model name asks for: a route (the route models), a model the router
+/// knows (`provider/model`), or neither (`gpt-4o`, `claude-sonnet-4-5` and the like: an SDK's
+/// or agent's default), when the router decides and its own model answers.
+pub(crate) fn route_or_model(name: &str) -> (RouteType, Option<String>) {
+    match ROUTE_MODELS.iter().find(|(route_model, _)| *route_model == name) {
+        Some((_, route)) => (*route, None),
+        None if name.split_once('/').is_some_and(|(p, m)| PROVIDERS.contains(&p) && !m.is_empty()) => {
+            (RouteType::Unspecified, Some(name.to_owned()))
+        }
+        None => (RouteType::Unspecified, None),
+    }
+}
+
 /// OpenAI takes at most four stop sequences.
 const MAX_STOP: usize = 4;
 
@@ -213,14 +226,7 @@ fn to_completion(body: &Value) -> Result<Completion, ApiError> {
             ));
         }
     }
-    let (force_route, model) = match ROUTE_MODELS.iter().find(|(name, _)| *name == model_name) {
-        Some((_, route)) => (*route, None),
-        None if model_name.split_once('/').is_some_and(|(p, m)| PROVIDERS.contains(&p) && !m.is_empty()) => {
-            (RouteType::Unspecified, Some(model_name.clone()))
-        }
-        // `gpt-4o` and the like: an SDK's default; the router's own model answers.
-        None => (RouteType::Unspecified, None),
-    };
+    let (force_route, model) = route_or_model(&model_name);
     let tools = tools(object)?;
     let (message, history) = conversation(object)?;
     let include_usage = match object.get("stream_options").filter(|v| !v.is_null()) {
