@@ -201,7 +201,7 @@ fn message_text(message: &router::ChatMessage) -> String {
         return message.content.clone();
     }
     let texts = message.parts.iter().filter_map(|part| match &part.part {
-        Some(content_part::Part::Text(text)) => Some(text.as_str()),
+        Some(content_part::Part::Text(text)) if !text.is_empty() => Some(text.as_str()),
         _ => None,
     });
     texts.collect::<Vec<_>>().join("\n")
