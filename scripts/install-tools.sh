@@ -12,7 +12,8 @@
 #   .tools/venv         tools/requirements.txt (pinned with hashes): grpcurl, the MCP Python SDK
 #                       (mcp-python), scripts/check-deploy.sh's validators, and the edge's client
 #                       checks in services/edge/tests/clients/: schemathesis (its launcher) and the
-#                       OpenAI Python SDK, which openai_check.py imports on .tools/venv/bin/python
+#                       OpenAI and Anthropic Python SDKs, which openai_check.py and anthropic_check.py
+#                       import on .tools/venv/bin/python
 # and Debian's chromium (/usr/bin/chromium, which playwright-core drives) with apt-get when it is
 # missing: Playwright's own browser download cannot reach its host from here.
 # A stamp holding the hash of the lock files (and this script) makes a run with nothing changed

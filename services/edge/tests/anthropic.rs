@@ -1,0 +1,263 @@
+//! Anthropic's Messages API on the edge, over real HTTP with the real router, sessions and
+//! triggers behind it and the scripted vendor behind the router: the official Python
+//! `anthropic` SDK (pinned by `scripts/install-tools.sh` in `.tools/venv`; the tests fail when
+//! it is missing) for plain and streamed messages, `count_tokens`, its exception types and a
+//! tool round trip; and raw HTTP for the wire details an SDK hides (event names and order, the
+//! error shape and status of each kind of refusal).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::process::Command;
+
+use common::{Auth, Options, Stack, json, parse_events};
+use serde_json::{Value, json};
+use switchyard_testkit::llm::{Recorded, Reply, ScriptedLlm};
+
+const ANSWER: &str = "Hello! Switchyard here, happy to help.";
+const TOOL_ANSWER: &str = "It is 18 degrees and sunny in Paris.";
+
+/// Runs `anthropic_check.py` on the tools venv with these steps; its JSON summary.
+async fn sdk_check(stack: &Stack, key: &str, steps: &str, extra: &[&str]) -> Value {
+    let root = switchyard_testkit::root();
+    let python = root.join(".tools/venv/bin/python");
+    assert!(python.exists(), "{} is missing: run scripts/install-tools.sh", python.display());
+    let mut args = vec![
+        root.join("services/edge/tests/clients/anthropic_check.py").display().to_string(),
+        "--base-url".into(),
+        stack.edge.url(),
+        "--api-key".into(),
+        key.to_owned(),
+        "--steps".into(),
+        steps.to_owned(),
+    ];
+    args.extend(extra.iter().map(|arg| (*arg).to_owned()));
+    let output = tokio::task::spawn_blocking(move || Command::new(python).args(args).output())
+        .await
+        .unwrap()
+        .expect("the client runs");
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "the anthropic client check failed:\n{stdout}\n{stderr}");
+    serde_json::from_str(stdout.lines().last().unwrap_or_default()).expect("a JSON summary")
+}
+
+/// The vendor of a tool loop: the weather tool's result gets the final answer, a request that
+/// offers the weather tool gets a call of it (arguments streamed four characters at a time),
+/// anything else (the routing call of a plain message) the plain answer.
+fn weather_vendor(request: &Recorded) -> Reply {
+    let last_is_tool_result = request.messages().last().is_some_and(|m| m["role"] == "tool");
+    if last_is_tool_result {
+        Reply::text(TOOL_ANSWER).usage(30, 9)
+    } else if request.tool_names().iter().any(|name| name == "get_weather") {
+        Reply::tool_call("get_weather", r#"{"city": "Paris"}"#).chunk_size(4).usage(20, 8)
+    } else {
+        Reply::text(ANSWER).usage(11, 7)
+    }
+}
+
+#[tokio::test]
+async fn the_anthropic_python_sdk_works_unchanged() {
+    let llm = ScriptedLlm::start(|_| Reply::text(ANSWER).usage(11, 7).chunk_size(6)).await;
+    let stack = Stack::start(llm, Options { auth: Auth::Closed { jwks_file: None }, ..Options::default() }).await;
+    let key = stack.key("acme", "sdk-user", false).await;
+    let summary = sdk_check(
+        &stack,
+        &key,
+        "plain,stream,beta,count_tokens,errors",
+        &["--expect-content", "happy to help", "--bad-api-key", "sy_not_a_real_key"],
+    )
+    .await;
+    assert_eq!(summary["plain"]["route_type"], "direct", "{summary}");
+    assert_eq!(summary["errors"]["bad_key"], 401, "{summary}");
+    assert!(summary["count_tokens"]["input_tokens"].as_u64().unwrap() > 0, "{summary}");
+    // The SDK's three answers reached the vendor through the router; the refused requests and
+    // the token counts did not.
+    let asked = stack.llm.requests();
+    assert_eq!(asked.len(), 3, "{asked:?}");
+    assert!(
+        asked.iter().all(|r| r.last_user_text().as_deref() == Some("Say hello and tell me what you can help with."))
+    );
+}
+
+#[tokio::test]
+async fn a_tool_round_trip_through_the_anthropic_sdk_streamed_and_not() {
+    let llm = ScriptedLlm::start(weather_vendor).await;
+    let stack = Stack::start(llm, Options { auth: Auth::Closed { jwks_file: None }, ..Options::default() }).await;
+    let key = stack.key("acme", "agent", false).await;
+    let summary = sdk_check(&stack, &key, "tools,tools_stream", &["--expect-tool-answer", "18 degrees"]).await;
+    assert!(summary["tools_stream"]["input_json_events"].as_u64().unwrap() >= 2, "{summary}");
+    assert_eq!(summary["tools"]["metadata"]["client_tools"], true, "{summary}");
+    // Four model calls: a tool call and an answer, twice. Each saw the caller's one tool and
+    // nothing of the router's own; the answers saw the tool's result.
+    let asked = stack.llm.requests();
+    assert_eq!(asked.len(), 4, "{asked:?}");
+    for request in &asked {
+        assert_eq!(request.tool_names(), ["get_weather"], "{:?}", request.body);
+    }
+    for answer in [&asked[1], &asked[3]] {
+        let result = answer.messages().last().unwrap();
+        assert_eq!(result["content"], "18 degrees and sunny", "{result}");
+        let call = &answer.messages()[answer.messages_len() - 2]["tool_calls"][0];
+        assert_eq!(call["function"]["name"], "get_weather");
+        assert_eq!(call["id"], result["tool_call_id"]);
+    }
+}
+
+async fn post(stack: &Stack, path: &str, headers: &[(&str, &str)], body: String) -> reqwest::Response {
+    let mut request = stack.http.post(stack.url(path)).header("content-type", "application/json").body(body);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    request.send().await.expect("edge reachable")
+}
+
+#[tokio::test]
+async fn the_stream_sends_anthropics_events_in_order_with_their_names() {
+    let llm = ScriptedLlm::start(weather_vendor).await;
+    let stack = Stack::start(llm, Options::default()).await;
+    let body = json!({
+        "model": "claude-sonnet-4-5", "max_tokens": 50, "stream": true,
+        "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}],
+        "messages": [{"role": "user", "content": "Weather in Paris?"}],
+    });
+    let response =
+        post(&stack, "/v1/messages?beta=true", &[("anthropic-version", "2023-06-01")], body.to_string()).await;
+    assert_eq!(response.status(), 200);
+    let text = response.text().await.unwrap();
+    let events = parse_events(&text);
+    for (name, data) in &events {
+        assert_eq!(data["type"], name.as_str(), "each event's name is its data's type: {text}");
+    }
+    let names: Vec<&str> = events.iter().map(|(name, _)| name.as_str()).collect();
+    let deltas = names.iter().filter(|n| **n == "content_block_delta").count();
+    assert!(deltas >= 2, "{text}");
+    let mut expected = vec!["message_start", "ping", "content_block_start"];
+    expected.extend(std::iter::repeat_n("content_block_delta", deltas));
+    expected.extend(["content_block_stop", "message_delta", "message_stop"]);
+    assert_eq!(names, expected, "{text}");
+    let (_, start) = &events[2];
+    assert_eq!(start["content_block"]["type"], "tool_use");
+    assert_eq!(start["content_block"]["name"], "get_weather");
+    let arguments: String = events
+        .iter()
+        .filter(|(name, _)| name == "content_block_delta")
+        .map(|(_, data)| {
+            assert_eq!(data["delta"]["type"], "input_json_delta");
+            data["delta"]["partial_json"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    assert_eq!(serde_json::from_str::<Value>(&arguments).unwrap(), json!({"city": "Paris"}));
+    let (_, delta) = &events[events.len() - 2];
+    assert_eq!(delta["delta"]["stop_reason"], "tool_use");
+    assert_eq!(delta["usage"]["output_tokens"], 8);
+}
+
+/// What is sent (a name for it, headers, body) and what must come back (status, Anthropic's
+/// error type, text the message must hold).
+type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, String, u16, &'a str, &'a str);
+
+#[tokio::test]
+async fn refusals_come_in_anthropics_error_shape_with_its_status_codes() {
+    let llm = ScriptedLlm::start(|_| Reply::text(ANSWER)).await;
+    let stack = Stack::start(
+        llm,
+        Options {
+            auth: Auth::Closed { jwks_file: None },
+            configure: Box::new(|config| config.max_body_bytes = 4096),
+            ..Options::default()
+        },
+    )
+    .await;
+    let key = stack.key("acme", "ann", false).await;
+    let auth = [("x-api-key", key.as_str())];
+    let ok = json!({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]});
+    let cases: Vec<Case> = vec![
+        ("no key", vec![], ok.to_string(), 401, "authentication_error", "credential"),
+        ("bad key", vec![("x-api-key", "sy_nope_nope")], ok.to_string(), 401, "authentication_error", ""),
+        ("not JSON", auth.to_vec(), "{\"model\": ".into(), 400, "invalid_request_error", ""),
+        (
+            "wrong type",
+            auth.to_vec(),
+            json!({"model": 5, "max_tokens": 1, "messages": []}).to_string(),
+            400,
+            "invalid_request_error",
+            "model",
+        ),
+        (
+            "no max_tokens",
+            auth.to_vec(),
+            json!({"model": "m", "messages": ok["messages"]}).to_string(),
+            400,
+            "invalid_request_error",
+            "max_tokens",
+        ),
+        (
+            "a tool without a schema",
+            auth.to_vec(),
+            json!({"model": "m", "max_tokens": 1, "messages": ok["messages"], "tools": [{"name": "t"}]}).to_string(),
+            400,
+            "invalid_request_error",
+            "tools[0].input_schema",
+        ),
+        (
+            "a bad image",
+            auth.to_vec(),
+            json!({"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": [
+                {"type": "image", "source": {"type": "file", "file_id": "f"}}]}]})
+            .to_string(),
+            400,
+            "invalid_request_error",
+            "messages[0].content[0].source.type",
+        ),
+        (
+            "oversize",
+            auth.to_vec(),
+            json!({"model": "m", "max_tokens": 1, "messages": [{"role": "user",
+            "content": "x".repeat(5000)}]})
+            .to_string(),
+            413,
+            "request_too_large",
+            "",
+        ),
+        (
+            "count_tokens without messages",
+            auth.to_vec(),
+            json!({"model": "m"}).to_string(),
+            400,
+            "invalid_request_error",
+            "messages",
+        ),
+    ];
+    for (what, headers, body, status, kind, named) in cases {
+        let path = if what.starts_with("count_tokens") { "/v1/messages/count_tokens" } else { "/v1/messages" };
+        let (got, body) = json(post(&stack, path, &headers, body).await).await;
+        assert_eq!(got, status, "{what}: {body}");
+        assert_eq!(body["type"], "error", "{what}: {body}");
+        assert_eq!(body["error"]["type"], kind, "{what}: {body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(named), "{what}: the message does not name {named}: {body}");
+    }
+    // A tool result answering a call the conversation never made: the router's refusal, in
+    // Anthropic's shape.
+    let orphan = json!({"model": "m", "max_tokens": 10, "tools": [{"name": "t", "input_schema": {"type": "object"}}],
+        "messages": [{"role": "user", "content": "hi"}, {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_nowhere", "content": "x"}]}]});
+    let (status, body) = json(post(&stack, "/v1/messages", &auth, orphan.to_string()).await).await;
+    assert_eq!((status, &body["error"]["type"]), (400, &json!("invalid_request_error")), "{body}");
+    assert!(stack.llm.requests().is_empty(), "no refused request reached the vendor");
+}
+
+#[tokio::test]
+async fn a_stream_that_fails_midway_ends_with_an_anthropic_error_event() {
+    let llm = ScriptedLlm::start(|_| Reply::text("Partial answer").fail_mid_stream("vendor fell over")).await;
+    let stack = Stack::start(llm, Options::default()).await;
+    let body = json!({"model": "m", "max_tokens": 10, "stream": true, "messages": [{"role": "user", "content": "hi"}]});
+    let response = post(&stack, "/v1/messages", &[], body.to_string()).await;
+    assert_eq!(response.status(), 200);
+    let events = parse_events(&response.text().await.unwrap());
+    let (name, data) = events.last().unwrap();
+    assert_eq!(name, "error", "{events:?}");
+    assert_eq!(data["type"], "error");
+    assert!(data["error"]["type"].as_str().unwrap().ends_with("_error"), "{data}");
+    assert!(!events.iter().any(|(name, _)| name == "message_stop"), "a failed answer does not stop as if whole");
+}
