@@ -142,6 +142,11 @@ pub struct RouterConfig {
     #[arg(long, env = "ROUTER_EXPERT_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
     pub expert_timeout: Duration,
 
+    /// How long a stateless caller's conversation key keeps naming its session after its last
+    /// request (match the sessions' SESSIONS_DEFAULT_TTL).
+    #[arg(long, env = "ROUTER_CONVERSATION_TTL", default_value = "24h", value_parser = parse_duration)]
+    pub conversation_ttl: Duration,
+
     /// Routing decisions kept in Postgres; older rows are pruned hourly.
     #[arg(long, env = "ROUTER_ANALYTICS_RETENTION", default_value = "720h", value_parser = parse_duration)]
     pub analytics_retention: Duration,
@@ -196,6 +201,7 @@ impl RouterConfig {
             max_experts: 4,
             expert_concurrency: 4,
             expert_timeout: Duration::from_secs(60),
+            conversation_ttl: Duration::from_secs(24 * 3600),
             analytics_retention: Duration::from_secs(720 * 3600),
             record_buffer: 10_000,
             record_flush_interval: Duration::from_millis(500),

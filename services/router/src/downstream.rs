@@ -85,6 +85,20 @@ impl SessionsClient {
         })
     }
 
+    /// A new session in its default role.
+    pub async fn create_session(&self, identity: &Identity) -> Result<SessionId, RouterError> {
+        let created = self
+            .sessions
+            .clone()
+            .create_session(request(sessions::CreateSessionRequest::default(), identity, CALL_TIMEOUT))
+            .await
+            .map_err(|s| RouterError::from_status("creating a session", &s))?
+            .into_inner();
+        let id = created.session.map(|s| s.session_id).unwrap_or_default();
+        SessionId::parse(&id)
+            .map_err(|_| RouterError::unavailable("creating a session", "the sessions service returned no session id"))
+    }
+
     /// Opens the turn on the session: creates the session when the caller gave none, reads its
     /// recent messages, and runs context switching on the message (spec 000's ProcessQuery).
     pub async fn begin_turn(
@@ -100,18 +114,7 @@ impl SessionsClient {
         // created first and has nothing to read.
         let (session_id, include_messages) = match session_id {
             Some(id) => (id.clone(), true),
-            None => {
-                let created = client
-                    .create_session(request(sessions::CreateSessionRequest::default(), identity, CALL_TIMEOUT))
-                    .await
-                    .map_err(|s| RouterError::from_status("creating a session", &s))?
-                    .into_inner();
-                let id = created.session.map(|s| s.session_id).unwrap_or_default();
-                let id = SessionId::parse(&id).map_err(|_| {
-                    RouterError::unavailable("creating a session", "the sessions service returned no session id")
-                })?;
-                (id, false)
-            }
+            None => (self.create_session(identity).await?, false),
         };
         let processed = client
             .process_query(request(
@@ -142,6 +145,44 @@ impl SessionsClient {
         })
     }
 
+    /// Reopens a session for a turn that continues a tool loop: its role as it stands, with no
+    /// context switching (a tool result is not the user changing the subject) and nothing
+    /// counted; the role's own prompt (with the turn's custom instructions) is the persona.
+    pub async fn resume_turn(
+        &self,
+        identity: &Identity,
+        session_id: &SessionId,
+        custom_instructions: Option<&str>,
+    ) -> Result<SessionTurn, RouterError> {
+        let got = self
+            .sessions
+            .clone()
+            .get_session(request(
+                sessions::GetSessionRequest { session_id: session_id.to_string(), include_messages: true },
+                identity,
+                CALL_TIMEOUT,
+            ))
+            .await
+            .map_err(|s| session_error("reading the session", &s))?
+            .into_inner();
+        let session = got.session.unwrap_or_default();
+        let mut system_prompt = got.role.map(|r| r.system_prompt).unwrap_or_default();
+        if let Some(extra) = custom_instructions.map(str::trim).filter(|s| !s.is_empty()) {
+            system_prompt.push_str("\n\nAdditional instructions: ");
+            system_prompt.push_str(extra);
+        }
+        Ok(SessionTurn {
+            session_id: session_id.clone(),
+            role_id: session.role_id.clone(),
+            switched: false,
+            previous_role_id: session.role_id,
+            system_prompt,
+            transition_context: String::new(),
+            turn_count: session.turn_count,
+            recent: got.recent_messages,
+        })
+    }
+
     /// Records the user's message and the answer in the session's conversation.
     pub async fn end_turn(
         &self,
@@ -157,9 +198,18 @@ impl SessionsClient {
             role_id: role_id.to_owned(),
             created_at: None,
         };
-        let mut messages = vec![turn(sessions::MessageRole::User, message)];
+        // A tool loop's continuation has no user message of its own, and a turn that ended in
+        // calls of the caller's tools no answer yet: the loop's question and its final answer
+        // are what the conversation keeps.
+        let mut messages = Vec::new();
+        if !message.trim().is_empty() {
+            messages.push(turn(sessions::MessageRole::User, message));
+        }
         if !answer.is_empty() {
             messages.push(turn(sessions::MessageRole::Assistant, answer));
+        }
+        if messages.is_empty() {
+            return Ok(());
         }
         self.sessions
             .clone()

@@ -1,4 +1,5 @@
-//! What a turn reports as it goes: the route decision, content deltas and tool activity.
+//! What a turn reports as it goes: the route decision, content deltas, tool activity and the
+//! model's calls of the caller's own tools.
 //! `ChatStream` forwards them to the client; `Chat` ignores them and answers once at the end.
 //! Either way the text answered so far is kept, so a turn cut short records what it had.
 
@@ -10,9 +11,26 @@ use crate::{error::RouterError, outcome::Metadata};
 
 #[derive(Debug, Clone)]
 pub enum TurnEvent {
-    Route { id: String, session_id: String, metadata: Box<Metadata> },
+    Route {
+        id: String,
+        session_id: String,
+        metadata: Box<Metadata>,
+    },
     Delta(String),
     Tool(ToolActivity),
+    /// A piece of a call of one of the caller's tools.
+    ToolCall(ToolCallDelta),
+}
+
+/// A piece of a call of the caller's tools as the model streams it: the first piece of a call
+/// carries its id and name, the following ones only argument text.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ToolCallDelta {
+    /// The call's position among the answer's tool calls, from 0.
+    pub index: u32,
+    pub id: String,
+    pub name: String,
+    pub arguments_delta: String,
 }
 
 #[derive(Debug, Clone, Default)]

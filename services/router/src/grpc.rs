@@ -58,6 +58,12 @@ fn stream_event(event: TurnEvent) -> pb::ChatStreamResponse {
             server: activity.server,
             error: activity.error,
         }),
+        TurnEvent::ToolCall(call) => Event::ToolCall(pb::ToolCallDelta {
+            index: call.index,
+            id: call.id,
+            name: call.name,
+            arguments_delta: call.arguments_delta,
+        }),
     };
     pb::ChatStreamResponse { event: Some(event) }
 }

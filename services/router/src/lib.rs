@@ -9,6 +9,7 @@
 pub mod analytics;
 pub mod cache;
 pub mod config;
+pub mod conversations;
 pub mod downstream;
 pub mod error;
 pub mod events;
@@ -35,6 +36,7 @@ pub use turn::Router;
 use crate::{
     analytics::{AnalyticsStore, DecisionSink, MemoryAnalytics, PostgresAnalytics, Recorder},
     cache::{Learning, RoutingCache},
+    conversations::ConversationKeys,
     downstream::{GatewayClient, SessionsClient},
     fast::FastPath,
     metrics::Metrics,
@@ -85,6 +87,22 @@ pub async fn open_stores(config: &RouterConfig) -> anyhow::Result<Stores> {
     }
 }
 
+/// Where stateless callers' conversation keys are kept: Redis when one is configured (shared
+/// by replicas), memory otherwise.
+pub async fn open_conversations(config: &RouterConfig) -> anyhow::Result<Arc<ConversationKeys>> {
+    let args = config.stores.store_args();
+    match (&args.redis_url, args.in_memory) {
+        (Some(url), false) => {
+            let conn = switchyard_kit::store::connect_redis(url)
+                .await
+                .with_context(|| format!("opening Redis at {}", url.url_without_credentials()))?;
+            let prefix = switchyard_kit::store::KeyPrefix::parse(&args.redis_prefix)?;
+            Ok(Arc::new(ConversationKeys::redis(config.conversation_ttl, conn, prefix)))
+        }
+        _ => Ok(Arc::new(ConversationKeys::memory(config.conversation_ttl))),
+    }
+}
+
 /// Checks the settings no flag parser can.
 fn check(config: &RouterConfig) -> anyhow::Result<()> {
     let similarity = config.cache_similarity;
@@ -110,7 +128,8 @@ impl RouterServer {
         let stores = open_stores(config).await?;
         let providers = with_local_model(config, config.providers.build()?).await?;
         let fast = fast_path(config);
-        Self::bind_with_parts(config, stores, providers, fast).await
+        let conversations = open_conversations(config).await?;
+        Self::bind_with_conversations(config, stores, conversations, providers, fast).await
     }
 
     /// Binds with a given analytics store (and an in-process routing cache when the
@@ -124,9 +143,21 @@ impl RouterServer {
         Self::bind_with_parts(config, Stores { analytics: store, cache }, providers, fast_path(config)).await
     }
 
+    /// Binds with the given parts; conversation keys are kept in memory.
     pub async fn bind_with_parts(
         config: &RouterConfig,
         stores: Stores,
+        providers: Providers,
+        fast: Arc<FastPath>,
+    ) -> anyhow::Result<Self> {
+        let conversations = Arc::new(ConversationKeys::memory(config.conversation_ttl));
+        Self::bind_with_conversations(config, stores, conversations, providers, fast).await
+    }
+
+    pub async fn bind_with_conversations(
+        config: &RouterConfig,
+        stores: Stores,
+        conversations: Arc<ConversationKeys>,
         providers: Providers,
         fast: Arc<FastPath>,
     ) -> anyhow::Result<Self> {
@@ -154,6 +185,7 @@ impl RouterServer {
             fast: fast.clone(),
             learning: cache.as_ref().map(|cache| Learning::new(cache.clone(), store.clone(), fast.clone())),
             cache,
+            conversations,
             routing_timeout: (config.routing_timeout_ms > 0).then(|| Duration::from_millis(config.routing_timeout_ms)),
             stopping: server.shutdown_notice(),
             interrupted_writes: Default::default(),

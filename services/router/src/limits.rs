@@ -43,3 +43,14 @@ pub const MAX_ROLE_ID_BYTES: usize = 128;
 pub const MAX_INSTRUCTIONS_BYTES: usize = 8 * 1024;
 /// Highest sampling temperature the vendors accept.
 pub const MAX_TEMPERATURE: f64 = 2.0;
+/// The caller's own tools accepted on one request.
+pub const MAX_CLIENT_TOOLS: usize = 128;
+/// Longest tool name the vendors accept.
+pub const MAX_TOOL_NAME_BYTES: usize = 64;
+/// Longest tool description or JSON Schema accepted.
+pub const MAX_TOOL_SCHEMA_BYTES: usize = 64 * 1024;
+/// Stop sequences accepted, and the longest one.
+pub const MAX_STOP_SEQUENCES: usize = 16;
+pub const MAX_STOP_BYTES: usize = 256;
+/// Longest conversation key accepted (a digest is 64).
+pub const MAX_CONVERSATION_KEY_BYTES: usize = 256;

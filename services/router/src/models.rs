@@ -4,7 +4,10 @@
 use futures::StreamExt;
 use switchyard_llm::{ChatRequest, Completion, EventStream, ModelRef, Providers, StreamEvent};
 
-use crate::{error::RouterError, events::Events};
+use crate::{
+    error::RouterError,
+    events::{Events, ToolCallDelta, TurnEvent},
+};
 
 /// A model call that answered.
 pub struct Answered {
@@ -63,11 +66,43 @@ impl Models {
         request: ChatRequest,
         events: &Events,
     ) -> Result<Answered, RouterError> {
+        self.drive(chain, request, events, false).await
+    }
+
+    /// [`Models::stream_answer`] for a turn with the caller's own tools: the model's calls of
+    /// them go to `events` too, as their arguments stream.
+    pub async fn stream_client_answer(
+        &self,
+        chain: &[ModelRef],
+        request: ChatRequest,
+        events: &Events,
+    ) -> Result<Answered, RouterError> {
+        self.drive(chain, request, events, true).await
+    }
+
+    async fn drive(
+        &self,
+        chain: &[ModelRef],
+        request: ChatRequest,
+        events: &Events,
+        forward_tool_calls: bool,
+    ) -> Result<Answered, RouterError> {
         let Opened { model, events: mut stream, fallbacks } = self.open(chain, request).await?;
         while let Some(event) = stream.next().await {
             match event.map_err(|err| RouterError::ModelsUnavailable(err.to_string()))? {
                 StreamEvent::Text(text) => events.delta(text).await?,
                 StreamEvent::ToolCallStarted { .. } => {}
+                StreamEvent::ToolCallDelta { index, id, name, arguments } => {
+                    if forward_tool_calls {
+                        let delta = ToolCallDelta {
+                            index,
+                            id: id.unwrap_or_default(),
+                            name: name.unwrap_or_default(),
+                            arguments_delta: arguments,
+                        };
+                        events.send(TurnEvent::ToolCall(delta)).await?;
+                    }
+                }
                 StreamEvent::Done(completion) => return Ok(Answered { model, completion, fallbacks }),
             }
         }

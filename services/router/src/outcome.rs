@@ -2,7 +2,7 @@
 //! role, routing latency, cache and fallback flags), and their wire form.
 
 use switchyard_kit::proto_time::timestamp;
-use switchyard_llm::Usage;
+use switchyard_llm::{ToolCall, Usage};
 use switchyard_proto::router::v1 as pb;
 
 use crate::route::{Route, route_to_proto};
@@ -25,6 +25,14 @@ pub struct Metadata {
     pub degraded: Vec<String>,
     pub expert_role_ids: Vec<String>,
     pub model_fallbacks: u32,
+    /// The request carried the caller's own tools.
+    pub client_tools: bool,
+    /// The request continued a tool loop (no routing call, no role switch).
+    pub continuation: bool,
+    /// The role the triggers would have switched to inside the tool loop, held back.
+    pub held_switch_role_id: String,
+    /// The caller's tools the model called on this turn.
+    pub client_tools_called: Vec<String>,
 }
 
 impl Default for Metadata {
@@ -46,6 +54,10 @@ impl Default for Metadata {
             degraded: Vec::new(),
             expert_role_ids: Vec::new(),
             model_fallbacks: 0,
+            client_tools: false,
+            continuation: false,
+            held_switch_role_id: String::new(),
+            client_tools_called: Vec::new(),
         }
     }
 }
@@ -69,6 +81,10 @@ impl Metadata {
             degraded: self.degraded.clone(),
             expert_role_ids: self.expert_role_ids.clone(),
             model_fallbacks: self.model_fallbacks,
+            client_tools: self.client_tools,
+            continuation: self.continuation,
+            held_switch_role_id: self.held_switch_role_id.clone(),
+            client_tools_called: self.client_tools_called.clone(),
         }
     }
 }
@@ -84,8 +100,17 @@ pub struct TurnOutcome {
     pub model: String,
     pub content: String,
     pub finish_reason: &'static str,
+    /// The model's calls of the caller's tools (a client-tools turn only).
+    pub tool_calls: Vec<ToolCall>,
     pub usage: Usage,
     pub metadata: Metadata,
+}
+
+fn tool_calls_proto(calls: &[ToolCall]) -> Vec<pb::ToolCall> {
+    calls
+        .iter()
+        .map(|c| pb::ToolCall { id: c.id.clone(), name: c.name.clone(), arguments_json: c.arguments.clone() })
+        .collect()
 }
 
 pub fn usage_proto(usage: Usage) -> pb::Usage {
@@ -102,7 +127,12 @@ impl TurnOutcome {
             id: self.id.clone(),
             created: Some(timestamp(self.created)),
             model: self.model.clone(),
-            message: Some(pb::ChatMessage { role: pb::ChatRole::Assistant as i32, content: self.content.clone() }),
+            message: Some(pb::ChatMessage {
+                role: pb::ChatRole::Assistant as i32,
+                content: self.content.clone(),
+                tool_calls: tool_calls_proto(&self.tool_calls),
+                ..Default::default()
+            }),
             finish_reason: self.finish_reason.to_owned(),
             usage: Some(usage_proto(self.usage)),
             metadata: Some(self.metadata.to_proto()),
@@ -116,6 +146,7 @@ impl TurnOutcome {
             usage: Some(usage_proto(self.usage)),
             metadata: Some(self.metadata.to_proto()),
             model: self.model.clone(),
+            tool_calls: tool_calls_proto(&self.tool_calls),
         }
     }
 }

@@ -73,10 +73,19 @@ async fn bad_requests_name_the_field_and_reach_no_model() {
         (
             {
                 let mut r = chat("hi");
-                r.history = vec![ChatMessage { role: ChatRole::Tool as i32, content: "x".into() }];
+                r.history = vec![ChatMessage { role: 9, content: "x".into(), ..Default::default() }];
                 r
             },
             "history[0].role",
+        ),
+        (
+            {
+                let mut r = chat("hi");
+                r.history =
+                    vec![ChatMessage { role: ChatRole::Tool as i32, content: "x".into(), ..Default::default() }];
+                r
+            },
+            "history[0].tool_call_id",
         ),
     ];
     for (request, field) in cases {

@@ -22,7 +22,8 @@ use tracing::Instrument;
 use crate::{
     analytics::{DecisionRecord, Recorder},
     cache::{Learning, RoutingCache},
-    downstream::{GatewayClient, SessionsClient},
+    conversations::ConversationKeys,
+    downstream::{GatewayClient, SessionTurn, SessionsClient},
     error::RouterError,
     events::{Events, TurnEvent},
     fast::FastPath,
@@ -55,6 +56,8 @@ pub struct Router {
     /// The routing cache and learning from corrections, when `UNIFIED_CHAT_CACHE_ROUTING` is on.
     pub(crate) cache: Option<Arc<RoutingCache>>,
     pub(crate) learning: Option<Arc<Learning>>,
+    /// Stateless callers' conversation keys and the sessions they name.
+    pub(crate) conversations: Arc<ConversationKeys>,
     /// `UNIFIED_CHAT_ROUTING_TIMEOUT_MS`; `None` waits for the routing call.
     pub(crate) routing_timeout: Option<Duration>,
     /// Cut when the shutdown grace is about to run out: turns still running stop there.
@@ -91,6 +94,7 @@ impl Scope<'_> {
             tool_choice,
             max_tokens: self.request.max_tokens,
             temperature: self.request.temperature,
+            stop: self.request.stop.clone(),
             ..ChatRequest::default()
         }
     }
@@ -100,6 +104,23 @@ impl Scope<'_> {
     async fn answer_directly(&self) -> Result<RouteAnswer, RouterError> {
         let call = self.call(self.ctx.persona.clone(), self.ctx.messages_with_user(), Vec::new(), ToolChoice::Auto);
         let answered = self.router.models.stream_answer(self.chain, call, self.events).await?;
+        Ok(RouteAnswer { answered, usage: Usage::default() })
+    }
+
+    /// The caller's own agent loop: a direct answer in the session's role with the caller's
+    /// tools only (never the routing tools), as the caller asked for them. The model's calls
+    /// of them are the answer, for the caller to run.
+    async fn answer_with_client_tools(&self) -> Result<RouteAnswer, RouterError> {
+        let request = self.request;
+        let mut call = self.call(
+            self.ctx.persona.clone(),
+            self.ctx.messages_with_user(),
+            request.tools.clone(),
+            if request.tools.is_empty() { ToolChoice::Auto } else { request.tool_choice.clone() },
+        );
+        call.parallel_tool_calls = request.parallel_tool_calls.filter(|_| !request.tools.is_empty());
+        call.response_format = request.response_format.clone();
+        let answered = self.router.models.stream_client_answer(self.chain, call, self.events).await?;
         Ok(RouteAnswer { answered, usage: Usage::default() })
     }
 }
@@ -159,6 +180,21 @@ impl Router {
                 self.models.providers().names().collect::<Vec<_>>().join(", ")
             )));
         }
+        // The local model answers text only: what it cannot do is refused, never made up.
+        if self.routes_locally(&self.chain(request.model.as_ref())) {
+            if request.has_client_tools() {
+                return Err(RouterError::invalid(
+                    "tools",
+                    "the local model cannot call tools; name a model of a configured provider in `model`",
+                ));
+            }
+            if let Some(index) = request.history.iter().position(|m| m.has_images()) {
+                return Err(RouterError::invalid(
+                    format!("history[{index}].parts"),
+                    "the local model cannot read images; name a model of a configured provider in `model`",
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -172,16 +208,8 @@ impl Router {
         let started = Instant::now();
         self.check_models(&request)?;
         let id = format!("chat-{}", uuid::Uuid::new_v4());
-        let session = self
-            .sessions
-            .begin_turn(
-                &identity,
-                request.session_id.as_ref(),
-                &request.message,
-                request.force_role_id.as_deref(),
-                request.custom_instructions.as_deref(),
-            )
-            .await?;
+        let continuation = request.is_continuation();
+        let session = self.open_session(&identity, &request).await?;
         let span = tracing::Span::current();
         span.record("session_id", session.session_id.as_str());
         span.record("role_id", session.role_id.as_str());
@@ -192,8 +220,14 @@ impl Router {
             role_id: session.role_id.clone(),
             role_switched: session.switched,
             previous_role_id: session.previous_role_id.clone(),
+            client_tools: request.has_client_tools(),
+            continuation,
             ..Metadata::default()
         };
+        // The caller's own agent loop (its tools, or a continuation of it), or an answer of a
+        // shape the caller fixed, is answered directly in the session's role: no routing call,
+        // so the routing tools never sit beside the caller's and never reach it.
+        let callers_turn = request.has_client_tools() || continuation || request.response_format.is_some();
         let scope =
             Scope { router: self, identity: &identity, ctx: &ctx, chain: &chain, request: &request, events: &events };
         let route_event = |meta: &Metadata| TurnEvent::Route {
@@ -216,6 +250,20 @@ impl Router {
                     events.send(route_event(&meta)).await?;
                     (decision, None, Usage::default())
                 }
+                None if callers_turn => {
+                    let reasoning = if continuation {
+                        "a tool loop continues: the role and model that started it finish it"
+                    } else if request.has_client_tools() {
+                        "the caller's own tools: answered directly in the session's role"
+                    } else {
+                        "the caller fixed the answer's format: answered directly in the session's role"
+                    };
+                    let decision = Decision { reasoning: reasoning.to_owned(), ..Decision::direct() };
+                    meta.route = Route::Direct;
+                    meta.reasoning = decision.reasoning.clone();
+                    events.send(route_event(&meta)).await?;
+                    (decision, None, Usage::default())
+                }
                 None => {
                     let routed = routing::route(&scope, &mut meta, started, &route_event).await?;
                     (routed.decision, routed.answer, routed.usage)
@@ -225,6 +273,7 @@ impl Router {
 
             let answer = match (decision.route, direct_answer) {
                 (Route::Direct, Some(answered)) => RouteAnswer { answered, usage: Usage::default() },
+                (Route::Direct, None) if callers_turn => scope.answer_with_client_tools().await?,
                 (Route::Direct, None) => scope.answer_directly().await?,
                 (Route::McpAgent, _) => agent::run(&scope, &decision, &mut meta).await?,
                 (Route::Multiagent, _) => experts::run(&scope, &decision, &mut meta).await?,
@@ -243,6 +292,14 @@ impl Router {
         };
         meta.model_fallbacks += answer.answered.fallbacks;
         meta.execution_ms = started.elapsed().as_millis() as u64;
+        // Only the caller's own tools' calls go back to it (the agent's ran here).
+        let tool_calls = if callers_turn && meta.route == Route::Direct {
+            answer.answered.completion.tool_calls.clone()
+        } else {
+            Vec::new()
+        };
+        meta.client_tools_called = tool_calls.iter().map(|c| c.name.clone()).collect();
+        meta.client_tools_called.dedup();
 
         let outcome = TurnOutcome {
             id,
@@ -251,6 +308,7 @@ impl Router {
             model: answer.answered.model.to_string(),
             content: answer.answered.completion.content,
             finish_reason: answer.answered.completion.finish_reason.as_str(),
+            tool_calls,
             usage,
             metadata: meta,
         };
@@ -269,6 +327,73 @@ impl Router {
             recorder.push(DecisionRecord::of(&identity, &outcome, &answer.answered.model, message));
         }
         Ok(outcome)
+    }
+
+    /// The session the turn runs on: the one the caller names, or the one its conversation key
+    /// maps to (a new one, recorded under the key, when it maps to none or to one that is
+    /// gone), or a new one.
+    async fn open_session(&self, identity: &Identity, request: &TurnRequest) -> Result<SessionTurn, RouterError> {
+        let Some(key) = request.conversation_key.as_deref().filter(|_| request.session_id.is_none()) else {
+            return self.open_named_session(identity, request, request.session_id.as_ref(), false).await;
+        };
+        let tenant = identity.tenant.as_str();
+        // The key's store is an aid: a turn goes on without it, as a new conversation.
+        let known = self.conversations.session(tenant, key).await.unwrap_or_else(|err| {
+            tracing::warn!(error = %err, "conversation key lookup failed; starting a new session");
+            None
+        });
+        let stale = known.is_some();
+        if let Some(session_id) = known {
+            match self.open_named_session(identity, request, Some(&session_id), false).await {
+                // Closed, or gone past its retention: the key starts a new session below.
+                Err(RouterError::NotFound(_)) => {}
+                opened => return opened,
+            }
+        }
+        let mut session_id = self.sessions.create_session(identity).await?;
+        let recorded = if stale {
+            self.conversations.replace(tenant, key, &session_id).await
+        } else {
+            // Another first request of this conversation may have claimed the key first: the
+            // two join its session.
+            self.conversations.claim(tenant, key, &session_id).await.map(|claimed| session_id = claimed)
+        };
+        if let Err(err) = recorded {
+            tracing::warn!(error = %err, "could not record the conversation key");
+        }
+        self.open_named_session(identity, request, Some(&session_id), true).await
+    }
+
+    /// A turn that continues a tool loop on a session that has run reopens it as it stands (no
+    /// context switching: the role that started the loop finishes it); every other turn goes
+    /// through context switching on its message (a new session is created when `session_id`
+    /// is `None`). A continuation on a new session is switched on the user message that
+    /// started its loop.
+    async fn open_named_session(
+        &self,
+        identity: &Identity,
+        request: &TurnRequest,
+        session_id: Option<&SessionId>,
+        fresh: bool,
+    ) -> Result<SessionTurn, RouterError> {
+        let force_role_id = request.force_role_id.as_deref();
+        let instructions = request.custom_instructions.as_deref();
+        if !request.is_continuation() {
+            return self.sessions.begin_turn(identity, session_id, &request.message, force_role_id, instructions).await;
+        }
+        if let Some(session_id) = session_id.filter(|_| !fresh) {
+            return self.sessions.resume_turn(identity, session_id, instructions).await;
+        }
+        let opening =
+            request.loop_user_text().filter(|text| !text.trim().is_empty()).unwrap_or(request.message.as_str());
+        if opening.trim().is_empty() {
+            let session_id = match session_id {
+                Some(id) => id.clone(),
+                None => self.sessions.create_session(identity).await?,
+            };
+            return self.sessions.resume_turn(identity, &session_id, instructions).await;
+        }
+        self.sessions.begin_turn(identity, session_id, opening, force_role_id, instructions).await
     }
 
     /// Records a turn the shutdown grace cut short, and returns the error its caller gets. The
@@ -304,6 +429,7 @@ impl Router {
             model: model.to_string(),
             content: answer,
             finish_reason: "interrupted",
+            tool_calls: Vec::new(),
             usage: Usage::default(),
             metadata,
         };

@@ -1,0 +1,174 @@
+//! Stateless callers' conversations. A caller that names no session but sends a conversation
+//! key (the edge derives one from the tenant, the system prompt and the first user message)
+//! gets the same session for the same key, per tenant, so the role and the model stick across
+//! its requests. The mapping lives in Redis when the router has one (shared by replicas), in
+//! memory otherwise, with the session retention as its TTL, renewed on every use.
+
+use std::{
+    collections::HashMap,
+    sync::{Mutex, PoisonError},
+    time::{Duration, Instant},
+};
+
+use redis::{AsyncCommands, aio::ConnectionManager};
+use sha2::{Digest, Sha256};
+use switchyard_kit::{
+    SessionId,
+    store::{KeyPrefix, REDIS_COMMAND_TIMEOUT, StoreError, bounded},
+};
+
+/// Keys held in memory at most; past it, expired ones go, then the oldest.
+const MEMORY_KEYS: usize = 100_000;
+
+pub struct ConversationKeys {
+    ttl: Duration,
+    store: Store,
+}
+
+enum Store {
+    Memory(Mutex<HashMap<String, (SessionId, Instant)>>),
+    Redis { conn: ConnectionManager, prefix: KeyPrefix },
+}
+
+impl ConversationKeys {
+    pub fn memory(ttl: Duration) -> Self {
+        Self { ttl, store: Store::Memory(Mutex::default()) }
+    }
+
+    pub fn redis(ttl: Duration, conn: ConnectionManager, prefix: KeyPrefix) -> Self {
+        Self { ttl, store: Store::Redis { conn, prefix } }
+    }
+
+    /// A digest of tenant and key: tenants never share an entry, and no caller text is in key
+    /// names.
+    fn digest(tenant: &str, key: &str) -> String {
+        let mut digest = Sha256::new();
+        digest.update(tenant.as_bytes());
+        digest.update([0]);
+        digest.update(key.as_bytes());
+        digest.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    fn redis_key(prefix: &KeyPrefix, tenant: &str, key: &str) -> String {
+        format!("{prefix}:router:conversation:{}", Self::digest(tenant, key))
+    }
+
+    fn ttl_secs(&self) -> u64 {
+        self.ttl.as_secs().max(1)
+    }
+
+    /// The session the key maps to, its TTL renewed.
+    pub async fn session(&self, tenant: &str, key: &str) -> Result<Option<SessionId>, StoreError> {
+        let found = match &self.store {
+            Store::Redis { conn, prefix } => {
+                let mut conn = conn.clone();
+                let key = Self::redis_key(prefix, tenant, key);
+                let value: Option<String> =
+                    bounded(REDIS_COMMAND_TIMEOUT, conn.get_ex(&key, redis::Expiry::EX(self.ttl_secs()))).await?;
+                value
+            }
+            Store::Memory(map) => {
+                let mut map = map.lock().unwrap_or_else(PoisonError::into_inner);
+                let digest = Self::digest(tenant, key);
+                match map.get_mut(&digest) {
+                    Some((session, expires)) if *expires > Instant::now() => {
+                        *expires = Instant::now() + self.ttl;
+                        Some(session.to_string())
+                    }
+                    Some(_) => {
+                        map.remove(&digest);
+                        None
+                    }
+                    None => None,
+                }
+            }
+        };
+        found
+            .map(|id| {
+                SessionId::parse(&id).map_err(|_| StoreError::Corrupt(format!("conversation key maps to `{id}`")))
+            })
+            .transpose()
+    }
+
+    /// Maps the key to `session` unless another request mapped it first; returns the session
+    /// the key maps to, so two first requests of one conversation end on one session.
+    pub async fn claim(&self, tenant: &str, key: &str, session: &SessionId) -> Result<SessionId, StoreError> {
+        self.put(tenant, key, session, false).await
+    }
+
+    /// Maps the key to `session` (the one it named is gone).
+    pub async fn replace(&self, tenant: &str, key: &str, session: &SessionId) -> Result<(), StoreError> {
+        self.put(tenant, key, session, true).await.map(|_| ())
+    }
+
+    async fn put(
+        &self,
+        tenant: &str,
+        key: &str,
+        session: &SessionId,
+        overwrite: bool,
+    ) -> Result<SessionId, StoreError> {
+        match &self.store {
+            Store::Redis { conn, prefix } => {
+                let mut conn = conn.clone();
+                let key = Self::redis_key(prefix, tenant, key);
+                let mut options = redis::SetOptions::default().with_expiration(redis::SetExpiry::EX(self.ttl_secs()));
+                if !overwrite {
+                    options = options.conditional_set(redis::ExistenceCheck::NX);
+                }
+                let set: Option<String> =
+                    bounded(REDIS_COMMAND_TIMEOUT, conn.set_options(&key, session.as_str(), options)).await?;
+                if set.is_some() {
+                    return Ok(session.clone());
+                }
+                let current: Option<String> = bounded(REDIS_COMMAND_TIMEOUT, conn.get(&key)).await?;
+                match current {
+                    Some(id) => SessionId::parse(&id)
+                        .map_err(|_| StoreError::Corrupt(format!("conversation key maps to `{id}`"))),
+                    // Expired in between: this request's session stands.
+                    None => Ok(session.clone()),
+                }
+            }
+            Store::Memory(map) => {
+                let mut map = map.lock().unwrap_or_else(PoisonError::into_inner);
+                let now = Instant::now();
+                if map.len() >= MEMORY_KEYS {
+                    map.retain(|_, (_, expires)| *expires > now);
+                    if map.len() >= MEMORY_KEYS
+                        && let Some(oldest) = map.iter().min_by_key(|(_, (_, e))| *e).map(|(k, _)| k.clone())
+                    {
+                        map.remove(&oldest);
+                    }
+                }
+                let digest = Self::digest(tenant, key);
+                if !overwrite
+                    && let Some((current, expires)) = map.get(&digest)
+                    && *expires > now
+                {
+                    return Ok(current.clone());
+                }
+                map.insert(digest, (session.clone(), now + self.ttl));
+                Ok(session.clone())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_key_maps_to_the_first_session_claimed_per_tenant() {
+        let keys = ConversationKeys::memory(Duration::from_secs(60));
+        let first = SessionId::parse("first").expect("id");
+        let second = SessionId::parse("second").expect("id");
+        assert_eq!(keys.session("t", "k").await.expect("read"), None);
+        assert_eq!(keys.claim("t", "k", &first).await.expect("claim"), first);
+        assert_eq!(keys.claim("t", "k", &second).await.expect("claim"), first);
+        assert_eq!(keys.session("t", "k").await.expect("read"), Some(first.clone()));
+        assert_eq!(keys.session("other", "k").await.expect("read"), None);
+        keys.replace("t", "k", &second).await.expect("replace");
+        assert_eq!(keys.session("t", "k").await.expect("read"), Some(second));
+    }
+}
