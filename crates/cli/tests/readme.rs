@@ -47,7 +47,7 @@ fn check_curl_output(command: &str, output: &str, expected: Option<u16>) {
     } else {
         assert!(expected.is_none(), "`{command}` should answer an error: {body}");
         assert!(
-            body.contains("event: completed") || body.ends_with("data: [DONE]"),
+            body.contains("event: completed") || body.ends_with("data: [DONE]") || body.contains("event: message_stop"),
             "`{command}` should stream to completion: {body}"
         );
         assert!(!body.contains("event: error"), "`{command}` streamed an error: {body}");

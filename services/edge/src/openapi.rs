@@ -118,6 +118,8 @@ pub fn generate(routes: &RouteTable) -> Value {
     }
     schemas.insert("Error".into(), error_schema());
     schemas.insert("ChatCompletion".into(), chat_completion_schema());
+    schemas.insert("AnthropicError".into(), anthropic_error_schema());
+    schemas.insert("AnthropicMessage".into(), anthropic_message_schema());
     let mut paths: Map<String, Value> = paths.into_iter().map(|(k, v)| (k, Value::Object(v))).collect();
     hand_written(&mut paths);
     json!({
@@ -407,6 +409,126 @@ fn openai_chat_request_schema() -> Value {
     }})
 }
 
+fn anthropic_error_schema() -> Value {
+    json!({
+        "type": "object",
+        "description": "Anthropic's error shape.",
+        "properties": {
+            "type": {"type": "string", "enum": ["error"]},
+            "error": {"type": "object", "properties": {
+                "type": {"type": "string", "enum": ["invalid_request_error", "authentication_error", "permission_error",
+                    "not_found_error", "request_too_large", "rate_limit_error", "api_error", "overloaded_error"]},
+                "message": {"type": "string", "description": "Names the field for an invalid request."},
+            }},
+        },
+    })
+}
+
+fn anthropic_message_schema() -> Value {
+    json!({
+        "type": "object",
+        "description": "Anthropic's message object, with routing metadata in `_metadata` and the session in `session_id`.",
+        "properties": {
+            "id": {"type": "string"},
+            "type": {"type": "string", "enum": ["message"]},
+            "role": {"type": "string", "enum": ["assistant"]},
+            "content": {"type": "array", "items": {"type": "object", "properties": {
+                "type": {"type": "string", "enum": ["text", "tool_use"]},
+                "text": {"type": "string"},
+                "id": {"type": "string"},
+                "name": {"type": "string"},
+                "input": {"type": "object", "additionalProperties": true},
+            }}},
+            "model": {"type": "string"},
+            "stop_reason": {"type": "string", "enum": ["end_turn", "max_tokens", "tool_use", "stop_sequence"]},
+            "stop_sequence": {"type": "string", "nullable": true},
+            "usage": {"type": "object", "properties": {
+                "input_tokens": {"type": "integer"}, "output_tokens": {"type": "integer"}}},
+            "_metadata": {"type": "object", "additionalProperties": true},
+            "session_id": {"type": "string"},
+        },
+    })
+}
+
+/// The body of `POST /v1/messages`: the fields the edge reads (others are ignored).
+/// `count_tokens` takes the same without `max_tokens` and `stream`.
+fn anthropic_messages_request_schema(count_tokens: bool) -> Value {
+    let text_block = json!({"type": "object", "required": ["type", "text"], "properties": {
+        "type": {"type": "string", "enum": ["text"]}, "text": {"type": "string"}}});
+    let image_block = json!({"type": "object", "required": ["type", "source"], "properties": {
+        "type": {"type": "string", "enum": ["image"]},
+        "source": {"oneOf": [
+            {"type": "object", "required": ["type", "media_type", "data"], "properties": {
+                "type": {"type": "string", "enum": ["base64"]},
+                "media_type": {"type": "string", "enum": ["image/jpeg", "image/png", "image/gif", "image/webp"]},
+                "data": {"type": "string", "minLength": 1}}},
+            {"type": "object", "required": ["type", "url"], "properties": {
+                "type": {"type": "string", "enum": ["url"]}, "url": {"type": "string"}}},
+        ]},
+    }});
+    let tool_use_block = json!({"type": "object", "required": ["type", "id", "name", "input"], "properties": {
+        "type": {"type": "string", "enum": ["tool_use"]},
+        "id": {"type": "string", "minLength": 1},
+        "name": {"type": "string", "minLength": 1},
+        "input": {"type": "object", "additionalProperties": true},
+    }});
+    let tool_result_block = json!({"type": "object", "required": ["type", "tool_use_id"], "properties": {
+        "type": {"type": "string", "enum": ["tool_result"]},
+        "tool_use_id": {"type": "string", "minLength": 1, "description": "A tool_use id of an earlier assistant message."},
+        "content": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"oneOf": [text_block, image_block]}}]},
+        "is_error": {"type": "boolean"},
+    }});
+    let mut schema = json!({"type": "object", "required": ["model", "messages", "max_tokens"], "properties": {
+        "model": {"type": "string", "description": "A route model (`switchyard`, `switchyard-direct`, `switchyard-mcp-agent`, `switchyard-multiagent`), `provider/model`, or any other name (the router's own model answers)."},
+        "max_tokens": {"type": "integer", "minimum": 1, "maximum": 4_294_967_295_u64},
+        "system": {"oneOf": [{"type": "string"}, {"type": "array", "items": text_block}]},
+        "messages": {"type": "array", "minItems": 1, "items": {"type": "object", "required": ["role", "content"], "properties": {
+            "role": {"type": "string", "enum": ["user", "assistant"]},
+            "content": {"oneOf": [
+                {"type": "string"},
+                {"type": "array", "items": {"oneOf": [text_block, image_block, tool_use_block, tool_result_block]}},
+            ], "description": "User messages take text, image and tool_result blocks; assistant messages text and tool_use (thinking blocks are dropped)."},
+        }}},
+        "tools": {"type": "array", "items": {"type": "object", "required": ["name", "input_schema"], "properties": {
+            "name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
+            "description": {"type": "string"},
+            "input_schema": {"type": "object", "additionalProperties": true},
+        }}},
+        "tool_choice": {"type": "object", "required": ["type"], "properties": {
+            "type": {"type": "string", "enum": ["auto", "any", "tool", "none"]},
+            "name": {"type": "string", "description": "The tool to call, with type `tool`."},
+            "disable_parallel_tool_use": {"type": "boolean"},
+        }},
+        "temperature": {"type": "number", "minimum": 0, "maximum": 1},
+        "stop_sequences": {"type": "array", "items": {"type": "string", "minLength": 1}},
+        "metadata": {"type": "object", "properties": {"user_id": {"type": "string"}}},
+        "stream": {"type": "boolean"},
+        "session_id": {"type": "string", "description": "Switchyard's own: continue this session (also the `x-session-id` header)."},
+    }});
+    if count_tokens {
+        schema["required"] = json!(["model", "messages"]);
+        if let Some(properties) = schema["properties"].as_object_mut() {
+            properties.remove("max_tokens");
+            properties.remove("stream");
+        }
+    }
+    schema
+}
+
+/// Responses of the Anthropic API's operations: errors in Anthropic's shape.
+fn anthropic_responses(ok: Value) -> Value {
+    let mut responses = errors(ok);
+    let error = json!({"$ref": "#/components/schemas/AnthropicError"});
+    if let Some(responses) = responses.as_object_mut() {
+        for (code, response) in responses.iter_mut() {
+            if code != "200" {
+                response["content"] = json!({"application/json": {"schema": error}});
+            }
+        }
+    }
+    responses
+}
+
 fn hand_written(paths: &mut Map<String, Value>) {
     let sse = |description: &str| {
         errors(json!({"description": description, "content": {"text/event-stream": {"schema": {"type": "string"}}}}))
@@ -442,6 +564,32 @@ fn hand_written(paths: &mut Map<String, Value>) {
                 "application/json": {"schema": {"$ref": "#/components/schemas/ChatCompletion"}},
                 "text/event-stream": {"schema": {"type": "string"}},
             }})),
+        }}),
+    );
+    paths.insert(
+        "/v1/messages".into(),
+        json!({"post": {
+            "operationId": "AnthropicMessages",
+            "tags": ["Anthropic"],
+            "summary": "Anthropic's Messages API (a message object, or Anthropic's SSE events when `stream` is true).",
+            "description": "The caller's tools reach the model; its calls come back as `tool_use` blocks (streamed as `input_json_delta`) with stop_reason `tool_use`. A conversation ending in `tool_result` blocks continues the tool loop. `anthropic-version` and `anthropic-beta` headers and a `?beta=true` query are accepted. Fields not listed here are ignored. Without `session_id` or an `x-session-id` header, the conversation is keyed by tenant, user, system prompt and first user message.",
+            "parameters": [{"name": "beta", "in": "query", "required": false, "schema": {"type": "string"}, "description": "Sent by Anthropic's beta clients; not read."}],
+            "requestBody": json_body(anthropic_messages_request_schema(false)),
+            "responses": anthropic_responses(json!({"description": "A message (or its events)", "content": {
+                "application/json": {"schema": {"$ref": "#/components/schemas/AnthropicMessage"}},
+                "text/event-stream": {"schema": {"type": "string"}},
+            }})),
+        }}),
+    );
+    paths.insert(
+        "/v1/messages/count_tokens".into(),
+        json!({"post": {
+            "operationId": "AnthropicCountTokens",
+            "tags": ["Anthropic"],
+            "summary": "An estimate of a messages request's input tokens: a quarter of its characters (text, tool calls and results, tool definitions), rounded up, plus 1600 for each image.",
+            "requestBody": json_body(anthropic_messages_request_schema(true)),
+            "responses": anthropic_responses(json!({"description": "OK", "content": {"application/json": {"schema": {
+                "type": "object", "properties": {"input_tokens": {"type": "integer"}}}}}})),
         }}),
     );
     paths.insert(

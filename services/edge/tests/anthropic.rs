@@ -261,3 +261,34 @@ async fn a_stream_that_fails_midway_ends_with_an_anthropic_error_event() {
     assert!(data["error"]["type"].as_str().unwrap().ends_with("_error"), "{data}");
     assert!(!events.iter().any(|(name, _)| name == "message_stop"), "a failed answer does not stop as if whole");
 }
+
+#[tokio::test]
+async fn a_stateless_conversation_keeps_its_session_across_requests() {
+    let llm = ScriptedLlm::start(|_| Reply::text(ANSWER)).await;
+    let stack = Stack::start(llm, Options::default()).await;
+    let ask = |messages: Value| {
+        json!({"model": "claude-sonnet-4-5", "max_tokens": 50, "system": "Be brief.", "messages": messages}).to_string()
+    };
+    let first = json!([{"role": "user", "content": "Plan my trip to Lisbon"}]);
+    let (status, one) = json(post(&stack, "/v1/messages", &[], ask(first)).await).await;
+    assert_eq!(status, 200, "{one}");
+    // The client resends the whole conversation with its next message, naming no session.
+    let again = json!([
+        {"role": "user", "content": "Plan my trip to Lisbon"},
+        {"role": "assistant", "content": one["content"]},
+        {"role": "user", "content": "And the museums?"},
+    ]);
+    let (status, two) = json(post(&stack, "/v1/messages", &[], ask(again)).await).await;
+    assert_eq!(status, 200, "{two}");
+    let session = one["session_id"].as_str().unwrap();
+    assert!(!session.is_empty(), "{one}");
+    assert_eq!(two["session_id"], session, "the same conversation: the same session");
+    let other = json!([{"role": "user", "content": "Plan my trip to Oslo"}]);
+    let (_, three) = json(post(&stack, "/v1/messages", &[], ask(other)).await).await;
+    assert_ne!(three["session_id"], session, "another conversation: another session");
+    // A session named in the header wins over the derived key.
+    let oslo = three["session_id"].as_str().unwrap();
+    let named = json!([{"role": "user", "content": "Plan my trip to Lisbon"}]);
+    let (_, four) = json(post(&stack, "/v1/messages", &[("x-session-id", oslo)], ask(named)).await).await;
+    assert_eq!(four["session_id"], oslo, "{four}");
+}

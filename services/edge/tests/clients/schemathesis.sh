@@ -7,7 +7,7 @@
 #
 # Uses the pinned .tools/bin/schemathesis (scripts/install-tools.sh). The run is repeatable:
 # deterministic generation, no example database and no cache between runs, one worker. Per-
-# operation limits (fewer cases and a longer timeout for the three operations that run the
+# operation limits (fewer cases and a longer timeout for the operations that run the
 # model) are in schemathesis.toml beside this script; schemathesis_hooks.py renames dotted path
 # parameters ({role.id}), which schemathesis 4.32 cannot substitute. The run changes the server's
 # state (it deletes roles and sessions it finds, as an admin in open mode): give it a server of
