@@ -189,6 +189,9 @@ impl RouterService for RouterGrpc {
             since: Some(timestamp(since)),
             until: Some(timestamp(until)),
             degraded_rate: stats.degraded_rate(),
+            client_tools_turns: stats.client_tools,
+            continuation_turns: stats.continuations,
+            held_switches: stats.held_switches,
         }))
     }
 

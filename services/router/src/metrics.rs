@@ -1,7 +1,8 @@
 //! The router's OpenTelemetry metrics (exported over OTLP when the kit's telemetry has an
 //! endpoint; no-ops otherwise): spec 002's "Monitoring & Analytics" figures as they happen —
-//! route distribution, routing latency, execution time, cache hits, fallbacks, degradations
-//! and tool calls. GetRoutingStats gives the same figures from Postgres over any window.
+//! route distribution, routing latency, execution time, cache hits, fallbacks, degradations,
+//! tool calls, the caller's own tool loops and the role switches held back inside them.
+//! GetRoutingStats gives the same figures from Postgres over any window.
 
 use opentelemetry::{
     KeyValue,
@@ -18,6 +19,7 @@ pub struct Metrics {
     execution_ms: Histogram<f64>,
     tool_call_ms: Histogram<f64>,
     feedback: Counter<u64>,
+    held_switches: Counter<u64>,
 }
 
 impl Default for Metrics {
@@ -53,6 +55,12 @@ impl Metrics {
                 .u64_counter("router.feedback")
                 .with_description("Feedback received, by route, helpfulness and whether another route was right")
                 .build(),
+            held_switches: meter
+                .u64_counter("router.switches.held")
+                .with_description(
+                    "Role switches the triggers asked for inside a tool loop, held back until the next user message",
+                )
+                .build(),
         }
     }
 
@@ -66,8 +74,13 @@ impl Metrics {
                 KeyValue::new("cache_hit", meta.cache_hit),
                 KeyValue::new("fallback_used", meta.fallback_used),
                 KeyValue::new("degraded", !meta.degraded.is_empty()),
+                KeyValue::new("client_tools", meta.client_tools),
+                KeyValue::new("continuation", meta.continuation),
             ],
         );
+        if !meta.held_switch_role_id.is_empty() {
+            self.held_switches.add(1, &[KeyValue::new("role_id", meta.held_switch_role_id.clone())]);
+        }
         self.routing_ms.record(meta.routing_ms as f64, std::slice::from_ref(&route));
         self.execution_ms.record(meta.execution_ms as f64, &[route]);
     }

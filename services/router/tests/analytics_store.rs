@@ -39,6 +39,10 @@ fn decision(id: usize, tenant: &str, route: Route, routing_ms: u64, minutes_ago:
         degraded: if id.is_multiple_of(4) { vec!["expert x: timed out".to_owned()] } else { Vec::new() },
         message: id.is_multiple_of(2).then(|| format!("message {id}")),
         interrupted: false,
+        client_tools: id.is_multiple_of(3),
+        continuation: id.is_multiple_of(6),
+        held_switch_role_id: id.is_multiple_of(12).then(|| "finance-expert".to_owned()),
+        client_tools_called: if id.is_multiple_of(3) { vec!["run_shell".to_owned()] } else { Vec::new() },
     }
 }
 
@@ -86,6 +90,13 @@ async fn memory_and_postgres_give_the_same_figures() {
     assert_eq!(
         (from_memory.cache_hits, from_memory.fallbacks, from_memory.degraded),
         (from_postgres.cache_hits, from_postgres.fallbacks, from_postgres.degraded)
+    );
+    // Client-tools turns (every third), continuations (every sixth) and held switches (every
+    // twelfth) of decisions 0 to 44.
+    assert_eq!((from_memory.client_tools, from_memory.continuations, from_memory.held_switches), (15, 8, 4));
+    assert_eq!(
+        (from_memory.client_tools, from_memory.continuations, from_memory.held_switches),
+        (from_postgres.client_tools, from_postgres.continuations, from_postgres.held_switches)
     );
     let close = |a: f64, b: f64| (a - b).abs() < 1e-6;
     for ((route_m, m), (route_p, p)) in from_memory.routes.iter().zip(&from_postgres.routes) {

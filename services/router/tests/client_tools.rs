@@ -6,15 +6,20 @@
 
 mod common;
 
+use std::time::Duration;
+
 use common::{Options, RecordedExt, Suite, as_tenant, chat, collect_stream, stream_request};
 use switchyard_proto::{
     router::v1::{
-        ChatMessage, ChatRequest, ChatRole, ClientTool, RouteType, ToolCall, ToolChoice, chat_stream_response::Event,
-        tool_choice::Choice,
+        ChatMessage, ChatRequest, ChatRole, ClientTool, GetRoutingStatsRequest, RouteType, ToolCall, ToolChoice,
+        chat_stream_response::Event, tool_choice::Choice,
     },
     sessions::v1::{GetSessionRequest, MessageRole, session_service_client::SessionServiceClient},
 };
-use switchyard_testkit::llm::{Reply, ScriptedLlm};
+use switchyard_testkit::{
+    eventually,
+    llm::{Reply, ScriptedLlm},
+};
 
 const ROUTING_TOOLS: [&str; 2] = ["use_mcp_agent", "use_multiagent_orchestration"];
 const TECH_QUESTION: &str = "How do I fix a segfault in my Rust program that uses unsafe pointers?";
@@ -235,6 +240,21 @@ async fn a_tool_loop_keeps_its_role_and_model_until_the_next_user_message() {
     assert!(meta.role_switched && !meta.continuation);
     let requests = suite.llm.take_requests();
     assert_eq!(requests[0].tool_names(), ROUTING_TOOLS, "a new user message gets its routing call");
+
+    // The analytics count the loop's turns: two with the caller's tools, one continuation.
+    let stats = eventually(Duration::from_secs(10), "the three turns recorded", || {
+        let mut client = client.clone();
+        async move {
+            let stats = client
+                .get_routing_stats(GetRoutingStatsRequest::default())
+                .await
+                .map_err(|s| s.to_string())?
+                .into_inner();
+            if stats.total == 3 { Ok(stats) } else { Err(format!("{stats:?}")) }
+        }
+    })
+    .await;
+    assert_eq!((stats.client_tools_turns, stats.continuation_turns), (2, 1), "{stats:?}");
 }
 
 #[tokio::test]

@@ -114,6 +114,9 @@ impl AnalyticsStore for MemoryAnalytics {
             cache_hits: window.clone().filter(|d| d.cache_hit).count() as u64,
             fallbacks: window.clone().filter(|d| d.fallback_used).count() as u64,
             degraded: window.clone().filter(|d| !d.degraded.is_empty()).count() as u64,
+            client_tools: window.clone().filter(|d| d.client_tools).count() as u64,
+            continuations: window.clone().filter(|d| d.continuation).count() as u64,
+            held_switches: window.clone().filter(|d| d.held_switch_role_id.is_some()).count() as u64,
             routes: Vec::new(),
         };
         for route in Route::ALL {

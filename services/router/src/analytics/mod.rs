@@ -53,6 +53,15 @@ pub struct DecisionRecord {
     pub message: Option<String>,
     /// The turn was cut short by the router's shutdown (its answer is what it had so far).
     pub interrupted: bool,
+    /// The request carried the caller's own tools.
+    pub client_tools: bool,
+    /// The request continued a tool loop (no routing call, no role switch).
+    pub continuation: bool,
+    /// The role the triggers asked for inside the tool loop, held back until the next user
+    /// message.
+    pub held_switch_role_id: Option<String>,
+    /// The caller's tools the model called.
+    pub client_tools_called: Vec<String>,
 }
 
 impl DecisionRecord {
@@ -83,6 +92,10 @@ impl DecisionRecord {
             degraded: meta.degraded.clone(),
             message: message.map(str::to_owned),
             interrupted: false,
+            client_tools: meta.client_tools,
+            continuation: meta.continuation,
+            held_switch_role_id: (!meta.held_switch_role_id.is_empty()).then(|| meta.held_switch_role_id.clone()),
+            client_tools_called: meta.client_tools_called.clone(),
         }
     }
 }

@@ -52,7 +52,10 @@ const FIGURES: &str = "count(*) AS n, \
      count(*) FILTER (WHERE f.expected_route IS NOT NULL AND f.expected_route <> d.route) AS misrouted, \
      count(*) FILTER (WHERE d.cache_hit) AS cache_hits, \
      count(*) FILTER (WHERE d.fallback_used) AS fallbacks, \
-     count(*) FILTER (WHERE cardinality(d.degraded) > 0) AS degraded";
+     count(*) FILTER (WHERE cardinality(d.degraded) > 0) AS degraded, \
+     count(*) FILTER (WHERE d.client_tools) AS client_tools, \
+     count(*) FILTER (WHERE d.continuation) AS continuations, \
+     count(*) FILTER (WHERE d.held_switch_role_id IS NOT NULL) AS held_switches";
 
 fn figures(row: &PgRow) -> Result<RouteFigures, sqlx::Error> {
     let count = |name: &str| row.try_get::<i64, _>(name).map(|n| n.max(0) as u64);
@@ -79,7 +82,7 @@ impl AnalyticsStore for PostgresAnalytics {
             "INSERT INTO routing_decisions (id, occurred_at, tenant_id, user_id, session_id, role_id, route, \
              reasoning, routing_ms, execution_ms, provider, model, routing_model, cache_hit, fallback_used, \
              attempts, model_fallbacks, prompt_tokens, completion_tokens, tools_used, domains, degraded, message, \
-             interrupted) ",
+             interrupted, client_tools, continuation, held_switch_role_id, client_tools_called) ",
         );
         insert.push_values(decisions, |mut row, d| {
             row.push_bind(&d.id)
@@ -105,7 +108,11 @@ impl AnalyticsStore for PostgresAnalytics {
                 .push_bind(scrub_nul_all(&d.domains))
                 .push_bind(scrub_nul_all(&d.degraded))
                 .push_bind(d.message.as_deref().map(scrub_nul))
-                .push_bind(d.interrupted);
+                .push_bind(d.interrupted)
+                .push_bind(d.client_tools)
+                .push_bind(d.continuation)
+                .push_bind(d.held_switch_role_id.as_deref().map(scrub_nul))
+                .push_bind(scrub_nul_all(&d.client_tools_called));
         });
         // A batch retried after a timeout may have landed already.
         insert.push(" ON CONFLICT (id) DO NOTHING");
@@ -223,6 +230,9 @@ impl AnalyticsStore for PostgresAnalytics {
                 stats.cache_hits = count("cache_hits")?;
                 stats.fallbacks = count("fallbacks")?;
                 stats.degraded = count("degraded")?;
+                stats.client_tools = count("client_tools")?;
+                stats.continuations = count("continuations")?;
+                stats.held_switches = count("held_switches")?;
                 stats.overall = figures;
             } else {
                 let route: String = row.try_get("route").map_err(unavailable)?;

@@ -27,6 +27,12 @@ pub struct RoutingStats {
     pub cache_hits: u64,
     pub fallbacks: u64,
     pub degraded: u64,
+    /// Turns with the caller's own tools.
+    pub client_tools: u64,
+    /// Turns that continued a tool loop.
+    pub continuations: u64,
+    /// Role switches held back inside a tool loop.
+    pub held_switches: u64,
 }
 
 fn ratio(part: u64, whole: u64) -> f64 {
