@@ -45,7 +45,11 @@ async fn sdk_check(stack: &Stack, key: &str, steps: &str, extra: &[&str]) -> Val
 /// offers the weather tool gets a call of it (arguments streamed four characters at a time),
 /// anything else (the routing call of a plain message) the plain answer.
 fn weather_vendor(request: &Recorded) -> Reply {
-    let last_is_tool_result = request.messages().last().is_some_and(|m| m["role"] == "tool");
+    // OpenAI's wire has `tool` messages; Anthropic's has user messages of `tool_result` blocks.
+    let last_is_tool_result = request.messages().last().is_some_and(|m| {
+        m["role"] == "tool"
+            || m["content"].as_array().is_some_and(|blocks| blocks.iter().any(|b| b["type"] == "tool_result"))
+    });
     if last_is_tool_result {
         Reply::text(TOOL_ANSWER).usage(30, 9)
     } else if request.tool_names().iter().any(|name| name == "get_weather") {
@@ -100,6 +104,46 @@ async fn a_tool_round_trip_through_the_anthropic_sdk_streamed_and_not() {
         let call = &answer.messages()[answer.messages_len() - 2]["tool_calls"][0];
         assert_eq!(call["function"]["name"], "get_weather");
         assert_eq!(call["id"], result["tool_call_id"]);
+    }
+}
+
+#[tokio::test]
+async fn a_tool_round_trip_on_the_anthropic_wire_end_to_end() {
+    let llm = ScriptedLlm::start(weather_vendor).await;
+    let options = Options {
+        auth: Auth::Closed { jwks_file: None },
+        configure_router: Box::new(|config| {
+            // The scripted vendor serves Anthropic's wire at its root, OpenAI's under /v1.
+            let root = config.providers.openai_base_url.clone().unwrap_or_default();
+            config.providers.anthropic_base_url = Some(root.trim_end_matches("/v1").to_owned());
+            config.providers.anthropic_api_key = Some(switchyard_kit::Secret::new("sk-ant-edge-test"));
+            config.default_model = "anthropic/claude-test".parse().expect("model");
+        }),
+        ..Options::default()
+    };
+    let stack = Stack::start(llm, options).await;
+    let key = stack.key("acme", "agent", false).await;
+    sdk_check(&stack, &key, "tools,tools_stream", &["--expect-tool-answer", "18 degrees"]).await;
+    let asked = stack.llm.requests();
+    assert_eq!(asked.len(), 4, "{asked:?}");
+    for request in &asked {
+        assert_eq!(request.wire, switchyard_testkit::llm::Wire::Anthropic);
+        assert_eq!(request.tool_names(), ["get_weather"], "{:?}", request.body);
+    }
+    for answer in [&asked[1], &asked[3]] {
+        let messages = answer.messages();
+        let result = &messages[messages.len() - 1]["content"][0];
+        assert_eq!(result["type"], "tool_result", "{result}");
+        assert_eq!(result["content"], "18 degrees and sunny", "{result}");
+        let call = &messages[messages.len() - 2]["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|block| block["type"] == "tool_use")
+            .cloned()
+            .unwrap();
+        assert_eq!(call["input"], json!({"city": "Paris"}));
+        assert_eq!(call["id"], result["tool_use_id"]);
     }
 }
 
