@@ -63,6 +63,13 @@
 //! a text completion starting with [`NO_TOOL_CALL_PREFIX`], with `finish_reason`
 //! [`FinishReason::Other`](switchyard_llm::FinishReason::Other) and no tool calls;
 //! [`is_no_tool_call`] tests for it. It never invents a tool result.
+//!
+//! What it cannot serve is refused before any generation, with
+//! [`ErrorKind::Unsupported`](switchyard_llm::ErrorKind::Unsupported) naming the field: images
+//! (it reads text only), a JSON `response_format`, a tool call it is required to make
+//! (`tool_choice` `required` or a named tool) when no such tool's required arguments are of
+//! types it can fill (strings, numbers, booleans, enums), and a named tool that is not listed.
+//! A named tool is the only candidate.
 
 pub mod chat;
 pub mod forward;

@@ -16,8 +16,8 @@ use std::{
 
 use futures::StreamExt;
 use switchyard_llm::{
-    ChatRequest, Completion, ErrorKind, EventStream, FinishReason, Provider, ProviderError, StreamEvent, ToolCall,
-    ToolChoice, Usage,
+    ChatRequest, Completion, ContentPart, ErrorKind, EventStream, FinishReason, Message, Provider, ProviderError,
+    StreamEvent, ToolCall, ToolChoice, Usage,
 };
 use tokio::sync::{Semaphore, mpsc};
 
@@ -116,6 +116,7 @@ impl Provider for LocalProvider {
                 format!("unknown model `{}`: the local provider serves only `{MODEL_NAME}`", request.model),
             ));
         }
+        let request = servable(request)?;
         let (sender, receiver) = mpsc::channel(64);
         let (model, options, permits) = (self.model.clone(), self.options.clone(), self.permits.clone());
         let shared = self.shared.clone();
@@ -140,6 +141,53 @@ impl Provider for LocalProvider {
         });
         Ok(tokio_stream_from(receiver))
     }
+}
+
+/// Refuses, naming the field, what the local model cannot serve rather than answer it
+/// badly: images (it reads text only), a JSON response format (it cannot promise one), a tool
+/// call it is required to make but cannot build. A named `tool_choice` narrows the tools to
+/// that one.
+fn servable(mut request: ChatRequest) -> Result<ChatRequest, ProviderError> {
+    let unsupported = |field: String, message: String| ProviderError::unsupported(PROVIDER_NAME, field, message);
+    for (position, message) in request.messages.iter().enumerate() {
+        let (Message::User { parts, .. } | Message::Tool { parts, .. }) = message else { continue };
+        if let Some(index) = parts.iter().position(|part| matches!(part, ContentPart::Image(_))) {
+            let field = format!("messages[{position}].parts[{index}]");
+            return Err(unsupported(field, "the local model reads text only, not images".to_owned()));
+        }
+    }
+    if request.response_format.is_some() {
+        let message = "the local model cannot promise an answer in JSON".to_owned();
+        return Err(unsupported("response_format".to_owned(), message));
+    }
+    let must_call = !request.tools.is_empty() && !chat::has_tool_result_for_last_user(&request.messages);
+    match request.tool_choice.clone() {
+        ToolChoice::Function(name) => {
+            let Some(position) = request.tools.iter().position(|tool| tool.name == name) else {
+                return Err(unsupported("tool_choice".to_owned(), format!("`{name}` is not one of the tools")));
+            };
+            if must_call && let Err(reason) = tools::fillable(&request.tools[position]) {
+                let field = format!("tools[{position}].parameters");
+                return Err(unsupported(field, format!("the local model cannot call `{name}`: {reason}")));
+            }
+            request.tools.retain(|tool| tool.name == name);
+            request.tool_choice = ToolChoice::Required;
+        }
+        ToolChoice::Required if must_call => {
+            let reasons: Vec<String> = request
+                .tools
+                .iter()
+                .filter_map(|tool| tools::fillable(tool).err().map(|reason| format!("`{}`: {reason}", tool.name)))
+                .collect();
+            if reasons.len() == request.tools.len() {
+                let message =
+                    format!("a tool call is required but the local model can call none: {}", reasons.join("; "));
+                return Err(unsupported("tools".to_owned(), message));
+            }
+        }
+        _ => {}
+    }
+    Ok(request)
 }
 
 fn tokio_stream_from(mut receiver: mpsc::Receiver<Result<StreamEvent, ProviderError>>) -> EventStream {

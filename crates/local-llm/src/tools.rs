@@ -262,6 +262,30 @@ fn log_softmax(logits: &[f32]) -> Vec<f32> {
     logits.iter().map(|l| l - log_total).collect()
 }
 
+/// Whether a call of `tool` can be built at all: every required argument is of a type
+/// [`plan_call`] fills (a string, a number, a boolean or an enum). `Err` names the first
+/// argument that is not.
+pub fn fillable(tool: &ToolSpec) -> Result<(), String> {
+    let schema = &tool.parameters;
+    let properties = schema.get("properties").and_then(Value::as_object);
+    let required = schema.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str);
+    for key in required {
+        let property = properties.and_then(|p| p.get(key)).unwrap_or(&Value::Null);
+        if property.get("enum").and_then(Value::as_array).is_some() {
+            continue;
+        }
+        match primary_type(property) {
+            Some("boolean" | "integer" | "number" | "string") | None => {}
+            Some(other) => {
+                return Err(format!(
+                    "its required argument `{key}` is of type {other}, which the local model cannot fill"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The schema's type (the first non-null one when it lists several).
 fn primary_type(schema: &Value) -> Option<&str> {
     match schema.get("type")? {

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use serde_json::json;
 use switchyard_llm::{
-    ChatRequest, ErrorKind, FinishReason, Message, Provider, StreamEvent, ToolCall, ToolChoice, ToolSpec,
+    ChatRequest, ContentPart, ErrorKind, FinishReason, Image, Message, Provider, ResponseFormat, StreamEvent, ToolCall,
+    ToolChoice, ToolSpec,
 };
 use switchyard_local_llm::{
     LocalOptions, LocalProvider, MODEL_NAME, NO_TOOL_CALL_PREFIX, PROVIDER_NAME, is_no_tool_call,
@@ -215,7 +216,7 @@ async fn when_no_valid_call_can_be_made_the_answer_says_so() {
         description: "Tags a list of items.".into(),
         parameters: json!({"type": "object", "properties": {"items": {"type": "array", "items": {"type": "string"}}}, "required": ["items"]}),
     }];
-    let request = ChatRequest { tools, tool_choice: ToolChoice::Required, ..ask("Tag apples and pears.") };
+    let request = ChatRequest { tools, ..ask("Tag apples and pears.") };
     let completion = provider.complete(request).await.expect("complete");
     assert!(is_no_tool_call(&completion), "{completion:?}");
     assert!(completion.content.starts_with(NO_TOOL_CALL_PREFIX));
@@ -231,4 +232,65 @@ async fn when_no_valid_call_can_be_made_the_answer_says_so() {
     };
     let completion = provider.complete(request).await.expect("complete");
     assert!(completion.tool_calls.is_empty() && !is_no_tool_call(&completion));
+}
+
+fn unsupported(result: Result<switchyard_llm::Completion, switchyard_llm::ProviderError>) -> (String, String) {
+    let error = result.expect_err("refused");
+    assert_eq!(error.kind, ErrorKind::Unsupported, "{error}");
+    (error.field.expect("the field at fault"), error.message)
+}
+
+#[tokio::test]
+async fn what_the_local_model_cannot_serve_is_refused_naming_the_field() {
+    let provider = provider();
+    // Images: it reads text only.
+    let picture = ContentPart::Image(Image::url("data:image/png;base64,iVBORw0KGgo="));
+    let request = ChatRequest {
+        messages: vec![
+            Message::user("hi"),
+            Message::assistant("hello"),
+            Message::user_parts(vec![ContentPart::Text("what is this?".into()), picture]),
+        ],
+        ..ask("")
+    };
+    let (field, message) = unsupported(provider.complete(request).await);
+    assert_eq!(field, "messages[2].parts[1]");
+    assert!(message.contains("image"), "{message}");
+
+    // A JSON answer it cannot promise.
+    let request = ChatRequest { response_format: Some(ResponseFormat::JsonObject), ..ask("a JSON object, please") };
+    assert_eq!(unsupported(provider.complete(request).await).0, "response_format");
+
+    // A tool call it must make but cannot build (a required array argument).
+    let tag = ToolSpec {
+        name: "tag_items".into(),
+        description: "Tags a list of items.".into(),
+        parameters: json!({"type": "object", "properties": {"items": {"type": "array"}}, "required": ["items"]}),
+    };
+    let request =
+        ChatRequest { tools: vec![tag.clone()], tool_choice: ToolChoice::Required, ..ask("Tag apples and pears.") };
+    let (field, message) = unsupported(provider.complete(request).await);
+    assert_eq!(field, "tools");
+    assert!(message.contains("`items`") && message.contains("array"), "{message}");
+    let tools = [calculator_tools(), vec![tag]].concat();
+    let request =
+        ChatRequest { tools, tool_choice: ToolChoice::Function("tag_items".into()), ..ask("Tag apples and pears.") };
+    assert_eq!(unsupported(provider.complete(request).await).0, "tools[2].parameters");
+
+    // A named tool that is not among the tools.
+    let request =
+        ChatRequest { tools: calculator_tools(), tool_choice: ToolChoice::Function("mul".into()), ..ask("2 times 3") };
+    assert_eq!(unsupported(provider.complete(request).await).0, "tool_choice");
+}
+
+#[tokio::test]
+async fn a_named_tool_is_the_one_called() {
+    let provider = provider();
+    // `echo` is listed first, the likelier pick for this prompt, but `add` is named.
+    let request =
+        ChatRequest { tools: calculator_tools(), tool_choice: ToolChoice::Function("add".into()), ..ask("echo hello") };
+    let completion = provider.complete(request).await.expect("complete");
+    let [call] = completion.tool_calls.as_slice() else { panic!("one call: {completion:?}") };
+    assert_eq!(call.name, "add");
+    assert_eq!(completion.finish_reason, FinishReason::ToolCalls);
 }
