@@ -60,6 +60,9 @@ pub struct SessionTurn {
     pub turn_count: u32,
     /// The session's recent messages, oldest first.
     pub recent: Vec<sessions::ConversationMessage>,
+    /// In a tool loop's continuation: the role context switching would have taken, held back
+    /// (empty when none).
+    pub held_role_id: String,
 }
 
 /// The role list and when it was fetched.
@@ -124,6 +127,7 @@ impl SessionsClient {
                     custom_instructions: custom_instructions.map(str::to_owned),
                     force_role_id: force_role_id.map(str::to_owned),
                     include_messages,
+                    preview: false,
                 },
                 identity,
                 CALL_TIMEOUT,
@@ -142,18 +146,53 @@ impl SessionsClient {
             transition_context: processed.transition_context,
             turn_count,
             recent: processed.recent_messages,
+            held_role_id: String::new(),
         })
     }
 
     /// Reopens a session for a turn that continues a tool loop: its role as it stands, with no
     /// context switching (a tool result is not the user changing the subject) and nothing
     /// counted; the role's own prompt (with the turn's custom instructions) is the persona.
+    /// With `new_text` (the tool results), sessions says which switch it would have made on
+    /// it, and that switch is held back.
     pub async fn resume_turn(
         &self,
         identity: &Identity,
         session_id: &SessionId,
         custom_instructions: Option<&str>,
+        new_text: &str,
     ) -> Result<SessionTurn, RouterError> {
+        if !new_text.trim().is_empty() {
+            let previewed = self
+                .sessions
+                .clone()
+                .process_query(request(
+                    sessions::ProcessQueryRequest {
+                        session_id: session_id.to_string(),
+                        query: clip(new_text, MAX_PREVIEW_BYTES).to_owned(),
+                        custom_instructions: custom_instructions.map(str::to_owned),
+                        force_role_id: None,
+                        include_messages: true,
+                        preview: true,
+                    },
+                    identity,
+                    CALL_TIMEOUT,
+                ))
+                .await
+                .map_err(|s| session_error("reading the session", &s))?
+                .into_inner();
+            return Ok(SessionTurn {
+                session_id: session_id.clone(),
+                previous_role_id: previewed.role_id.clone(),
+                role_id: previewed.role_id,
+                switched: false,
+                system_prompt: previewed.system_prompt,
+                transition_context: String::new(),
+                turn_count: previewed.session.as_ref().map_or(0, |s| s.turn_count),
+                recent: previewed.recent_messages,
+                held_role_id: previewed.held_role_id,
+            });
+        }
         let got = self
             .sessions
             .clone()
@@ -180,6 +219,7 @@ impl SessionsClient {
             transition_context: String::new(),
             turn_count: session.turn_count,
             recent: got.recent_messages,
+            held_role_id: String::new(),
         })
     }
 
@@ -256,6 +296,22 @@ impl SessionsClient {
         cache.insert(identity.tenant.clone(), (Instant::now(), roles.clone()));
         Ok(roles)
     }
+}
+
+/// The most of a tool loop's new text sent for a held-back switching decision: enough for the
+/// triggers, well inside the sessions' query limit.
+const MAX_PREVIEW_BYTES: usize = 4 * 1024;
+
+/// `text` cut to at most `max` bytes at a character boundary.
+fn clip(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 /// Session errors keep their class and their message (it names the session or the role that

@@ -93,6 +93,16 @@ impl TurnRequest {
         self.history.last().is_some_and(|m| m.speaker == Speaker::Tool)
     }
 
+    /// What a continuation brings that the model has not seen: the trailing tool results and
+    /// any text sent with them (what context switching would look at, were it not held back).
+    pub fn continuation_text(&self) -> String {
+        let start = self.history.iter().rposition(|m| m.speaker != Speaker::Tool).map_or(0, |i| i + 1);
+        let mut texts: Vec<&str> = self.history[start..].iter().map(|m| m.content.as_str()).collect();
+        texts.push(&self.message);
+        texts.retain(|t| !t.trim().is_empty());
+        texts.join("\n")
+    }
+
     /// The user text that started the turn's tool loop: the last user message of the history.
     pub fn loop_user_text(&self) -> Option<&str> {
         self.history.iter().rev().find(|m| m.speaker == Speaker::User).map(|m| m.content.as_str())

@@ -201,6 +201,7 @@ async fn a_tool_loop_keeps_its_role_and_model_until_the_next_user_message() {
     let meta = answered.metadata.expect("metadata");
     assert!(meta.continuation && meta.client_tools, "{meta:?}");
     assert_eq!((meta.role_id.as_str(), meta.role_switched), ("tech-expert", false), "{meta:?}");
+    assert_eq!(meta.held_switch_role_id, "finance-expert", "the switch the triggers asked for is held back");
     assert_eq!(answered.model, first.model);
     assert!(meta.client_tools_called.is_empty());
 
@@ -254,7 +255,7 @@ async fn a_tool_loop_keeps_its_role_and_model_until_the_next_user_message() {
         }
     })
     .await;
-    assert_eq!((stats.client_tools_turns, stats.continuation_turns), (2, 1), "{stats:?}");
+    assert_eq!((stats.client_tools_turns, stats.continuation_turns, stats.held_switches), (2, 1, 1), "{stats:?}");
 }
 
 #[tokio::test]
@@ -278,6 +279,7 @@ async fn a_streamed_continuation_answers_with_text_and_no_routing_call() {
     let Some(Event::Route(route)) = events.first() else { panic!("the route comes first: {events:?}") };
     let meta = route.metadata.as_ref().expect("metadata");
     assert!(meta.continuation && meta.route_type() == RouteType::Direct && meta.role_id == "tech-expert", "{meta:?}");
+    assert!(meta.held_switch_role_id.is_empty(), "a result in the loop's own domain holds nothing back: {meta:?}");
     let text: String = events
         .iter()
         .filter_map(|e| match e {

@@ -215,6 +215,27 @@ impl SessionService for SessionsGrpc {
     ) -> Result<Response<pb::ProcessQueryResponse>, Status> {
         let caller = Identity::of(&request);
         let request = request.into_inner();
+        if request.preview {
+            if request.force_role_id.is_some() {
+                return Err(status(SessionsError::invalid("force_role_id", "is not allowed with preview")));
+            }
+            let (turn, held) = self
+                .switcher
+                .preview(&caller, &request.session_id, &request.query, request.custom_instructions.as_deref())
+                .await
+                .map_err(status)?;
+            let recent_messages = if request.include_messages {
+                turn.session.recent.iter().map(message_to_proto).collect()
+            } else {
+                Vec::new()
+            };
+            let held_role_id = held.map(|id| id.to_string()).unwrap_or_default();
+            return Ok(Response::new(pb::ProcessQueryResponse {
+                recent_messages,
+                held_role_id,
+                ..turn_to_proto(turn)
+            }));
+        }
         let turn = self
             .switcher
             .process_query(
@@ -307,6 +328,7 @@ fn turn_to_proto(turn: Turn) -> pb::ProcessQueryResponse {
         system_prompt: turn.system_prompt,
         session: Some(session_to_proto(&turn.session)),
         recent_messages: Vec::new(),
+        held_role_id: String::new(),
     }
 }
 

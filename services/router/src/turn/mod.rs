@@ -222,6 +222,7 @@ impl Router {
             previous_role_id: session.previous_role_id.clone(),
             client_tools: request.has_client_tools(),
             continuation,
+            held_switch_role_id: session.held_role_id.clone(),
             ..Metadata::default()
         };
         // The caller's own agent loop (its tools, or a continuation of it), or an answer of a
@@ -382,7 +383,7 @@ impl Router {
             return self.sessions.begin_turn(identity, session_id, &request.message, force_role_id, instructions).await;
         }
         if let Some(session_id) = session_id.filter(|_| !fresh) {
-            return self.sessions.resume_turn(identity, session_id, instructions).await;
+            return self.sessions.resume_turn(identity, session_id, instructions, &request.continuation_text()).await;
         }
         let opening =
             request.loop_user_text().filter(|text| !text.trim().is_empty()).unwrap_or(request.message.as_str());
@@ -391,7 +392,7 @@ impl Router {
                 Some(id) => id.clone(),
                 None => self.sessions.create_session(identity).await?,
             };
-            return self.sessions.resume_turn(identity, &session_id, instructions).await;
+            return self.sessions.resume_turn(identity, &session_id, instructions, "").await;
         }
         self.sessions.begin_turn(identity, session_id, opening, force_role_id, instructions).await
     }

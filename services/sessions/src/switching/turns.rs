@@ -100,6 +100,39 @@ impl ContextSwitcher {
         .await
     }
 
+    /// What context switching would decide for `query`, without switching or counting the
+    /// turn: a caller's tool loop finishes in the role that started it. The turn is the
+    /// session as it stands; the role returned beside it is the one the query would have
+    /// switched to.
+    pub async fn preview(
+        &self,
+        caller: &Identity,
+        session_id: &str,
+        query: &str,
+        custom_instructions: Option<&str>,
+    ) -> Result<(Turn, Option<RoleId>), SessionsError> {
+        let key = Self::key(&caller.tenant, session_id)?;
+        let query = Query::new(query, custom_instructions, None, &self.limits, |id| {
+            self.roles.require(&caller.tenant, id, "force_role_id")
+        })?;
+        let session = self.load_open_changeable(caller, &key).await?;
+        let current = self.role_of(&session);
+        let decision = self.decide(&key.tenant, &query, &current).await?;
+        let held = decision.new_role.map(|role| role.id);
+        let turn = Turn {
+            system_prompt: system_prompt(&current, "", query.custom_instructions),
+            previous_role_id: current.id.clone(),
+            role: current,
+            session,
+            switched: false,
+            reason: decision.reason,
+            reason_detail: decision.detail,
+            scores: decision.scores,
+            transition_context: String::new(),
+        };
+        Ok((turn, held))
+    }
+
     /// The fast path: from this replica's last known state of the session, decide and apply a
     /// turn that keeps the role in one conditional update, with no read first. `None` when
     /// the full path must run: no usable hint, a switch to make, or a stale hint (which costs
