@@ -88,6 +88,14 @@ fn demo_model(request: &Recorded) -> Reply {
         };
     }
     let answered = request.messages().iter().any(|m| m["role"] == "tool");
+    // The OpenAI tool example: the caller's own get_weather, then its result.
+    if tools.iter().any(|t| t == "get_weather") {
+        return if answered {
+            Reply::text("It is 18C and sunny in Paris.")
+        } else {
+            Reply::tool_call("get_weather", r#"{"city": "Paris"}"#)
+        };
+    }
     match tools.iter().find(|t| t.ends_with("get-sum")) {
         Some(sum) if !answered => Reply::tool_call(sum, r#"{"a": 17, "b": 25}"#),
         _ => Reply::text("17 + 25 = 42."),
