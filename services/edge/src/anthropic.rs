@@ -46,6 +46,8 @@ struct MessagesRequest {
     system: String,
     /// The whole conversation, in the router's terms, in order.
     messages: Vec<router::ChatMessage>,
+    /// Where each of `messages` came from.
+    origins: Vec<Origin>,
     tools: Vec<router::ClientTool>,
     tool_choice: Option<router::ToolChoice>,
     parallel_tool_calls: Option<bool>,
@@ -86,8 +88,12 @@ impl MessagesRequest {
             Some(_) => return Err(ApiError::bad_request("messages", "must be an array")),
         };
         let mut messages = Vec::new();
+        let mut origins = Vec::new();
         for (i, message) in raw_messages.iter().enumerate() {
-            messages.extend(conversation_message(message, i)?);
+            for (message, origin) in conversation_message(message, i)? {
+                messages.push(message);
+                origins.push(origin);
+            }
         }
         let tools = match body.get("tools") {
             None | Some(Value::Null) => Vec::new(),
@@ -142,6 +148,7 @@ impl MessagesRequest {
             max_tokens,
             system,
             messages,
+            origins,
             tools,
             tool_choice,
             parallel_tool_calls,
@@ -158,10 +165,14 @@ impl MessagesRequest {
         self.messages.iter().find(|m| m.role() == router::ChatRole::User).map(message_text).unwrap_or_default()
     }
 
-    fn into_chat(self, conversation: Conversation) -> Result<router::ChatRequest, ApiError> {
+    /// The router's request, and how to name the fields it may refuse as this request did.
+    fn into_chat(self, conversation: Conversation) -> Result<(router::ChatRequest, Fields), ApiError> {
         let (force_route, model) = route_or_model(&self.model);
         let mut history = self.messages;
+        let mut origins = self.origins;
+        let message_field = origins.last().map(|o| format!("{}.content", o.path)).unwrap_or_else(|| "messages".into());
         if !self.system.is_empty() {
+            origins.insert(0, Origin::new("system".into()));
             history.insert(
                 0,
                 router::ChatMessage {
@@ -188,7 +199,7 @@ impl MessagesRequest {
                 ));
             }
         };
-        Ok(router::ChatRequest {
+        let chat = router::ChatRequest {
             message,
             session_id: conversation.session_id,
             model,
@@ -204,7 +215,87 @@ impl MessagesRequest {
             response_format: None,
             stop: self.stop,
             conversation_key: conversation.conversation_key,
-        })
+        };
+        Ok((chat, Fields { history: origins, message: message_field }))
+    }
+}
+
+/// Where a message of the router's history came from in the caller's request.
+#[derive(Debug, Clone, PartialEq, Default)]
+struct Origin {
+    /// `messages[i]`; `messages[i].content[b]` for a tool result; `system`.
+    path: String,
+    /// The block each of the router message's parts came from.
+    parts: Vec<String>,
+    /// The `tool_use` block each of its tool calls came from.
+    tool_calls: Vec<String>,
+}
+
+impl Origin {
+    fn new(path: String) -> Self {
+        Self { path, ..Self::default() }
+    }
+}
+
+/// Names a field of the router's request as the caller's request has it: the router checks
+/// tools, tool calls and results, and images, and names what it refuses in its own terms
+/// (`history[3].tool_call_id`, `tools[0].parameters_json`).
+#[derive(Debug, Clone, PartialEq, Default)]
+struct Fields {
+    history: Vec<Origin>,
+    /// The field the router's `message` came from.
+    message: String,
+}
+
+impl Fields {
+    fn rename(&self, error: ApiError) -> ApiError {
+        match error.field().and_then(|field| self.caller_field(field)) {
+            Some(field) => error.with_field(field),
+            None => error,
+        }
+    }
+
+    fn caller_field(&self, field: &str) -> Option<String> {
+        let renamed = match field {
+            "message" => self.message.clone(),
+            "history" => "messages".to_owned(),
+            "parallel_tool_calls" => "tool_choice.disable_parallel_tool_use".to_owned(),
+            "tool_choice.function" => "tool_choice.name".to_owned(),
+            "tool_choice.mode" => "tool_choice.type".to_owned(),
+            _ if field.starts_with("tools[") => field.replace(".parameters_json", ".input_schema"),
+            _ if field.starts_with("stop[") => format!("stop_sequences{}", &field[4..]),
+            _ => {
+                let rest = field.strip_prefix("history[")?;
+                let (index, rest) = rest.split_once(']')?;
+                let origin = self.history.get(index.parse::<usize>().ok()?)?;
+                return Some(origin_field(origin, rest));
+            }
+        };
+        Some(renamed)
+    }
+}
+
+/// `rest` of a router history field (`.tool_calls[0].arguments_json`) under its origin.
+fn origin_field(origin: &Origin, rest: &str) -> String {
+    let indexed = |rest: &str, name: &str, paths: &[String]| -> Option<(String, String)> {
+        let rest = rest.strip_prefix(name)?.strip_prefix('[')?;
+        let (index, tail) = rest.split_once(']')?;
+        let path = paths.get(index.parse::<usize>().ok()?)?;
+        Some((path.clone(), tail.to_owned()))
+    };
+    if let Some((path, tail)) = indexed(rest, ".tool_calls", &origin.tool_calls) {
+        let tail = tail.replace(".arguments_json", ".input");
+        return format!("{path}{tail}");
+    }
+    if let Some((path, tail)) = indexed(rest, ".parts", &origin.parts) {
+        // An image part's URL is the image block's source.
+        let tail = if tail.starts_with(".image") { ".source".to_owned() } else { tail };
+        return format!("{path}{tail}");
+    }
+    match rest {
+        ".tool_call_id" => format!("{}.tool_use_id", origin.path),
+        ".tool_calls" | ".parts" => format!("{}.content", origin.path),
+        _ => format!("{}{rest}", origin.path),
     }
 }
 
@@ -301,7 +392,7 @@ fn message_text(message: &router::ChatMessage) -> String {
 /// One Anthropic message as the router's messages: a user message's `tool_result` blocks are
 /// tool messages of their own (before its text, as Anthropic orders them); an assistant
 /// message's `tool_use` blocks are its tool calls.
-fn conversation_message(message: &Value, index: usize) -> Result<Vec<router::ChatMessage>, ApiError> {
+fn conversation_message(message: &Value, index: usize) -> Result<Vec<(router::ChatMessage, Origin)>, ApiError> {
     let field = format!("messages[{index}]");
     let message = object(message, &field)?;
     let role = required_str(message, "role", &format!("{field}.role"))?;
@@ -313,7 +404,8 @@ fn conversation_message(message: &Value, index: usize) -> Result<Vec<router::Cha
                 "assistant" => router::ChatRole::Assistant,
                 other => return Err(unknown_role(&field, other)),
             };
-            return Ok(vec![router::ChatMessage { role: role as i32, content: text.clone(), ..Default::default() }]);
+            let message = router::ChatMessage { role: role as i32, content: text.clone(), ..Default::default() };
+            return Ok(vec![(message, Origin::new(field))]);
         }
         Some(Value::Array(blocks)) => blocks,
         None | Some(Value::Null) => return Err(ApiError::bad_request(content_field, "is required")),
@@ -323,6 +415,7 @@ fn conversation_message(message: &Value, index: usize) -> Result<Vec<router::Cha
         "user" => {
             let mut out = Vec::new();
             let mut parts = Vec::new();
+            let mut origin = Origin::new(field.clone());
             for (b, block) in blocks.iter().enumerate() {
                 let block_field = format!("{content_field}[{b}]");
                 match block_type(block, &block_field)? {
@@ -330,7 +423,10 @@ fn conversation_message(message: &Value, index: usize) -> Result<Vec<router::Cha
                         part: Some(Part::Text(required_str(block, "text", &format!("{block_field}.text"))?.to_owned())),
                     }),
                     (block, "image") => parts.push(image_part(block, &block_field)?),
-                    (block, "tool_result") => out.push(tool_result(block, &block_field)?),
+                    (block, "tool_result") => {
+                        out.push(tool_result(block, &block_field)?);
+                        continue;
+                    }
                     (_, other) => {
                         return Err(ApiError::bad_request(
                             format!("{block_field}.type"),
@@ -338,15 +434,17 @@ fn conversation_message(message: &Value, index: usize) -> Result<Vec<router::Cha
                         ));
                     }
                 }
+                origin.parts.push(block_field);
             }
             if !parts.is_empty() || out.is_empty() {
-                out.push(content_message(router::ChatRole::User, parts));
+                out.push((content_message(router::ChatRole::User, parts), origin));
             }
             Ok(out)
         }
         "assistant" => {
             let mut texts = Vec::new();
             let mut tool_calls = Vec::new();
+            let mut origin = Origin::new(field.clone());
             for (b, block) in blocks.iter().enumerate() {
                 let block_field = format!("{content_field}[{b}]");
                 match block_type(block, &block_field)? {
@@ -362,6 +460,7 @@ fn conversation_message(message: &Value, index: usize) -> Result<Vec<router::Cha
                             }
                         };
                         tool_calls.push(router::ToolCall { id, name, arguments_json: input });
+                        origin.tool_calls.push(block_field);
                     }
                     // Extended thinking the client hands back: the model's own notes, which
                     // no other vendor reads; dropped from the history.
@@ -374,12 +473,13 @@ fn conversation_message(message: &Value, index: usize) -> Result<Vec<router::Cha
                     }
                 }
             }
-            Ok(vec![router::ChatMessage {
+            let message = router::ChatMessage {
                 role: router::ChatRole::Assistant as i32,
                 content: texts.join("\n"),
                 tool_calls,
                 ..Default::default()
-            }])
+            };
+            Ok(vec![(message, origin)])
         }
         other => Err(unknown_role(&field, other)),
     }
@@ -389,7 +489,7 @@ fn unknown_role(field: &str, role: &str) -> ApiError {
     ApiError::bad_request(format!("{field}.role"), format!("must be `user` or `assistant`, not `{role}`"))
 }
 
-fn tool_result(block: &Object, field: &str) -> Result<router::ChatMessage, ApiError> {
+fn tool_result(block: &Object, field: &str) -> Result<(router::ChatMessage, Origin), ApiError> {
     let tool_use_id = required_str(block, "tool_use_id", &format!("{field}.tool_use_id"))?.to_owned();
     let is_error = match block.get("is_error") {
         None | Some(Value::Null) => false,
@@ -397,14 +497,19 @@ fn tool_result(block: &Object, field: &str) -> Result<router::ChatMessage, ApiEr
         Some(_) => return Err(ApiError::bad_request(format!("{field}.is_error"), "must be true or false")),
     };
     let content_field = format!("{field}.content");
+    let mut origin = Origin::new(field.to_owned());
     let parts = match block.get("content") {
         None | Some(Value::Null) => Vec::new(),
-        Some(Value::String(text)) => vec![router::ContentPart { part: Some(Part::Text(text.clone())) }],
+        Some(Value::String(text)) => {
+            origin.parts.push(content_field.clone());
+            vec![router::ContentPart { part: Some(Part::Text(text.clone())) }]
+        }
         Some(Value::Array(blocks)) => blocks
             .iter()
             .enumerate()
             .map(|(b, inner)| {
                 let inner_field = format!("{content_field}[{b}]");
+                origin.parts.push(inner_field.clone());
                 match block_type(inner, &inner_field)? {
                     (inner, "text") => Ok(router::ContentPart {
                         part: Some(Part::Text(required_str(inner, "text", &format!("{inner_field}.text"))?.to_owned())),
@@ -422,7 +527,7 @@ fn tool_result(block: &Object, field: &str) -> Result<router::ChatMessage, ApiEr
     let mut message = content_message(router::ChatRole::Tool, parts);
     message.tool_call_id = tool_use_id;
     message.is_error = is_error;
-    Ok(message)
+    Ok((message, origin))
 }
 
 fn client_tool(tool: &Value, index: usize) -> Result<router::ClientTool, ApiError> {
@@ -532,14 +637,14 @@ async fn answer(edge: &Edge, headers: &HeaderMap, body: Body) -> Result<Response
         &request.first_user_text(),
     )?;
     let (stream, model_name) = (request.stream, request.model.clone());
-    let chat = request.into_chat(conversation)?;
+    let (chat, fields) = request.into_chat(conversation)?;
     if !stream {
         let response = edge
             .upstreams
             .router()
             .chat(upstream::request(chat, &caller, Some(edge.request_timeout)))
             .await
-            .map_err(|status| ApiError::from_status(&status))?
+            .map_err(|status| fields.rename(ApiError::from_status(&status)))?
             .into_inner();
         return Ok(axum_json(&message_json(&response, &model_name)));
     }
@@ -548,7 +653,7 @@ async fn answer(edge: &Edge, headers: &HeaderMap, body: Body) -> Result<Response
         .router()
         .chat_stream(upstream::request(stream_request(chat), &caller, None))
         .await
-        .map_err(|status| ApiError::from_status(&status))?
+        .map_err(|status| fields.rename(ApiError::from_status(&status)))?
         .into_inner();
     let mut relay = StreamEvents::new(model_name);
     let events = rest::client_stream(events, edge.shutdown.clone(), move |item| relay.next(item), error_event, None);
@@ -830,7 +935,7 @@ mod tests {
     }
 
     fn chat(body: Value) -> Result<router::ChatRequest, ApiError> {
-        parse(body)?.into_chat(Conversation::default())
+        Ok(parse(body)?.into_chat(Conversation::default())?.0)
     }
 
     fn model_chat(model: &str) -> router::ChatRequest {
@@ -1052,6 +1157,34 @@ mod tests {
         assert_eq!(events[8].1["delta"]["type"], "input_json_delta");
         assert_eq!(events[10].1["delta"]["stop_reason"], "tool_use");
         assert_eq!(events[10].1["usage"]["output_tokens"], 4);
+    }
+
+    #[test]
+    fn fields_the_router_refuses_are_named_as_the_caller_sent_them() {
+        let image = json!({"type": "image", "source": {"type": "url", "url": "http://example.com/a.png"}});
+        let (_, fields) = parse(json!({"model": "m", "max_tokens": 9, "system": "Be brief.", "messages": [
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": [{"type": "text", "text": "x"},
+                {"type": "tool_use", "id": "t1", "name": "ls", "input": {}}]},
+            {"role": "user", "content": [{"type": "text", "text": "see"},
+                {"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "r"}, image]},
+                image]},
+        ]}))
+        .unwrap()
+        .into_chat(Conversation::default())
+        .unwrap();
+        let named = |field: &str| fields.caller_field(field).unwrap_or_default();
+        assert_eq!(named("history[0].content"), "system.content");
+        assert_eq!(named("history[2].tool_calls[0].arguments_json"), "messages[1].content[1].input");
+        assert_eq!(named("history[3].tool_call_id"), "messages[2].content[1].tool_use_id");
+        assert_eq!(named("history[3].parts[1].image.url"), "messages[2].content[1].content[1].source");
+        assert_eq!(named("history[4].parts[1].image.url"), "messages[2].content[2].source");
+        assert_eq!(named("message"), "messages[2].content");
+        assert_eq!(named("tools[0].parameters_json"), "tools[0].input_schema");
+        assert_eq!(named("stop[1]"), "stop_sequences[1]");
+        let error = fields.rename(ApiError::bad_request("history[3].tool_call_id", "answers no call"));
+        assert_eq!(error.field(), Some("messages[2].content[1].tool_use_id"));
+        assert_eq!(error.message(), "messages[2].content[1].tool_use_id: answers no call");
     }
 
     #[test]

@@ -149,6 +149,18 @@ impl ApiError {
         self.field.as_deref()
     }
 
+    /// The same error naming `field` instead of the one it names (a service's request field as
+    /// the caller's API calls it), in its message too; everything else, the log marker
+    /// included, is kept.
+    pub fn with_field(mut self, field: impl Into<String>) -> Self {
+        let field = field.into();
+        if let Some(reason) = self.field.as_ref().and_then(|old| self.message.strip_prefix(&format!("{old}: "))) {
+            self.message = format!("{field}: {reason}");
+        }
+        self.field = Some(field);
+        self
+    }
+
     pub fn message(&self) -> &str {
         &self.message
     }

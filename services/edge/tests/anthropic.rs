@@ -281,13 +281,36 @@ async fn refusals_come_in_anthropics_error_shape_with_its_status_codes() {
         let message = body["error"]["message"].as_str().unwrap();
         assert!(message.contains(named), "{what}: the message does not name {named}: {body}");
     }
-    // A tool result answering a call the conversation never made: the router's refusal, in
-    // Anthropic's shape.
-    let orphan = json!({"model": "m", "max_tokens": 10, "tools": [{"name": "t", "input_schema": {"type": "object"}}],
-        "messages": [{"role": "user", "content": "hi"}, {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": "toolu_nowhere", "content": "x"}]}]});
-    let (status, body) = json(post(&stack, "/v1/messages", &auth, orphan.to_string()).await).await;
-    assert_eq!((status, &body["error"]["type"]), (400, &json!("invalid_request_error")), "{body}");
+    // What the router refuses, in Anthropic's shape and naming the field as this request has it
+    // (the router says `history[1].tool_call_id`, `history[0].parts[1].image.url`,
+    // `tools[0].parameters_json`): a tool result answering a call the conversation never made,
+    // an image at a plain http URL, a tool name the vendors refuse, a tool_choice naming no tool.
+    let tool = json!({"name": "t", "input_schema": {"type": "object"}});
+    let routed: [(Value, &str); 4] = [
+        (
+            json!({"tools": [tool], "messages": [{"role": "user", "content": "hi"}, {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_nowhere", "content": "x"}]}]}),
+            "messages[1].content[0].tool_use_id",
+        ),
+        (
+            json!({"messages": [{"role": "user", "content": [{"type": "text", "text": "what is this?"},
+                {"type": "image", "source": {"type": "url", "url": "http://example.com/a.png"}}]}]}),
+            "messages[0].content[1].source",
+        ),
+        (json!({"tools": [{"name": "no spaces", "input_schema": {}}], "messages": ok["messages"]}), "tools[0].name"),
+        (
+            json!({"tools": [tool], "tool_choice": {"type": "tool", "name": "other"}, "messages": ok["messages"]}),
+            "tool_choice.name",
+        ),
+    ];
+    for (mut body, field) in routed {
+        body["model"] = json!("m");
+        body["max_tokens"] = json!(10);
+        let (status, body) = json(post(&stack, "/v1/messages", &auth, body.to_string()).await).await;
+        assert_eq!((status, &body["error"]["type"]), (400, &json!("invalid_request_error")), "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.starts_with(&format!("{field}: ")), "{field}: {body}");
+    }
     assert!(stack.llm.requests().is_empty(), "no refused request reached the vendor");
 }
 
