@@ -131,3 +131,27 @@ async fn an_error_is_logged_once_where_it_was_decided() {
     assert_eq!(failure_lines(&logs, "caller-chosen-7").len(), 1);
     proxy.restore();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_anthropic_api_error_is_logged_once_where_it_was_decided() {
+    let logs = logs();
+    let stack = Stack::start(ScriptedLlm::queue(vec![]).await, Options::default()).await;
+    // The edge's own refusal, in Anthropic's shape: the edge's one line, at info, with the code.
+    let body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+    let response = stack.post("/v1/messages", None, &body).await;
+    assert_eq!(response.status().as_u16(), 400);
+    let id = request_id(&response);
+    let lines = failure_lines(&logs, &id);
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    assert!(lines[0].contains(" INFO ") && lines[0].contains("INVALID_ARGUMENT"), "{}", lines[0]);
+    // The router's refusal (a tool result answering no call), renamed to the caller's field on
+    // the way out: the router's one line, none at the edge.
+    let body = json!({"model": "m", "max_tokens": 5, "tools": [{"name": "t", "input_schema": {"type": "object"}}],
+        "messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_x", "content": "r"}]}]});
+    let response = stack.post("/v1/messages", None, &body).await;
+    assert_eq!(response.status().as_u16(), 400);
+    let id = request_id(&response);
+    let lines = failure_lines(&logs, &id);
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    assert!(lines[0].contains("switchyard.router.v1.RouterService"), "{}", lines[0]);
+}
