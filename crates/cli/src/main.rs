@@ -123,6 +123,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
     println!("  console   http://{edge}/");
     println!("  REST      http://{edge}/api/…  (OpenAPI: http://{edge}/openapi.json)");
     println!("  OpenAI    http://{edge}/v1/chat/completions");
+    println!("  Anthropic http://{edge}/v1/messages  (ANTHROPIC_BASE_URL=http://{edge})");
     println!("  The edge is open (no credential needed) and listens on {}.", edge.ip());
     if model.provider == "local" {
         println!("  chat      {model} on this machine's CPU (no API key set), routed by the fast router");
