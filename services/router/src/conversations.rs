@@ -153,22 +153,3 @@ impl ConversationKeys {
         }
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn a_key_maps_to_the_first_session_claimed_per_tenant() {
-        let keys = ConversationKeys::memory(Duration::from_secs(60));
-        let first = SessionId::parse("first").expect("id");
-        let second = SessionId::parse("second").expect("id");
-        assert_eq!(keys.session("t", "k").await.expect("read"), None);
-        assert_eq!(keys.claim("t", "k", &first).await.expect("claim"), first);
-        assert_eq!(keys.claim("t", "k", &second).await.expect("claim"), first);
-        assert_eq!(keys.session("t", "k").await.expect("read"), Some(first.clone()));
-        assert_eq!(keys.session("other", "k").await.expect("read"), None);
-        keys.replace("t", "k", &second).await.expect("replace");
-        assert_eq!(keys.session("t", "k").await.expect("read"), Some(second));
-    }
-}

@@ -89,11 +89,19 @@ async fn stats_and_feedback_reflect_the_turns_of_each_tenant() {
     assert!(stats.since.is_some() && stats.until.is_some());
 
     // The other tenant sees only its own turn, and cannot judge acme's answers.
-    let other = client
-        .get_routing_stats(as_tenant("globex", GetRoutingStatsRequest::default()))
-        .await
-        .expect("stats")
-        .into_inner();
+    // (Its decision may be in a later batch than acme's.)
+    let other = eventually(Duration::from_secs(10), "globex's turn recorded", || {
+        let mut client = client.clone();
+        async move {
+            let stats = client
+                .get_routing_stats(as_tenant("globex", GetRoutingStatsRequest::default()))
+                .await
+                .map_err(|s| s.to_string())?
+                .into_inner();
+            if stats.total >= 1 { Ok(stats) } else { Err(format!("{stats:?}")) }
+        }
+    })
+    .await;
     assert_eq!(other.total, 1);
     let status = client
         .submit_feedback(as_tenant(
