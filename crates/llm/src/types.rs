@@ -42,7 +42,7 @@ pub enum ContentPart {
     Image(Image),
 }
 
-/// An image: an `https:` URL the vendor fetches, or a `data:<media type>;base64,<bytes>` URL.
+/// An image: an `https:` (or `http:`) URL the vendor fetches, or a `data:<media type>;base64,<bytes>` URL.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Image {
     pub url: String,
@@ -277,4 +277,37 @@ pub enum StreamEvent {
         arguments: String,
     },
     Done(Completion),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_text_joins_its_text_parts_and_skips_images() {
+        let message = Message::User {
+            content: "first".into(),
+            parts: vec![
+                ContentPart::Image(Image::url("https://example.com/a.png")),
+                ContentPart::Text("second".into()),
+            ],
+        };
+        assert_eq!(message.text(), "first\nsecond");
+        assert_eq!(message.images().count(), 1);
+        assert_eq!(Message::user_parts(vec![ContentPart::Text("only".into())]).text(), "only");
+        assert_eq!(Message::tool_result("c", "", false).text(), "");
+    }
+
+    #[test]
+    fn image_urls_are_https_or_base64_data_of_an_image_type() {
+        let source = |url: &str| Image::url(url).source().map(|source| format!("{source:?}"));
+        assert_eq!(source("https://x.test/a.jpg").unwrap(), r#"Url("https://x.test/a.jpg")"#);
+        assert_eq!(
+            Image::url("data:image/webp;base64,UklGRg==").source(),
+            Ok(ImageSource::Base64 { media_type: "image/webp", data: "UklGRg==" })
+        );
+        for bad in ["ftp://x.test/a.jpg", "data:image/png,raw", "data:;base64,AAAA", "data:image/png;base64,", ""] {
+            assert!(source(bad).is_err(), "{bad}");
+        }
+    }
 }

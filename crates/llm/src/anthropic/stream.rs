@@ -256,4 +256,43 @@ mod tests {
         assert_eq!(decoder.event(event(delta), &mut out).unwrap_err().kind, ErrorKind::Protocol);
         assert_eq!(decoder.event(event("{"), &mut out).unwrap_err().kind, ErrorKind::Protocol);
     }
+
+    #[test]
+    fn the_answer_tool_streams_as_text_and_other_calls_as_deltas() {
+        let mut decoder = EventDecoder::new("anthropic", 1, Some("place".to_owned()));
+        let mut out = VecDeque::new();
+        for data in [
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t0","name":"place","input":{}}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"city\":"}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"\"Oslo\"}"}}"#,
+            r#"{"type":"content_block_stop","index":0}"#,
+            r#"{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"t1","name":"now","input":{}}}"#,
+            r#"{"type":"content_block_stop","index":1}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":9}}"#,
+        ] {
+            assert!(!decoder.event(event(data), &mut out).unwrap());
+        }
+        assert!(decoder.event(event(r#"{"type":"message_stop"}"#), &mut out).unwrap());
+        let delta = |id: Option<&str>, name: Option<&str>, arguments: &str| StreamEvent::ToolCallDelta {
+            index: 0,
+            id: id.map(str::to_owned),
+            name: name.map(str::to_owned),
+            arguments: arguments.to_owned(),
+        };
+        let Some(StreamEvent::Done(completion)) = out.pop_back() else { panic!("done last: {out:?}") };
+        assert_eq!(
+            out,
+            [
+                StreamEvent::Text(r#"{"city":"#.into()),
+                StreamEvent::Text(r#""Oslo"}"#.into()),
+                StreamEvent::ToolCallStarted { id: "t1".into(), name: "now".into() },
+                delta(Some("t1"), Some("now"), ""),
+                // No input pieces: the input given whole at the start, once the block ends.
+                delta(None, None, "{}"),
+            ]
+        );
+        assert_eq!(completion.content, r#"{"city":"Oslo"}"#);
+        assert_eq!(completion.tool_calls, [ToolCall { id: "t1".into(), name: "now".into(), arguments: "{}".into() }]);
+        assert_eq!(completion.finish_reason, crate::FinishReason::ToolCalls);
+    }
 }

@@ -207,4 +207,32 @@ mod tests {
         assert_eq!(decoder.event(event("not json"), &mut out).unwrap_err().kind, ErrorKind::Protocol);
         assert_eq!(decoder.ended_early().unwrap_err().kind, ErrorKind::Connect);
     }
+
+    #[test]
+    fn a_call_is_announced_once_its_name_comes_with_the_arguments_so_far() {
+        let mut decoder = ChunkDecoder::new("openai", 1);
+        let mut out = VecDeque::new();
+        let piece = |json: &str| format!(r#"{{"choices":[{{"delta":{{"tool_calls":[{json}]}}}}]}}"#);
+        feed(&mut decoder, &piece(r#"{"index":0,"id":"c","function":{"arguments":"{\"a\""}}"#), &mut out);
+        assert!(out.is_empty(), "no name yet: {out:?}");
+        feed(&mut decoder, &piece(r#"{"index":0,"function":{"name":"f","arguments":":"}}"#), &mut out);
+        feed(&mut decoder, &piece(r#"{"index":0,"function":{"name":"f","arguments":"1}"}}"#), &mut out);
+        feed(&mut decoder, "[DONE]", &mut out);
+        let Some(StreamEvent::Done(completion)) = out.pop_back() else { panic!("done last: {out:?}") };
+        assert_eq!(
+            out,
+            [
+                StreamEvent::ToolCallStarted { id: "c".into(), name: "f".into() },
+                StreamEvent::ToolCallDelta {
+                    index: 0,
+                    id: Some("c".into()),
+                    name: Some("f".into()),
+                    arguments: r#"{"a":"#.into()
+                },
+                StreamEvent::ToolCallDelta { index: 0, id: None, name: None, arguments: "1}".into() },
+            ]
+        );
+        assert_eq!(completion.tool_calls[0].name, "f", "a repeated name is not a longer name");
+        assert_eq!(completion.tool_calls[0].arguments, r#"{"a":1}"#);
+    }
 }

@@ -20,6 +20,7 @@ macro_rules! for_each_vendor {
     )*};
 }
 
+mod agents;
 mod answers;
 mod failures;
 mod fallback;
