@@ -39,6 +39,24 @@ pub struct AllModelsFailed {
     pub failures: Vec<ModelFailure>,
 }
 
+impl AllModelsFailed {
+    /// The caller's mistake, when every model tried refused the request as one it cannot serve
+    /// ([`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported): images for a text-only
+    /// model, a malformed image URL…): the first refusal, naming the field. Models whose
+    /// provider is not configured were not tried. `None` when any model failed otherwise (an
+    /// outage is not the caller's to fix).
+    pub fn refusal(&self) -> Option<&ProviderError> {
+        let tried = || {
+            self.failures
+                .iter()
+                .map(|failure| &failure.error)
+                .filter(|error| error.kind != crate::ErrorKind::NotConfigured)
+        };
+        let all_refused = tried().all(|error| error.kind == crate::ErrorKind::Unsupported);
+        if all_refused { tried().next() } else { None }
+    }
+}
+
 impl fmt::Display for AllModelsFailed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.failures.is_empty() {

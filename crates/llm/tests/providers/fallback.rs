@@ -1,7 +1,10 @@
 //! Falling back across models: the first model's provider fails or is missing, the next answers.
 
 use futures::StreamExt;
-use switchyard_llm::{ErrorKind, ModelRef, ProviderConfig, Providers, StreamEvent};
+use switchyard_llm::{
+    ChatRequest, ContentPart, ErrorKind, Image, Message, ModelRef, ProviderConfig, Providers, ResponseFormat,
+    StreamEvent,
+};
 use switchyard_testkit::llm::{Reply, ScriptedLlm, Wire};
 
 use crate::support::{Vendor, question};
@@ -82,4 +85,30 @@ async fn when_every_model_fails_each_is_listed() {
     assert_eq!(failed.failures[1].error.kind, ErrorKind::Server);
     let none = providers.complete_with_fallback(&[], question("hi")).await.unwrap_err();
     assert_eq!(none.to_string(), "no model to try");
+}
+
+#[tokio::test]
+async fn a_request_every_model_refuses_is_the_callers_mistake_not_an_outage() {
+    let (server, providers) = openai_down_anthropic_up().await;
+    let order = models(&["nowhere/model-0", "openai/gpt-test", "anthropic/claude-test"]);
+    let picture = ContentPart::Image(Image::url("ftp://example.com/a.png"));
+    let request = ChatRequest { messages: vec![Message::user_parts(vec![picture])], ..question("") };
+    let failed = providers.complete_with_fallback(&order, request).await.unwrap_err();
+    let refusal = failed.refusal().expect("every model tried refused it");
+    assert_eq!(refusal.kind, ErrorKind::Unsupported);
+    assert_eq!(refusal.field.as_deref(), Some("messages[0].parts[0]"));
+    assert!(server.requests().is_empty());
+
+    // One model down, the other refusing: an outage, which the caller cannot fix.
+    let array_schema = ResponseFormat::JsonSchema {
+        name: "numbers".into(),
+        description: String::new(),
+        schema: serde_json::json!({"type": "array"}),
+        strict: false,
+    };
+    let request = ChatRequest { response_format: Some(array_schema), ..question("Numbers?") };
+    let failed = providers.complete_with_fallback(&order, request).await.unwrap_err();
+    let kinds: Vec<_> = failed.failures.iter().map(|failure| failure.error.kind).collect();
+    assert_eq!(kinds, [ErrorKind::NotConfigured, ErrorKind::Server, ErrorKind::Unsupported]);
+    assert!(failed.refusal().is_none());
 }
