@@ -171,6 +171,7 @@ impl MessagesRequest {
         let mut history = self.messages;
         let mut origins = self.origins;
         let message_field = origins.last().map(|o| format!("{}.content", o.path)).unwrap_or_else(|| "messages".into());
+        fold_text_after_results(&mut history, &mut origins);
         if !self.system.is_empty() {
             origins.insert(0, Origin::new("system".into()));
             history.insert(
@@ -218,6 +219,44 @@ impl MessagesRequest {
         };
         Ok((chat, Fields { history: origins, message: message_field }))
     }
+}
+
+/// A last message that answers tool calls and then says more (agents such as Claude Code add
+/// text blocks after the `tool_result` blocks) still continues the tool loop, as Anthropic
+/// reads it: its text and images join the last tool result, so the model sees them right after
+/// the results, rather than becoming a new user message that would route the turn anew.
+fn fold_text_after_results(history: &mut Vec<router::ChatMessage>, origins: &mut Vec<Origin>) {
+    let n = history.len();
+    if n < 2 || history[n - 1].role() != router::ChatRole::User || history[n - 2].role() != router::ChatRole::Tool {
+        return;
+    }
+    let same_message = origins[n - 2].path.starts_with(&format!("{}.content[", origins[n - 1].path));
+    if !same_message {
+        return;
+    }
+    let (Some(user), Some(user_origin)) = (history.pop(), origins.pop()) else { return };
+    let result = &mut history[n - 2];
+    let result_origin = &mut origins[n - 2];
+    if result.parts.is_empty() {
+        // Its text blocks were joined into one text: one part, named after the first block.
+        if result.content.is_empty() {
+            result_origin.parts.clear();
+        } else {
+            result.parts.push(text_part(std::mem::take(&mut result.content)));
+            result_origin.parts.truncate(1);
+        }
+    }
+    if user.parts.is_empty() {
+        result.parts.push(text_part(user.content));
+        result_origin.parts.push(user_origin.parts.first().cloned().unwrap_or(user_origin.path));
+    } else {
+        result.parts.extend(user.parts);
+        result_origin.parts.extend(user_origin.parts);
+    }
+}
+
+fn text_part(text: String) -> router::ContentPart {
+    router::ContentPart { part: Some(Part::Text(text)) }
 }
 
 /// Where a message of the router's history came from in the caller's request.
@@ -1011,27 +1050,34 @@ mod tests {
 
     #[test]
     fn tool_results_come_before_the_text_of_their_message_and_images_become_parts() {
-        let chat = chat(json!({"model": "m", "max_tokens": 9, "messages": [
-            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "ls", "input": {}}]},
-            {"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": "t1", "is_error": true, "content": "denied"},
-                {"type": "text", "text": "Look at this"},
-                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBO"}},
-            ]},
+        let answer = json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "t1", "is_error": true, "content": "denied"},
+            {"type": "text", "text": "Look at this"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBO"}},
+        ]});
+        let call =
+            json!({"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "ls", "input": {}}]});
+        let image = router::ImagePart { url: "data:image/png;base64,iVBO".into(), detail: String::new() };
+        let text = |t: &str| router::ContentPart { part: Some(Part::Text(t.into())) };
+        let picture = router::ContentPart { part: Some(Part::Image(image)) };
+        // Earlier in the conversation: a tool message, then a user message with the rest.
+        let earlier = chat(json!({"model": "m", "max_tokens": 9, "messages": [
+            call, answer, {"role": "assistant", "content": "Seen."}, {"role": "user", "content": "Next?"},
         ]}))
         .unwrap();
-        assert_eq!(chat.message, "Look at this");
-        let roles: Vec<_> = chat.history.iter().map(router::ChatMessage::role).collect();
-        assert_eq!(roles, [router::ChatRole::Assistant, router::ChatRole::Tool, router::ChatRole::User]);
-        assert!(chat.history[1].is_error);
-        let image = router::ImagePart { url: "data:image/png;base64,iVBO".into(), detail: String::new() };
-        assert_eq!(
-            chat.history[2].parts,
-            vec![
-                router::ContentPart { part: Some(Part::Text("Look at this".into())) },
-                router::ContentPart { part: Some(Part::Image(image)) },
-            ]
-        );
+        assert_eq!(earlier.message, "Next?");
+        let roles: Vec<_> = earlier.history.iter().map(router::ChatMessage::role).collect();
+        use router::ChatRole::{Assistant, Tool, User};
+        assert_eq!(roles, [Assistant, Tool, User, Assistant]);
+        assert!(earlier.history[1].is_error);
+        assert_eq!(earlier.history[2].parts, vec![text("Look at this"), picture.clone()]);
+        // As the last message: the loop goes on, the text and image joining the tool result.
+        let last = chat(json!({"model": "m", "max_tokens": 9, "messages": [call, answer]})).unwrap();
+        assert_eq!(last.message, "", "a continuation");
+        let roles: Vec<_> = last.history.iter().map(router::ChatMessage::role).collect();
+        assert_eq!(roles, [Assistant, Tool]);
+        assert_eq!(last.history[1].parts, vec![text("denied"), text("Look at this"), picture]);
+        assert!(last.history[1].content.is_empty());
     }
 
     #[test]
@@ -1169,6 +1215,7 @@ mod tests {
             {"role": "user", "content": [{"type": "text", "text": "see"},
                 {"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "r"}, image]},
                 image]},
+            {"role": "user", "content": "next"},
         ]}))
         .unwrap()
         .into_chat(Conversation::default())
@@ -1179,7 +1226,7 @@ mod tests {
         assert_eq!(named("history[3].tool_call_id"), "messages[2].content[1].tool_use_id");
         assert_eq!(named("history[3].parts[1].image.url"), "messages[2].content[1].content[1].source");
         assert_eq!(named("history[4].parts[1].image.url"), "messages[2].content[2].source");
-        assert_eq!(named("message"), "messages[2].content");
+        assert_eq!(named("message"), "messages[3].content");
         assert_eq!(named("tools[0].parameters_json"), "tools[0].input_schema");
         assert_eq!(named("stop[1]"), "stop_sequences[1]");
         let error = fields.rename(ApiError::bad_request("history[3].tool_call_id", "answers no call"));

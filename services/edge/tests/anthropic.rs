@@ -147,6 +147,37 @@ async fn a_tool_round_trip_on_the_anthropic_wire_end_to_end() {
     }
 }
 
+#[tokio::test]
+async fn tool_results_followed_by_text_continue_the_loop() {
+    let llm = ScriptedLlm::start(weather_vendor).await;
+    let stack = Stack::start(llm, Options::default()).await;
+    let tools = json!([{"name": "get_weather", "input_schema": {"type": "object"}}]);
+    let first = json!({"model": "claude-sonnet-4-5", "max_tokens": 50, "tools": tools,
+        "messages": [{"role": "user", "content": "Weather in Paris?"}]});
+    let (status, one) = json(post(&stack, "/v1/messages", &[], first.to_string()).await).await;
+    assert_eq!((status, &one["stop_reason"]), (200, &json!("tool_use")), "{one}");
+    let call = one["content"].as_array().unwrap().iter().find(|b| b["type"] == "tool_use").unwrap().clone();
+    // As Claude Code sends it: the tool's result, then a reminder in the same user message.
+    let second = json!({"model": "claude-sonnet-4-5", "max_tokens": 50, "tools": tools, "messages": [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": one["content"]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": call["id"], "content": "18 degrees and sunny"},
+            {"type": "text", "text": "<system-reminder>Keep answers short.</system-reminder>"},
+        ]},
+    ]});
+    let (status, two) = json(post(&stack, "/v1/messages", &[], second.to_string()).await).await;
+    assert_eq!(status, 200, "{two}");
+    assert_eq!(two["content"][0]["text"], TOOL_ANSWER, "{two}");
+    assert_eq!(two["_metadata"]["continuation"], true, "{two}");
+    assert_eq!(two["session_id"], one["session_id"]);
+    // One model call for the continuation, which saw the result and the reminder after it.
+    let asked = stack.llm.requests();
+    assert_eq!(asked.len(), 2, "{asked:?}");
+    let result = asked[1].messages().last().unwrap().to_string();
+    assert!(result.contains("18 degrees and sunny") && result.contains("Keep answers short."), "{result}");
+}
+
 async fn post(stack: &Stack, path: &str, headers: &[(&str, &str)], body: String) -> reqwest::Response {
     let mut request = stack.http.post(stack.url(path)).header("content-type", "application/json").body(body);
     for (name, value) in headers {
