@@ -489,8 +489,13 @@ impl Answer<'_> {
                     .filter_map(|part| match part {
                         Part::Text(text) => Some(json!({"type": "text", "text": text})),
                         Part::ToolCall { .. } => calls.next().map(|(id, name, arguments)| {
-                            let input = serde_json::from_str::<Value>(arguments)
-                                .unwrap_or_else(|_| Value::String(arguments.to_owned()));
+                            // A call without arguments has the empty object as its input, as the API sends it.
+                            let input = if arguments.trim().is_empty() {
+                                json!({})
+                            } else {
+                                serde_json::from_str::<Value>(arguments)
+                                    .unwrap_or_else(|_| Value::String(arguments.to_owned()))
+                            };
                             json!({"type": "tool_use", "id": id, "name": name, "input": input})
                         }),
                     })

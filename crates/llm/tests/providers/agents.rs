@@ -326,6 +326,8 @@ async fn deltas_of_several_calls_join_to_each_call(vendor: Vendor) {
 async fn a_call_without_arguments_streams_what_done_carries(vendor: Vendor) {
     let server = ScriptedLlm::start(|_| Reply::tool_call("list_cities", "")).await;
     let provider = vendor.on(&server);
+    let (completion, _) = ask(provider.as_ref(), question("Which cities?"), Mode::Complete).await.unwrap();
+    assert!(completion.tool_calls[0].parsed_arguments().unwrap().is_empty(), "{completion:?}");
     let (completion, events) = ask(provider.as_ref(), question("Which cities?"), Mode::Stream).await.unwrap();
     let joined: String = events
         .iter()
