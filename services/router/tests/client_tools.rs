@@ -406,3 +406,59 @@ async fn bad_tool_input_is_invalid_argument_naming_the_field() {
     }
     assert!(suite.llm.requests().is_empty(), "nothing reached the vendor");
 }
+
+fn image_message(url: &str) -> ChatMessage {
+    use switchyard_proto::router::v1::{ContentPart, ImagePart, content_part::Part};
+    ChatMessage {
+        role: ChatRole::User as i32,
+        parts: vec![
+            ContentPart { part: Some(Part::Text("Here is the screenshot of the error.".into())) },
+            ContentPart { part: Some(Part::Image(ImagePart { url: url.into(), detail: "low".into() })) },
+        ],
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn image_parts_reach_a_model_that_reads_them() {
+    let suite = Suite::start(agent_vendor().await).await;
+    let mut client = suite.client().await;
+    let request = ChatRequest {
+        history: vec![image_message("data:image/png;base64,iVBORw0KGgo=")],
+        ..with_tools("What does the error in the screenshot say?")
+    };
+    client.chat(request).await.expect("chat");
+    let sent = &suite.llm.requests()[0];
+    let parts: Vec<&serde_json::Value> = sent
+        .messages()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .filter_map(|m| m["content"].as_array())
+        .flatten()
+        .collect();
+    let image = parts.iter().find(|p| p["type"] == "image_url").unwrap_or_else(|| panic!("{parts:?}"));
+    assert_eq!(image["image_url"]["url"], "data:image/png;base64,iVBORw0KGgo=");
+    assert_eq!(image["image_url"]["detail"], "low");
+    assert!(parts.iter().any(|p| p["text"] == "Here is the screenshot of the error."), "{parts:?}");
+}
+
+#[tokio::test]
+async fn the_local_model_refuses_tools_and_images_naming_the_field() {
+    let suite = Suite::with(
+        agent_vendor().await,
+        Options { default_model: "local/smollm2-135m-instruct", ..Options::default() },
+    )
+    .await;
+    let mut client = suite.client().await;
+    let status = client.chat(with_tools(TECH_QUESTION)).await.expect_err("no tools for the local model");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    assert_eq!(switchyard_kit::error::field_violation(&status).0.as_deref(), Some("tools"), "{status:?}");
+    let request = ChatRequest { history: vec![image_message("https://example.com/error.png")], ..chat("what is it?") };
+    let status = client.chat(request).await.expect_err("no images for the local model");
+    assert_eq!(switchyard_kit::error::field_violation(&status).0.as_deref(), Some("history[0].parts"), "{status:?}");
+    assert!(suite.llm.requests().is_empty());
+    // Naming a model that can call tools serves the same request.
+    let request = ChatRequest { model: Some("openai/gpt-4o-mini".into()), ..with_tools(TECH_QUESTION) };
+    let response = client.chat(request).await.expect("a vendor model calls tools").into_inner();
+    assert_eq!(response.finish_reason, "tool_calls");
+}
