@@ -119,6 +119,15 @@ pub struct EdgeConfig {
     /// the edge does not cut a turn the router would finish.
     #[arg(long, env = "SHUTDOWN_GRACE", default_value = "75s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
+
+    /// How long a `/v1/responses` answer is kept for `previous_response_id` and
+    /// `GET /v1/responses/{id}` (in this replica's memory).
+    #[arg(long, env = "EDGE_RESPONSES_TTL", default_value = "1h", value_parser = parse_duration)]
+    pub responses_ttl: Duration,
+
+    /// Most `/v1/responses` answers kept at once per replica; the oldest go first.
+    #[arg(long, env = "EDGE_RESPONSES_MAX", default_value_t = 10_000)]
+    pub responses_max: usize,
 }
 
 impl EdgeConfig {
@@ -151,6 +160,8 @@ impl EdgeConfig {
             idle_timeout: HttpLimits::default().idle_timeout,
             max_connections: HttpLimits::default().max_connections,
             shutdown_grace: Duration::from_secs(75),
+            responses_ttl: Duration::from_secs(60 * 60),
+            responses_max: 10_000,
         }
     }
 

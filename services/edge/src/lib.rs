@@ -4,8 +4,8 @@
 //!   descriptor set (so the REST API cannot drift from the protos); `openapi` describes the
 //!   same routes.
 //! - `rest` adds Server-Sent Events for streams and spec 000's streamed processing; `openai`
-//!   speaks OpenAI's chat completions and `anthropic` Anthropic's messages; `console` is a
-//!   small page for trying it all.
+//!   speaks OpenAI's chat completions, `responses` OpenAI's responses and `anthropic`
+//!   Anthropic's messages; `console` is a small page for trying it all.
 //! - `auth` turns API keys and JWTs into the tenant and user the services see; `limit` caps
 //!   each credential's rate.
 
@@ -20,6 +20,7 @@ pub mod health;
 pub mod limit;
 pub mod openai;
 pub mod openapi;
+pub mod responses;
 pub mod rest;
 pub mod transcode;
 pub mod upstream;
@@ -64,6 +65,8 @@ pub struct Edge {
     /// Cut a little before the shutdown grace runs out: streams still open then end with one
     /// error event saying the edge is shutting down (`rest::client_stream`).
     pub shutdown: ShutdownNotice,
+    /// `/v1/responses` answers, for `previous_response_id` and `GET /v1/responses/{id}`.
+    pub responses: responses::ResponseStore,
 }
 
 impl Edge {
@@ -116,6 +119,8 @@ pub fn app(edge: Arc<Edge>, cors_origins: &[String]) -> Router {
         // Claude Code posts to `/v1/messages?beta=true`: the query is accepted and not read.
         .route("/v1/messages", post(anthropic::messages))
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
+        .route("/v1/responses", post(responses::create))
+        .route("/v1/responses/{id}", get(responses::retrieve))
         .route("/api/context/process/stream", post(rest::process_stream))
         .fallback(rest::transcode)
         .with_state(edge)
@@ -144,10 +149,15 @@ fn cors(origins: &[String]) -> Option<CorsLayer> {
         CorsLayer::new()
             .allow_origin(allow)
             .allow_methods([Method::GET, Method::POST, Method::PUT, Method::PATCH, Method::DELETE])
+            // Anthropic's SDKs in a browser send their version, beta and browser-access headers.
             .allow_headers([
                 header::AUTHORIZATION,
                 header::CONTENT_TYPE,
                 "x-api-key".parse().expect("static header name"),
+                "x-session-id".parse().expect("static header name"),
+                "anthropic-version".parse().expect("static header name"),
+                "anthropic-beta".parse().expect("static header name"),
+                "anthropic-dangerous-direct-browser-access".parse().expect("static header name"),
             ])
             .expose_headers([header::RETRY_AFTER, "x-request-id".parse().expect("static header name")])
             .max_age(Duration::from_secs(600)),
@@ -211,6 +221,7 @@ impl EdgeServer {
             openapi,
             readiness,
             shutdown: ShutdownNotice::default(),
+            responses: responses::ResponseStore::new(config.responses_ttl, config.responses_max),
         });
         let app = app(edge.clone(), &config.cors_origins);
         let listener =

@@ -70,7 +70,13 @@ struct Completion {
 }
 
 /// OpenAI's error shape: `{"error": {"message", "type", "param", "code"}}`.
-fn openai_error(error: ApiError) -> Response {
+pub(crate) fn openai_error(error: ApiError) -> Response {
+    openai_error_naming(error, param)
+}
+
+/// OpenAI's error shape with `param` as `param_of` names the error's field (the Responses API
+/// names its fields itself).
+pub(crate) fn openai_error_naming(error: ApiError, param_of: fn(&str) -> String) -> Response {
     let kind = match error.status() {
         400 | 404 | 405 | 409 | 413 | 415 => "invalid_request_error",
         401 => "authentication_error",
@@ -81,7 +87,7 @@ fn openai_error(error: ApiError) -> Response {
     let body = json!({"error": {
         "message": error.message(),
         "type": kind,
-        "param": error.field().map(param),
+        "param": error.field().map(param_of),
         "code": crate::error::code_name(error.code()).to_ascii_lowercase(),
     }});
     let retry_after = error.retry_after();
@@ -94,15 +100,33 @@ fn openai_error(error: ApiError) -> Response {
 
 /// A field as the caller sent it: the router names the gRPC request's fields, whose `history`
 /// and `message` are this API's `messages` (same indexes: the history is the messages up to
-/// the query, or all of them when the last one travels in the history).
+/// the query, or all of them when the last one travels in the history; a user message's
+/// `parts` are its content parts, in order), and whose tools and calls are flat.
 fn param(field: &str) -> String {
-    if let Some(rest) = field.strip_prefix("history") {
-        format!("messages{rest}")
-    } else if field == "message" {
-        "messages".to_owned()
-    } else {
-        field.to_owned()
+    if field == "message" {
+        return "messages".to_owned();
     }
+    let field = field.strip_prefix("history").map_or_else(|| field.to_owned(), |rest| format!("messages{rest}"));
+    let mut out = String::with_capacity(field.len() + 16);
+    for (index, segment) in field.split('.').enumerate() {
+        let within = |prefix: &str| field.starts_with(prefix);
+        let renamed = match segment {
+            _ if segment.starts_with("parts[") => format!("content[{}", &segment["parts[".len()..]),
+            "image" if within("messages[") => "image_url.url".to_owned(),
+            "name" | "description" if within("tools[") && index == 1 => format!("function.{segment}"),
+            "parameters_json" if within("tools[") => "function.parameters".to_owned(),
+            "name" if within("messages[") && field.contains(".tool_calls[") => "function.name".to_owned(),
+            "arguments_json" => "function.arguments".to_owned(),
+            "function" if field == "tool_choice.function" => "function.name".to_owned(),
+            "schema_json" => "schema".to_owned(),
+            _ => segment.to_owned(),
+        };
+        if index > 0 {
+            out.push('.');
+        }
+        out.push_str(&renamed);
+    }
+    out
 }
 
 pub async fn models(State(edge): State<Arc<Edge>>, headers: HeaderMap) -> Response {
@@ -165,7 +189,7 @@ async fn complete(edge: &Edge, headers: &HeaderMap, body: Body) -> Result<Respon
     Ok(sse(events))
 }
 
-fn stream_request(chat: router::ChatRequest) -> router::ChatStreamRequest {
+pub(crate) fn stream_request(chat: router::ChatRequest) -> router::ChatStreamRequest {
     router::ChatStreamRequest {
         message: chat.message,
         session_id: chat.session_id,
@@ -186,7 +210,7 @@ fn stream_request(chat: router::ChatRequest) -> router::ChatStreamRequest {
 }
 
 /// The system prompt a conversation opens with, for its key: every system message's text.
-fn system_text(history: &[router::ChatMessage]) -> String {
+pub(crate) fn system_text(history: &[router::ChatMessage]) -> String {
     let system = history.iter().filter(|m| m.role() == router::ChatRole::System);
     system.map(message_text).collect::<Vec<_>>().join("\n")
 }
@@ -196,7 +220,7 @@ fn first_user_text(chat: &router::ChatRequest) -> String {
     chat.history.iter().find(|m| m.role() == router::ChatRole::User).map_or_else(|| chat.message.clone(), message_text)
 }
 
-fn message_text(message: &router::ChatMessage) -> String {
+pub(crate) fn message_text(message: &router::ChatMessage) -> String {
     if message.parts.is_empty() {
         return message.content.clone();
     }
@@ -532,7 +556,7 @@ fn tools(object: &Map<String, Value>) -> Result<Vec<router::ClientTool>, ApiErro
 }
 
 /// OpenAI's rule for function names: 1 to 64 characters of `[A-Za-z0-9_-]`.
-fn check_name(name: &str, field: &str) -> Result<(), ApiError> {
+pub(crate) fn check_name(name: &str, field: &str) -> Result<(), ApiError> {
     if name.is_empty() || name.len() > MAX_NAME_LEN {
         return Err(ApiError::bad_request(field, format!("must be 1 to {MAX_NAME_LEN} characters")));
     }
@@ -664,7 +688,7 @@ fn stop(object: &Map<String, Value>) -> Result<Vec<String>, ApiError> {
     Ok(stops)
 }
 
-fn string(object: &Map<String, Value>, field: &str) -> Result<Option<String>, ApiError> {
+pub(crate) fn string(object: &Map<String, Value>, field: &str) -> Result<Option<String>, ApiError> {
     match object.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(text)) => Ok(Some(text.clone())),
@@ -672,7 +696,7 @@ fn string(object: &Map<String, Value>, field: &str) -> Result<Option<String>, Ap
     }
 }
 
-fn bool_field(object: &Map<String, Value>, field: &str, prefix: &str) -> Result<Option<bool>, ApiError> {
+pub(crate) fn bool_field(object: &Map<String, Value>, field: &str, prefix: &str) -> Result<Option<bool>, ApiError> {
     match object.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Bool(value)) => Ok(Some(*value)),
@@ -680,7 +704,7 @@ fn bool_field(object: &Map<String, Value>, field: &str, prefix: &str) -> Result<
     }
 }
 
-fn u32_field(object: &Map<String, Value>, field: &str) -> Result<Option<u32>, ApiError> {
+pub(crate) fn u32_field(object: &Map<String, Value>, field: &str) -> Result<Option<u32>, ApiError> {
     match object.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Number(number)) => number
@@ -692,7 +716,7 @@ fn u32_field(object: &Map<String, Value>, field: &str) -> Result<Option<u32>, Ap
     }
 }
 
-fn number(object: &Map<String, Value>, field: &str) -> Result<Option<f64>, ApiError> {
+pub(crate) fn number(object: &Map<String, Value>, field: &str) -> Result<Option<f64>, ApiError> {
     match object.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Number(number)) => Ok(number.as_f64()),
@@ -1037,7 +1061,17 @@ mod tests {
     fn router_fields_are_named_as_the_caller_sent_them() {
         assert_eq!(param("history[3].tool_call_id"), "messages[3].tool_call_id");
         assert_eq!(param("message"), "messages");
-        assert_eq!(param("tools[0].name"), "tools[0].name");
+        assert_eq!(param("history[1].parts[2].image"), "messages[1].content[2].image_url.url");
+        assert_eq!(param("history[1].parts[0]"), "messages[1].content[0]");
+        assert_eq!(param("history[2].tool_calls[1].name"), "messages[2].tool_calls[1].function.name");
+        assert_eq!(param("history[2].tool_calls[1].arguments_json"), "messages[2].tool_calls[1].function.arguments");
+        assert_eq!(param("tools[0].name"), "tools[0].function.name");
+        assert_eq!(param("tools[3].parameters_json"), "tools[3].function.parameters");
+        assert_eq!(param("tool_choice.function"), "tool_choice.function.name");
+        assert_eq!(param("response_format.json_schema.schema_json"), "response_format.json_schema.schema");
+        assert_eq!(param("response_format.json_schema.schema"), "response_format.json_schema.schema");
+        assert_eq!(param("stop[1]"), "stop[1]");
+        assert_eq!(param("session_id"), "session_id");
     }
 
     #[test]

@@ -121,14 +121,14 @@ pub fn client_stream<T: Send + 'static>(
     upstream: impl Stream<Item = Result<T, tonic::Status>> + Send + 'static,
     shutdown: ShutdownNotice,
     event: impl FnMut(T) -> Vec<Event> + Send + 'static,
-    failed: fn(&ApiError) -> Event,
+    failed: impl FnMut(&ApiError) -> Event + Send + 'static,
     end: Option<Event>,
 ) -> impl Stream<Item = Event> + Send + 'static {
-    struct Relay<T, F> {
+    struct Relay<T, F, E> {
         upstream: Pin<Box<dyn Stream<Item = Result<T, tonic::Status>> + Send>>,
         shutdown: ShutdownNotice,
         event: F,
-        failed: fn(&ApiError) -> Event,
+        failed: E,
         end: Option<Event>,
     }
     let relay = Relay { upstream: Box::pin(upstream), shutdown, event, failed, end };
