@@ -3,6 +3,9 @@
 //! gets the same session for the same key, per tenant, so the role and the model stick across
 //! its requests. The mapping lives in Redis when the router has one (shared by replicas), in
 //! memory otherwise, with the session retention as its TTL, renewed on every use.
+//!
+//! Beside the keys, the persona a caller's tool loop started with (the role's prompt with its
+//! transition context), so the turns that continue the loop are asked in exactly the same words.
 
 use std::{
     collections::HashMap,
@@ -26,13 +29,20 @@ pub struct ConversationKeys {
 }
 
 enum Store {
-    Memory(Mutex<HashMap<String, (SessionId, Instant)>>),
+    Memory { keys: Mutex<HashMap<String, (SessionId, Instant)>>, loops: Mutex<HashMap<String, (String, Instant)>> },
     Redis { conn: ConnectionManager, prefix: KeyPrefix },
+}
+
+/// The persona a tool loop started with, for the role it started in.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct LoopPersona {
+    pub role_id: String,
+    pub system_prompt: String,
 }
 
 impl ConversationKeys {
     pub fn memory(ttl: Duration) -> Self {
-        Self { ttl, store: Store::Memory(Mutex::default()) }
+        Self { ttl, store: Store::Memory { keys: Mutex::default(), loops: Mutex::default() } }
     }
 
     pub fn redis(ttl: Duration, conn: ConnectionManager, prefix: KeyPrefix) -> Self {
@@ -67,8 +77,8 @@ impl ConversationKeys {
                     bounded(REDIS_COMMAND_TIMEOUT, conn.get_ex(&key, redis::Expiry::EX(self.ttl_secs()))).await?;
                 value
             }
-            Store::Memory(map) => {
-                let mut map = map.lock().unwrap_or_else(PoisonError::into_inner);
+            Store::Memory { keys, .. } => {
+                let mut map = keys.lock().unwrap_or_else(PoisonError::into_inner);
                 let digest = Self::digest(tenant, key);
                 match map.get_mut(&digest) {
                     Some((session, expires)) if *expires > Instant::now() => {
@@ -129,8 +139,8 @@ impl ConversationKeys {
                     None => Ok(session.clone()),
                 }
             }
-            Store::Memory(map) => {
-                let mut map = map.lock().unwrap_or_else(PoisonError::into_inner);
+            Store::Memory { keys, .. } => {
+                let mut map = keys.lock().unwrap_or_else(PoisonError::into_inner);
                 let now = Instant::now();
                 if map.len() >= MEMORY_KEYS {
                     map.retain(|_, (_, expires)| *expires > now);
@@ -151,5 +161,57 @@ impl ConversationKeys {
                 Ok(session.clone())
             }
         }
+    }
+
+    /// Keeps the persona of the tool loop running on `session`.
+    pub async fn remember_loop(
+        &self,
+        tenant: &str,
+        session: &SessionId,
+        persona: &LoopPersona,
+    ) -> Result<(), StoreError> {
+        let json = serde_json::to_string(persona).map_err(|err| StoreError::Corrupt(err.to_string()))?;
+        match &self.store {
+            Store::Redis { conn, prefix } => {
+                let mut conn = conn.clone();
+                let key = format!("{prefix}:router:loop:{}", Self::digest(tenant, session.as_str()));
+                bounded(REDIS_COMMAND_TIMEOUT, conn.set_ex::<_, _, ()>(&key, json, self.ttl_secs())).await
+            }
+            Store::Memory { loops, .. } => {
+                let mut map = loops.lock().unwrap_or_else(PoisonError::into_inner);
+                let now = Instant::now();
+                if map.len() >= MEMORY_KEYS {
+                    map.retain(|_, (_, expires)| *expires > now);
+                    if map.len() >= MEMORY_KEYS {
+                        map.clear();
+                    }
+                }
+                map.insert(Self::digest(tenant, session.as_str()), (json, now + self.ttl));
+                Ok(())
+            }
+        }
+    }
+
+    /// The persona of the tool loop running on `session`, if one was kept.
+    pub async fn loop_persona(&self, tenant: &str, session: &SessionId) -> Result<Option<LoopPersona>, StoreError> {
+        let json = match &self.store {
+            Store::Redis { conn, prefix } => {
+                let mut conn = conn.clone();
+                let key = format!("{prefix}:router:loop:{}", Self::digest(tenant, session.as_str()));
+                let value: Option<String> =
+                    bounded(REDIS_COMMAND_TIMEOUT, conn.get_ex(&key, redis::Expiry::EX(self.ttl_secs()))).await?;
+                value
+            }
+            Store::Memory { loops, .. } => {
+                let map = loops.lock().unwrap_or_else(PoisonError::into_inner);
+                map.get(&Self::digest(tenant, session.as_str()))
+                    .filter(|(_, expires)| *expires > Instant::now())
+                    .map(|(json, _)| json.clone())
+            }
+        };
+        json.map(|json| {
+            serde_json::from_str(&json).map_err(|err| StoreError::Corrupt(format!("tool loop persona: {err}")))
+        })
+        .transpose()
     }
 }

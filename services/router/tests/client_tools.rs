@@ -183,8 +183,9 @@ async fn a_tool_loop_keeps_its_role_and_model_until_the_next_user_message() {
     let first = client.chat(with_tools(TECH_QUESTION)).await.expect("first turn").into_inner();
     let first_meta = first.metadata.clone().expect("metadata");
     assert_eq!(first_meta.role_id, "tech-expert");
+    assert!(first_meta.role_switched, "the loop starts with a switch into the tech role: {first_meta:?}");
     let call = first.message.expect("message").tool_calls.remove(0);
-    suite.llm.take_requests();
+    let first_system = suite.llm.take_requests()[0].system_text();
 
     // The tool's output is about money: the triggers would switch to the finance expert on
     // it, but a tool result is not the user changing the subject.
@@ -218,6 +219,7 @@ async fn a_tool_loop_keeps_its_role_and_model_until_the_next_user_message() {
     assert_eq!(messages[3]["tool_call_id"], call.id.as_str());
     assert!(sent.tool_results()[0].contains("mortgage"));
     assert!(sent.system_text().contains("senior software engineer"), "{}", sent.system_text());
+    assert_eq!(sent.system_text(), first_system, "the loop goes on in the words it started with (transition included)");
 
     // The session kept the loop's question and its final answer, nothing of the tool output.
     let mut sessions = SessionServiceClient::new(suite.sessions_channel().await);

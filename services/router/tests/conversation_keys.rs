@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use switchyard_kit::{Secret, SessionId, store::connect_redis};
-use switchyard_router::conversations::ConversationKeys;
+use switchyard_router::conversations::{ConversationKeys, LoopPersona};
 use switchyard_testkit::{KeyPrefix, redis_url};
 
 fn id(text: &str) -> SessionId {
@@ -24,6 +24,13 @@ async fn behaves(keys: &ConversationKeys) {
     keys.replace("acme", "k", &id("second")).await.expect("replace");
     assert_eq!(keys.session("acme", "k").await.expect("read"), Some(id("second")));
     assert_eq!(keys.session("globex", "k").await.expect("read"), Some(id("theirs")));
+
+    // A tool loop's persona is kept per tenant and session.
+    let persona = LoopPersona { role_id: "tech-expert".into(), system_prompt: "You are… (from finance)".into() };
+    assert_eq!(keys.loop_persona("acme", &id("first")).await.expect("read"), None);
+    keys.remember_loop("acme", &id("first"), &persona).await.expect("keep");
+    assert_eq!(keys.loop_persona("acme", &id("first")).await.expect("read"), Some(persona));
+    assert_eq!(keys.loop_persona("globex", &id("first")).await.expect("read"), None);
 }
 
 async fn expires(keys: &ConversationKeys) {

@@ -22,7 +22,7 @@ use tracing::Instrument;
 use crate::{
     analytics::{DecisionRecord, Recorder},
     cache::{Learning, RoutingCache},
-    conversations::ConversationKeys,
+    conversations::{ConversationKeys, LoopPersona},
     downstream::{GatewayClient, SessionTurn, SessionsClient},
     error::RouterError,
     events::{Events, TurnEvent},
@@ -209,7 +209,10 @@ impl Router {
         self.check_models(&request)?;
         let id = format!("chat-{}", uuid::Uuid::new_v4());
         let continuation = request.is_continuation();
-        let session = self.open_session(&identity, &request).await?;
+        let mut session = self.open_session(&identity, &request).await?;
+        if continuation {
+            self.keep_loop_persona(&identity, &mut session).await;
+        }
         let span = tracing::Span::current();
         span.record("session_id", session.session_id.as_str());
         span.record("role_id", session.role_id.as_str());
@@ -321,6 +324,16 @@ impl Router {
             // The answer stands; only the conversation memory missed this turn.
             tracing::warn!(session_id = %outcome.session_id, error = %status.message(), "could not append the turn to the session");
         }
+        // A loop the caller goes on with: its next turns are asked in the same words.
+        if callers_turn && !continuation && !outcome.tool_calls.is_empty() {
+            let persona =
+                LoopPersona { role_id: session.role_id.clone(), system_prompt: session.system_prompt.clone() };
+            if let Err(err) =
+                self.conversations.remember_loop(identity.tenant.as_str(), &session.session_id, &persona).await
+            {
+                tracing::warn!(error = %err, "could not keep the tool loop's persona");
+            }
+        }
         self.metrics.turn(&outcome.metadata, &answer.answered.model);
         if let Some(recorder) = &self.recorder {
             // The message is kept only for learning from corrections (the routing cache).
@@ -328,6 +341,17 @@ impl Router {
             recorder.push(DecisionRecord::of(&identity, &outcome, &answer.answered.model, message));
         }
         Ok(outcome)
+    }
+
+    /// A continuation is asked in the persona its loop started with (the role's prompt with
+    /// the transition into it), when that was kept and the role is still the session's.
+    async fn keep_loop_persona(&self, identity: &Identity, session: &mut SessionTurn) {
+        match self.conversations.loop_persona(identity.tenant.as_str(), &session.session_id).await {
+            Ok(Some(persona)) if persona.role_id == session.role_id => session.system_prompt = persona.system_prompt,
+            Ok(_) => {}
+            // The role's own prompt stands in.
+            Err(err) => tracing::warn!(error = %err, "could not read the tool loop's persona"),
+        }
     }
 
     /// The session the turn runs on: the one the caller names, or the one its conversation key
