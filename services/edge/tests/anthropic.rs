@@ -178,6 +178,53 @@ async fn tool_results_followed_by_text_continue_the_loop() {
     assert!(result.contains("18 degrees and sunny") && result.contains("Keep answers short."), "{result}");
 }
 
+#[tokio::test]
+async fn browsers_and_busy_callers_get_what_anthropic_clients_expect() {
+    let llm = ScriptedLlm::start(|_| Reply::text(ANSWER)).await;
+    let options = Options {
+        auth: Auth::Closed { jwks_file: None },
+        configure: Box::new(|config| {
+            config.cors_origins = vec!["https://chat.example".into()];
+            (config.rate_limit, config.rate_burst) = (1, 1);
+        }),
+        ..Options::default()
+    };
+    let stack = Stack::start(llm, options).await;
+    // A browser's preflight for the headers the Anthropic SDK sends from a page.
+    let response = stack
+        .http
+        .request(reqwest::Method::OPTIONS, stack.url("/v1/messages"))
+        .header("origin", "https://chat.example")
+        .header("access-control-request-method", "POST")
+        .header(
+            "access-control-request-headers",
+            "x-api-key,content-type,anthropic-version,anthropic-beta,anthropic-dangerous-direct-browser-access",
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let allowed = response.headers()["access-control-allow-headers"].to_str().unwrap().to_owned();
+    for name in ["x-api-key", "anthropic-version", "anthropic-beta", "anthropic-dangerous-direct-browser-access"] {
+        assert!(allowed.contains(name), "{name} is not allowed: {allowed}");
+    }
+    // Over the credential's rate: Anthropic's rate_limit_error, with Retry-After.
+    let key = stack.key("acme", "ann", false).await;
+    let body = json!({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}).to_string();
+    let mut limited = None;
+    for _ in 0..5 {
+        let response = post(&stack, "/v1/messages", &[("x-api-key", key.as_str())], body.clone()).await;
+        if response.status() == 429 {
+            limited = Some(response);
+            break;
+        }
+    }
+    let response = limited.expect("a 429 within five requests at one a second");
+    assert!(response.headers().contains_key("retry-after"));
+    let (_, body) = json(response).await;
+    assert_eq!((&body["type"], &body["error"]["type"]), (&json!("error"), &json!("rate_limit_error")), "{body}");
+}
+
 async fn post(stack: &Stack, path: &str, headers: &[(&str, &str)], body: String) -> reqwest::Response {
     let mut request = stack.http.post(stack.url(path)).header("content-type", "application/json").body(body);
     for (name, value) in headers {
