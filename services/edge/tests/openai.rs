@@ -162,7 +162,11 @@ async fn bad_input_is_a_4xx_in_openai_shape_naming_the_param() {
             json!({"model": "s", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}]}),
             "messages[0].content[0].image_url.url",
         ),
-        // A result of a call nobody made: the router finds it, the caller's field is named.
+        // The router finds these; the caller's field is named, as the caller sent it.
+        (
+            json!({"model": "s", "messages": [user, {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "no spaces allowed", "arguments": "{}"}}]}, {"role": "tool", "tool_call_id": "c1", "content": "r"}]}),
+            "messages[1].tool_calls[0].function.name",
+        ),
         (
             json!({"model": "s", "messages": [user, {"role": "assistant", "content": "ok"}, {"role": "tool", "tool_call_id": "call_9", "content": "r"}]}),
             "messages[2].tool_call_id",
