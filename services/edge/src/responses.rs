@@ -714,7 +714,7 @@ fn caller_field(field: &str, origins: &[Origin]) -> String {
             };
             return format!("{path}{tail}");
         }
-        let rest = rest.replace(".parts[", ".content[").replace(".image", ".image_url");
+        let rest = rest.replace(".parts[", ".content[").replace(".image.url", ".image").replace(".image", ".image_url");
         let rest = match rest.as_str() {
             ".tool_call_id" => ".call_id".to_owned(),
             ".content" if origin.path.starts_with("input[") && !origin.calls.is_empty() => String::new(),
@@ -1224,6 +1224,7 @@ mod tests {
         assert_eq!(turn.chat.history.len(), 1);
         assert_eq!(turn.chat.history[0].parts.len(), 2);
         assert_eq!(caller_field("history[0].parts[1].image", &turn.origins), "input[0].content[1].image_url");
+        assert_eq!(caller_field("history[0].parts[1].image.url", &turn.origins), "input[0].content[1].image_url");
     }
 
     #[test]

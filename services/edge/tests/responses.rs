@@ -1,0 +1,222 @@
+//! OpenAI's Responses API on the edge, over real HTTP with the real router, sessions and
+//! triggers behind it and the scripted vendor behind the router: the official Python `openai`
+//! SDK (pinned by `scripts/install-tools.sh` in `.tools/venv`; the test fails when it is
+//! missing) for a function tool round trip streamed and not, continued by
+//! `previous_response_id`, `retrieve` and its exception types; and raw HTTP for what the SDK
+//! hides (event names, order and sequence numbers, whose stored responses a caller sees, the
+//! error shape and `param` of each kind of refusal).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::process::Command;
+
+use common::{Auth, Options, Stack, events, json};
+use serde_json::{Value, json};
+use switchyard_testkit::llm::{Recorded, Reply, ScriptedLlm};
+
+const ANSWER: &str = "Hello! Switchyard here, happy to help.";
+
+/// A call of get_weather while the request offers it and does not end in a tool result; the
+/// result's text once it does; anything else (a routing call) the plain answer.
+fn weather_vendor(request: &Recorded) -> Reply {
+    let last = request.messages().last().cloned().unwrap_or_default();
+    if last["role"] == "tool" {
+        let result = last["content"].as_str().unwrap_or_default().to_owned();
+        return Reply::text(format!("It is {result} in Paris.")).chunk_size(5).usage(30, 9);
+    }
+    if request.tool_names().iter().any(|name| name == "get_weather") {
+        return Reply::tool_call("get_weather", r#"{"city": "Paris"}"#).chunk_size(4).usage(20, 8);
+    }
+    Reply::text(ANSWER).chunk_size(6).usage(11, 7)
+}
+
+fn weather_tool() -> Value {
+    json!({"type": "function", "name": "get_weather", "description": "The weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}})
+}
+
+async fn closed_stack() -> Stack {
+    let llm = ScriptedLlm::start(weather_vendor).await;
+    Stack::start(llm, Options { auth: Auth::Closed { jwks_file: None }, ..Options::default() }).await
+}
+
+#[tokio::test]
+async fn the_openai_python_sdk_runs_a_tool_loop_over_the_responses_api() {
+    let stack = closed_stack().await;
+    let key = stack.key("acme", "agent", false).await;
+    let root = switchyard_testkit::root();
+    let python = root.join(".tools/venv/bin/python");
+    assert!(python.exists(), "{} is missing: run scripts/install-tools.sh", python.display());
+    let args = vec![
+        root.join("services/edge/tests/clients/openai_responses_check.py").display().to_string(),
+        "--base-url".into(),
+        format!("{}/v1", stack.edge.url()),
+        "--api-key".into(),
+        key,
+    ];
+    let output = tokio::task::spawn_blocking(move || Command::new(python).args(args).output())
+        .await
+        .unwrap()
+        .expect("the client runs");
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "the openai responses check failed:\n{stdout}\n{stderr}");
+    let summary: Value = serde_json::from_str(stdout.lines().last().unwrap()).expect("a JSON summary");
+    assert!(summary["plain"]["answer"].as_str().unwrap().contains("18C and sunny"), "{summary}");
+    // The caller's tool reached the model alone, never the routing tools beside it.
+    let requests = stack.llm.requests();
+    for request in requests.iter().filter(|r| r.tool_names().contains(&"get_weather".to_owned())) {
+        assert!(request.tool_names().iter().all(|name| !name.starts_with("use_")), "{:?}", request.tool_names());
+        assert_eq!(request.body["tools"][0]["function"]["description"], "The current weather in a city.");
+    }
+    // A second turn sent only the tool's output; the vendor saw the whole conversation: the
+    // instructions, the question, the call and its result.
+    let continued = requests
+        .iter()
+        .find(|r| r.messages().last().is_some_and(|m| m["role"] == "tool"))
+        .expect("a request ending in the tool result");
+    let messages = continued.messages();
+    assert!(messages.iter().any(|m| m["role"] == "user" && m["content"] == "What is the weather in Paris?"));
+    let asked = &messages[messages.len() - 2];
+    assert_eq!(asked["tool_calls"][0]["function"]["name"], "get_weather");
+    assert_eq!(asked["tool_calls"][0]["id"], messages.last().unwrap()["tool_call_id"]);
+}
+
+#[tokio::test]
+async fn events_come_in_order_with_their_types_and_sequence_numbers() {
+    let stack = Stack::start(ScriptedLlm::start(weather_vendor).await, Options::default()).await;
+    let body = json!({"model": "switchyard", "input": "Hi there", "stream": true});
+    let text = events(stack.post("/v1/responses", None, &body).await).await;
+    let names: Vec<&str> = text.iter().map(|(name, _)| name.as_str()).collect();
+    let deltas = names.iter().filter(|n| **n == "response.output_text.delta").count();
+    assert!(deltas >= 2, "the text streams in pieces: {names:?}");
+    let mut expected =
+        vec!["response.created", "response.in_progress", "response.output_item.added", "response.content_part.added"];
+    expected.extend(std::iter::repeat_n("response.output_text.delta", deltas));
+    expected.extend([
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    ]);
+    assert_eq!(names, expected);
+    for (index, (name, data)) in text.iter().enumerate() {
+        assert_eq!(data["type"], name.as_str());
+        assert_eq!(data["sequence_number"], index);
+    }
+    let joined: String = text.iter().filter_map(|(_, d)| d["delta"].as_str()).collect();
+    assert_eq!(joined, ANSWER);
+    let completed = &text.last().unwrap().1["response"];
+    assert_eq!(completed["status"], "completed");
+    assert_eq!(completed["output"][0]["content"][0]["text"], ANSWER);
+    assert_eq!(completed["usage"]["output_tokens"], 7);
+
+    // A call of the caller's tool: its item, argument pieces, their whole, the item done.
+    let body = json!({"model": "switchyard", "input": "Weather in Paris?", "stream": true, "tools": [weather_tool()]});
+    let text = events(stack.post("/v1/responses", None, &body).await).await;
+    let names: Vec<&str> = text.iter().map(|(name, _)| name.as_str()).collect();
+    let pieces = names.iter().filter(|n| **n == "response.function_call_arguments.delta").count();
+    assert!(pieces >= 2, "{names:?}");
+    let mut expected = vec!["response.created", "response.in_progress", "response.output_item.added"];
+    expected.extend(std::iter::repeat_n("response.function_call_arguments.delta", pieces));
+    expected.extend(["response.function_call_arguments.done", "response.output_item.done", "response.completed"]);
+    assert_eq!(names, expected);
+    let added = &text[2].1["item"];
+    assert_eq!((added["type"].as_str(), added["name"].as_str()), (Some("function_call"), Some("get_weather")));
+    let done = &text[text.len() - 2].1["item"];
+    assert_eq!(serde_json::from_str::<Value>(done["arguments"].as_str().unwrap()).unwrap(), json!({"city": "Paris"}));
+    assert_eq!(done["call_id"], added["call_id"]);
+    assert_eq!(text.last().unwrap().1["response"]["output"][0], *done);
+}
+
+#[tokio::test]
+async fn a_stored_response_continues_its_session_and_belongs_to_its_caller() {
+    let stack = closed_stack().await;
+    let ann = stack.key("acme", "ann", false).await;
+    let bob = stack.key("acme", "bob", false).await;
+    let other_tenant = stack.key("globex", "ann", false).await;
+    let first = json!({"model": "switchyard", "input": "Weather in Paris?", "tools": [weather_tool()]});
+    let (status, first) = json(stack.post("/v1/responses", Some(&ann), &first).await).await;
+    assert_eq!(status, 200, "{first}");
+    let id = first["id"].as_str().unwrap();
+    let call_id = first["output"][0]["call_id"].as_str().unwrap();
+    let (status, got) = json(stack.get(&format!("/v1/responses/{id}"), Some(&ann)).await).await;
+    assert_eq!((status, &got), (200, &first));
+    for stranger in [&bob, &other_tenant] {
+        let (status, body) = json(stack.get(&format!("/v1/responses/{id}"), Some(stranger)).await).await;
+        assert_eq!(status, 404, "{body}");
+        assert_eq!(body["error"]["type"], "invalid_request_error");
+    }
+    let next = json!({"model": "switchyard", "previous_response_id": id, "tools": [weather_tool()],
+        "input": [{"type": "function_call_output", "call_id": call_id, "output": "18C"}]});
+    let (status, body) = json(stack.post("/v1/responses", Some(&other_tenant), &next).await).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["param"], "previous_response_id");
+    let (status, second) = json(stack.post("/v1/responses", Some(&ann), &next).await).await;
+    assert_eq!(status, 200, "{second}");
+    assert_eq!(second["output"][0]["content"][0]["text"], "It is 18C in Paris.");
+    assert_eq!(second["session_id"], first["session_id"], "the same Switchyard session");
+    assert_eq!(second["_metadata"]["continuation"], true, "a tool loop's continuation: {second}");
+    // Not stored: nothing to retrieve or continue.
+    let unstored = json!({"model": "switchyard", "input": "Hi", "store": false});
+    let (_, unstored) = json(stack.post("/v1/responses", Some(&ann), &unstored).await).await;
+    let path = format!("/v1/responses/{}", unstored["id"].as_str().unwrap());
+    assert_eq!(stack.get(&path, Some(&ann)).await.status(), 404);
+}
+
+#[tokio::test]
+async fn a_stateless_conversation_keeps_its_session() {
+    let stack = Stack::start(ScriptedLlm::start(weather_vendor).await, Options::default()).await;
+    let opening = json!([{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "Weather?"}]);
+    let (_, first) = json(stack.post("/v1/responses", None, &json!({"model": "s", "input": opening})).await).await;
+    let mut longer = opening.as_array().unwrap().clone();
+    longer.extend([
+        json!({"role": "assistant", "content": [{"type": "output_text", "text": "Where?"}]}),
+        json!({"role": "user", "content": "Paris"}),
+    ]);
+    let (_, second) = json(stack.post("/v1/responses", None, &json!({"model": "s", "input": longer})).await).await;
+    assert!(!first["session_id"].as_str().unwrap().is_empty());
+    assert_eq!(first["session_id"], second["session_id"], "{first} {second}");
+    let other = json!([{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "Other topic"}]);
+    let (_, third) = json(stack.post("/v1/responses", None, &json!({"model": "s", "input": other})).await).await;
+    assert_ne!(first["session_id"], third["session_id"]);
+}
+
+#[tokio::test]
+async fn bad_input_is_a_4xx_in_openai_shape_naming_the_param() {
+    let llm = ScriptedLlm::start(weather_vendor).await;
+    let options = Options { configure: Box::new(|config| config.max_body_bytes = 4096), ..Options::default() };
+    let stack = Stack::start(llm, options).await;
+    let cases = [
+        (json!({"model": "s"}), 400, "input"),
+        (json!({"model": "s", "input": {"role": "user"}}), 400, "input"),
+        (json!({"model": "s", "input": "x", "tools": [{"type": "file_search"}]}), 400, "tools[0].type"),
+        (
+            json!({"model": "s", "input": [{"type": "function_call_output", "call_id": "c", "output": "r"}]}),
+            400,
+            "input[0].call_id",
+        ),
+        (
+            json!({"model": "s", "input": [{"role": "user", "content": [{"type": "input_text", "text": "see"},
+                {"type": "input_image", "image_url": "http://example.com/a.png"}]}]}),
+            400,
+            "input[0].content[1].image_url",
+        ),
+        (json!({"model": "s", "input": "x", "tools": [{"type": "function", "name": "a\u{0}b"}]}), 400, "tools[0].name"),
+        (json!({"model": "s", "input": "x", "temperature": "hot"}), 400, "temperature"),
+        (json!({"model": "s", "input": "x", "previous_response_id": "resp_gone"}), 400, "previous_response_id"),
+        (json!({"model": "s", "input": "x".repeat(5000)}), 413, ""),
+    ];
+    for (body, status, param) in cases {
+        let (got, error) = json(stack.post("/v1/responses", None, &body).await).await;
+        assert_eq!(got, status, "{body}: {error}");
+        assert_eq!(error["error"]["param"].as_str().unwrap_or_default(), param, "{error}");
+        assert_eq!(error["error"]["type"], "invalid_request_error", "{error}");
+    }
+    let response =
+        stack.http.post(stack.url("/v1/responses")).header("content-type", "application/json").body("{").send();
+    let (status, error) = json(response.await.unwrap()).await;
+    assert_eq!(status, 400, "{error}");
+    assert!(error["error"]["message"].is_string());
+    assert!(stack.llm.requests().is_empty(), "no refused request reached the vendor");
+}
