@@ -122,7 +122,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
     let edge = stack.edge_addr();
     println!("  console   http://{edge}/");
     println!("  REST      http://{edge}/api/…  (OpenAPI: http://{edge}/openapi.json)");
-    println!("  OpenAI    http://{edge}/v1/chat/completions");
+    println!("  OpenAI    http://{edge}/v1/chat/completions, http://{edge}/v1/responses");
     println!("  Anthropic http://{edge}/v1/messages  (ANTHROPIC_BASE_URL=http://{edge})");
     println!("  The edge is open (no credential needed) and listens on {}.", edge.ip());
     if model.provider == "local" {

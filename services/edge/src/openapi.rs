@@ -120,6 +120,8 @@ pub fn generate(routes: &RouteTable) -> Value {
     schemas.insert("ChatCompletion".into(), chat_completion_schema());
     schemas.insert("AnthropicError".into(), anthropic_error_schema());
     schemas.insert("AnthropicMessage".into(), anthropic_message_schema());
+    schemas.insert("OpenAIError".into(), openai_error_schema());
+    schemas.insert("Response".into(), openai_response_schema());
     let mut paths: Map<String, Value> = paths.into_iter().map(|(k, v)| (k, Value::Object(v))).collect();
     hand_written(&mut paths);
     json!({
@@ -516,6 +518,115 @@ fn anthropic_messages_request_schema(count_tokens: bool) -> Value {
 }
 
 /// Responses of the Anthropic API's operations: errors in Anthropic's shape.
+/// OpenAI's error shape, as the Responses API answers errors.
+fn openai_error_schema() -> Value {
+    json!({"type": "object", "description": "OpenAI's error shape; `param` names the request field at fault.",
+    "properties": {"error": {"type": "object", "properties": {
+        "message": {"type": "string"},
+        "type": {"type": "string"},
+        "param": {"type": "string", "nullable": true},
+        "code": {"type": "string", "nullable": true},
+    }}}})
+}
+
+/// A `response` object of OpenAI's Responses API (the fields the edge fills).
+fn openai_response_schema() -> Value {
+    json!({"type": "object", "description": "A Responses API `response`, with routing metadata in `_metadata` and the Switchyard session in `session_id`.",
+    "properties": {
+        "id": {"type": "string"},
+        "object": {"type": "string", "enum": ["response"]},
+        "created_at": {"type": "integer"},
+        "status": {"type": "string", "enum": ["completed", "incomplete", "failed", "in_progress"]},
+        "model": {"type": "string"},
+        "instructions": {"type": "string", "nullable": true},
+        "previous_response_id": {"type": "string", "nullable": true},
+        "output": {"type": "array", "items": {"type": "object", "properties": {
+            "type": {"type": "string", "enum": ["message", "function_call"]},
+            "id": {"type": "string"},
+            "status": {"type": "string"},
+            "role": {"type": "string", "enum": ["assistant"]},
+            "content": {"type": "array", "items": {"type": "object", "properties": {
+                "type": {"type": "string", "enum": ["output_text"]}, "text": {"type": "string"},
+                "annotations": {"type": "array", "items": {}}}}},
+            "call_id": {"type": "string"},
+            "name": {"type": "string"},
+            "arguments": {"type": "string"},
+        }}},
+        "usage": {"type": "object", "nullable": true, "properties": {
+            "input_tokens": {"type": "integer"}, "output_tokens": {"type": "integer"}, "total_tokens": {"type": "integer"}}},
+        "session_id": {"type": "string"},
+    }})
+}
+
+/// The body of `POST /v1/responses`: the fields the edge reads (others are ignored).
+fn openai_responses_request_schema() -> Value {
+    let text_part = json!({"type": "object", "required": ["type", "text"], "properties": {
+        "type": {"type": "string", "enum": ["input_text", "output_text"]}, "text": {"type": "string"}}});
+    let image_part = json!({"type": "object", "required": ["type", "image_url"], "properties": {
+        "type": {"type": "string", "enum": ["input_image"]},
+        "image_url": {"type": "string", "description": "An https: URL or a data:image/…;base64, URL."},
+        "detail": {"type": "string", "enum": ["auto", "low", "high"]}}});
+    let item = json!({"oneOf": [
+        {"type": "object", "required": ["role", "content"], "properties": {
+            "type": {"type": "string", "enum": ["message"]},
+            "role": {"type": "string", "enum": ["user", "assistant", "system", "developer"]},
+            "content": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"oneOf": [text_part, image_part]}}],
+                "description": "Images in user messages only."},
+        }},
+        {"type": "object", "required": ["type", "call_id", "name"], "properties": {
+            "type": {"type": "string", "enum": ["function_call"]},
+            "call_id": {"type": "string"}, "name": {"type": "string"}, "arguments": {"type": "string"},
+        }},
+        {"type": "object", "required": ["type", "call_id", "output"], "properties": {
+            "type": {"type": "string", "enum": ["function_call_output"]},
+            "call_id": {"type": "string"}, "output": {"type": "string"},
+        }},
+    ]});
+    json!({"type": "object", "required": ["model", "input"], "properties": {
+        "model": {"type": "string", "description": "A route model (`switchyard`, `switchyard-direct`…), a `provider/model` name, or any other name (the router decides)."},
+        "input": {"oneOf": [{"type": "string"}, {"type": "array", "minItems": 1, "items": item}],
+            "description": "A user message, or items: messages, function_call and function_call_output (`reasoning` items are skipped)."},
+        "instructions": {"type": "string", "nullable": true},
+        "tools": {"type": "array", "items": {"type": "object", "required": ["type", "name"], "properties": {
+            "type": {"type": "string", "enum": ["function"], "description": "Built-in tools (web_search, file_search…) are refused."},
+            "name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
+            "description": {"type": "string"},
+            "parameters": {"type": "object"},
+            "strict": {"type": "boolean"},
+        }}},
+        "tool_choice": {"oneOf": [
+            {"type": "string", "enum": ["auto", "none", "required"]},
+            {"type": "object", "required": ["type", "name"], "properties": {
+                "type": {"type": "string", "enum": ["function"]}, "name": {"type": "string"}}},
+        ]},
+        "parallel_tool_calls": {"type": "boolean"},
+        "max_output_tokens": {"type": "integer", "minimum": 0, "maximum": 4_294_967_295_u64},
+        "temperature": {"type": "number"},
+        "stream": {"type": "boolean"},
+        "store": {"type": "boolean", "description": "Keep the answer for previous_response_id and GET (default true)."},
+        "previous_response_id": {"type": "string"},
+        "metadata": {"type": "object", "additionalProperties": {"type": "string"}},
+        "text": {"type": "object", "properties": {"format": {"type": "object", "required": ["type"], "properties": {
+            "type": {"type": "string", "enum": ["text", "json_object", "json_schema"]},
+            "name": {"type": "string"}, "schema": {"type": "object"}, "description": {"type": "string"}, "strict": {"type": "boolean"},
+        }}}},
+    }})
+}
+
+/// Errors in OpenAI's shape.
+fn openai_responses(ok: Value) -> Value {
+    let mut responses = errors(ok);
+    let error = json!({"$ref": "#/components/schemas/OpenAIError"});
+    if let Some(responses) = responses.as_object_mut() {
+        for (code, response) in responses.iter_mut() {
+            if code != "200" {
+                response["content"] = json!({"application/json": {"schema": error}});
+            }
+        }
+    }
+    responses
+}
+
 fn anthropic_responses(ok: Value) -> Value {
     let mut responses = errors(ok);
     let error = json!({"$ref": "#/components/schemas/AnthropicError"});
@@ -590,6 +701,31 @@ fn hand_written(paths: &mut Map<String, Value>) {
             "requestBody": json_body(anthropic_messages_request_schema(true)),
             "responses": anthropic_responses(json!({"description": "OK", "content": {"application/json": {"schema": {
                 "type": "object", "properties": {"input_tokens": {"type": "integer"}}}}}})),
+        }}),
+    );
+    paths.insert(
+        "/v1/responses".into(),
+        json!({"post": {
+            "operationId": "OpenAIResponsesCreate",
+            "tags": ["OpenAI"],
+            "summary": "OpenAI's Responses API (a response object, or the Responses events when `stream` is true).",
+            "description": "The caller's function tools reach the model; its calls come back as `function_call` output items (streamed as `response.function_call_arguments.delta`). A conversation ending in `function_call_output` items continues the tool loop. `previous_response_id` continues a stored response's conversation and session; without it or an `x-session-id` header, the conversation is keyed by tenant, user, instructions and first user message. Fields not listed here are ignored.",
+            "requestBody": json_body(openai_responses_request_schema()),
+            "responses": openai_responses(json!({"description": "A response (or its events)", "content": {
+                "application/json": {"schema": {"$ref": "#/components/schemas/Response"}},
+                "text/event-stream": {"schema": {"type": "string"}},
+            }})),
+        }}),
+    );
+    paths.insert(
+        "/v1/responses/{id}".into(),
+        json!({"get": {
+            "operationId": "OpenAIResponsesRetrieve",
+            "tags": ["OpenAI"],
+            "summary": "A stored response, to its own tenant and user, within its retention (EDGE_RESPONSES_TTL).",
+            "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}],
+            "responses": openai_responses(json!({"description": "The response", "content": {
+                "application/json": {"schema": {"$ref": "#/components/schemas/Response"}}}})),
         }}),
     );
     paths.insert(
