@@ -41,16 +41,23 @@ fn check_curl_output(command: &str, output: &str, expected: Option<u16>) {
         let json: serde_json::Value =
             serde_json::from_str(body).unwrap_or_else(|err| panic!("`{command}` printed invalid JSON ({err}): {body}"));
         match expected {
-            None => assert!(json.get("error").is_none(), "`{command}` failed: {body}"),
+            // A Responses API object has `"error": null` when it succeeded.
+            None => assert!(json.get("error").is_none_or(serde_json::Value::is_null), "`{command}` failed: {body}"),
             Some(code) => assert_eq!(json["error"]["code"], code, "`{command}` should answer {code}: {body}"),
         }
     } else {
         assert!(expected.is_none(), "`{command}` should answer an error: {body}");
         assert!(
-            body.contains("event: completed") || body.ends_with("data: [DONE]") || body.contains("event: message_stop"),
+            body.contains("event: completed")
+                || body.ends_with("data: [DONE]")
+                || body.contains("event: message_stop")
+                || body.contains("event: response.completed"),
             "`{command}` should stream to completion: {body}"
         );
-        assert!(!body.contains("event: error"), "`{command}` streamed an error: {body}");
+        assert!(
+            !body.contains("event: error") && !body.contains("event: response.failed"),
+            "`{command}` streamed an error: {body}"
+        );
     }
 }
 
@@ -189,6 +196,7 @@ async fn readme_examples_work_verbatim_against_switchyard_dev() {
             "/api/v1/chat",
             "/v1/chat/completions",
             "/v1/models",
+            "/v1/responses",
         ] {
             assert!(
                 examples.iter().any(|(command, _)| command.contains(&format!("8080{path}"))),
