@@ -225,6 +225,22 @@ async fn browsers_and_busy_callers_get_what_anthropic_clients_expect() {
     assert_eq!((&body["type"], &body["error"]["type"]), (&json!("error"), &json!("rate_limit_error")), "{body}");
 }
 
+#[tokio::test]
+async fn an_image_reaches_the_model_once_beside_its_text() {
+    let llm = ScriptedLlm::start(|_| Reply::text("A cat.")).await;
+    let stack = Stack::start(llm, Options::default()).await;
+    let body = json!({"model": "switchyard-direct", "max_tokens": 20, "messages": [{"role": "user", "content": [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
+        {"type": "text", "text": "What is in this picture?"},
+    ]}]});
+    let (status, answer) = json(post(&stack, "/v1/messages", &[], body.to_string()).await).await;
+    assert_eq!(status, 200, "{answer}");
+    let asked = stack.llm.requests();
+    let sent = serde_json::to_string(asked.last().unwrap().messages()).unwrap();
+    assert_eq!(sent.matches("data:image/png;base64,iVBORw0KGgo=").count(), 1, "{sent}");
+    assert_eq!(sent.matches("What is in this picture?").count(), 1, "{sent}");
+}
+
 async fn post(stack: &Stack, path: &str, headers: &[(&str, &str)], body: String) -> reqwest::Response {
     let mut request = stack.http.post(stack.url(path)).header("content-type", "application/json").body(body);
     for (name, value) in headers {
