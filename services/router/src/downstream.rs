@@ -223,6 +223,24 @@ impl SessionsClient {
         })
     }
 
+    /// True when the session is closed or no longer exists for the caller (a conversation key
+    /// that names it then starts a new one); false when it is there, or cannot be told.
+    pub async fn is_gone(&self, identity: &Identity, session_id: &SessionId) -> bool {
+        let got = self
+            .sessions
+            .clone()
+            .get_session(request(
+                sessions::GetSessionRequest { session_id: session_id.to_string(), include_messages: false },
+                identity,
+                CALL_TIMEOUT,
+            ))
+            .await;
+        match got {
+            Err(status) => status.code() == tonic::Code::NotFound,
+            Ok(got) => got.into_inner().session.is_some_and(|s| s.status() == sessions::SessionStatus::Closed),
+        }
+    }
+
     /// Records the user's message and the answer in the session's conversation.
     pub async fn end_turn(
         &self,

@@ -464,3 +464,28 @@ async fn the_local_model_refuses_tools_and_images_naming_the_field() {
     let response = client.chat(request).await.expect("a vendor model calls tools").into_inner();
     assert_eq!(response.finish_reason, "tool_calls");
 }
+
+#[tokio::test]
+async fn a_conversation_key_whose_session_was_closed_starts_a_new_one() {
+    use switchyard_proto::sessions::v1::CloseSessionRequest;
+    let llm = ScriptedLlm::start(|request| Reply::text(format!("answer {}", request.messages_len()))).await;
+    let suite = Suite::start(llm).await;
+    let mut client = suite.client().await;
+    let keyed = |message: &str| ChatRequest { conversation_key: "closing".into(), ..chat(message) };
+    let first = client.chat(keyed(TECH_QUESTION)).await.expect("first").into_inner();
+    let mut sessions = SessionServiceClient::new(suite.sessions_channel().await);
+    sessions.close_session(CloseSessionRequest { session_id: first.session_id.clone() }).await.expect("closed");
+
+    let next = client.chat(keyed(FINANCE_QUESTION)).await.expect("a new session for the key").into_inner();
+    assert_ne!(next.session_id, first.session_id);
+    let again = client.chat(keyed("And over fifteen years?")).await.expect("the key's new session").into_inner();
+    assert_eq!(again.session_id, next.session_id);
+
+    // A mistake of the request on a live keyed session is the caller's, and keeps the key.
+    let mut bad = keyed("hi");
+    bad.force_role_id = Some("ghost-expert".into());
+    let status = client.chat(bad).await.expect_err("unknown role");
+    assert_eq!(status.code(), tonic::Code::NotFound, "{status:?}");
+    let after = client.chat(keyed("thanks")).await.expect("still the key's session").into_inner();
+    assert_eq!(after.session_id, next.session_id);
+}

@@ -14,7 +14,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use switchyard_kit::{Identity, SessionId, ShutdownNotice};
+use switchyard_kit::{ErrorCode, Identity, ServiceError, SessionId, ShutdownNotice};
 use switchyard_llm::{ChatRequest, Message, ModelRef, ToolChoice, ToolSpec, Usage};
 use tokio::task::JoinSet;
 use tracing::Instrument;
@@ -370,8 +370,11 @@ impl Router {
         let stale = known.is_some();
         if let Some(session_id) = known {
             match self.open_named_session(identity, request, Some(&session_id), false).await {
-                // Closed, or gone past its retention: the key starts a new session below.
-                Err(RouterError::NotFound(_)) => {}
+                // Closed, or gone past its retention: the key starts a new session below. (A
+                // role the request names that does not exist is the caller's error, as is.)
+                Err(err)
+                    if matches!(err.code(), ErrorCode::NotFound | ErrorCode::FailedPrecondition)
+                        && self.sessions.is_gone(identity, &session_id).await => {}
                 opened => return opened,
             }
         }
