@@ -121,13 +121,23 @@ pub struct EdgeConfig {
     pub shutdown_grace: Duration,
 
     /// How long a `/v1/responses` answer is kept for `previous_response_id` and
-    /// `GET /v1/responses/{id}` (in this replica's memory).
+    /// `GET /v1/responses/{id}`.
     #[arg(long, env = "EDGE_RESPONSES_TTL", default_value = "1h", value_parser = parse_duration)]
     pub responses_ttl: Duration,
 
-    /// Most `/v1/responses` answers kept at once per replica; the oldest go first.
+    /// Most `/v1/responses` answers kept at once without Redis (per replica); the oldest go
+    /// first.
     #[arg(long, env = "EDGE_RESPONSES_MAX", default_value_t = 10_000)]
     pub responses_max: usize,
+
+    /// Redis for `/v1/responses` answers, shared by every replica; this replica's memory
+    /// without it.
+    #[arg(long, env = "REDIS_URL", hide_env_values = true)]
+    pub redis_url: Option<Secret>,
+
+    /// Prefix of the edge's Redis keys.
+    #[arg(long, env = "EDGE_REDIS_PREFIX", default_value = "sy")]
+    pub redis_prefix: String,
 }
 
 impl EdgeConfig {
@@ -162,6 +172,8 @@ impl EdgeConfig {
             shutdown_grace: Duration::from_secs(75),
             responses_ttl: Duration::from_secs(60 * 60),
             responses_max: 10_000,
+            redis_url: None,
+            redis_prefix: "sy".into(),
         }
     }
 

@@ -210,6 +210,13 @@ impl EdgeServer {
             );
         }
         tracing::info!(accepts = %auth.describe(), "edge authentication");
+        let responses = match &config.redis_url {
+            Some(url) => responses::ResponseStore::redis(url, &config.redis_prefix, config.responses_ttl)
+                .await
+                .with_context(|| format!("connecting to Redis at {}", url.url_without_credentials()))?,
+            None => responses::ResponseStore::memory(config.responses_ttl, config.responses_max),
+        };
+        tracing::info!(store = responses.describe(), "stored responses");
         let readiness = health::Readiness::new(upstreams.clone(), auth.keys().cloned(), auth.has_keyless_credentials());
         let edge = Arc::new(Edge {
             routes,
@@ -221,7 +228,7 @@ impl EdgeServer {
             openapi,
             readiness,
             shutdown: ShutdownNotice::default(),
-            responses: responses::ResponseStore::new(config.responses_ttl, config.responses_max),
+            responses,
         });
         let app = app(edge.clone(), &config.cors_origins);
         let listener =

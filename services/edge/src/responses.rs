@@ -3,7 +3,7 @@
 //! `function_call_output`) become the router's history, as `/v1/chat/completions` does, and the
 //! answer comes back as a `response` object or its event stream. Every answer is kept for the
 //! retention period so that `previous_response_id` continues it (the client sends only the new
-//! items) and `GET /v1/responses/{id}` returns it; the store is this replica's memory.
+//! items) and `GET /v1/responses/{id}` returns it: in Redis when configured, else in memory.
 
 use std::{
     collections::{BTreeMap, HashMap, VecDeque},
@@ -16,7 +16,10 @@ use axum::{
     extract::{Path, State},
     response::{Response, sse::Event},
 };
+use base64::{Engine, engine::general_purpose::STANDARD as BASE64};
+use futures::StreamExt;
 use http::HeaderMap;
+use redis::aio::ConnectionManager;
 use serde_json::{Map, Value, json};
 use switchyard_proto::router::v1::{
     self as router, ToolChoiceMode, chat_stream_response::Event as ChatEvent, content_part, response_format,
@@ -35,6 +38,10 @@ use crate::{
     },
     rest::{self, parse_json, sse},
     upstream,
+};
+use switchyard_kit::{
+    Secret,
+    store::{KeyPrefix, REDIS_COMMAND_TIMEOUT, StoreError, bounded, connect_redis},
 };
 
 /// Responses' errors name the caller's fields already (see [`caller_field`]).
@@ -57,14 +64,55 @@ pub struct StoredResponse {
     response: Value,
 }
 
-/// Answers by id, for the retention period and up to a count, the oldest evicted first. Per
-/// replica: a `previous_response_id` or `GET` that reaches another replica finds nothing and
-/// is told so (400 / 404) — run one edge replica, or sticky routing, for stateful Responses
-/// clients; clients that resend the whole input (`store: false`, as Codex does) need neither.
+impl StoredResponse {
+    fn owned_by(&self, caller: &Caller) -> bool {
+        let user = caller.user.as_ref().map(|u| u.as_str());
+        self.tenant == caller.tenant.as_str() && self.user.as_deref() == user
+    }
+
+    /// As Redis keeps it: JSON, the conversation as the router's protobuf (a ChatRequest's
+    /// history) in base64, so every part of it (images, calls, results) survives unchanged.
+    fn to_json(&self) -> String {
+        let history = router::ChatRequest { history: self.conversation.clone(), ..Default::default() };
+        json!({
+            "tenant": self.tenant,
+            "user": self.user,
+            "session_id": self.session_id,
+            "conversation": BASE64.encode(prost::Message::encode_to_vec(&history)),
+            "response": self.response,
+        })
+        .to_string()
+    }
+
+    fn from_json(text: &str) -> Result<Self, StoreError> {
+        let corrupt = |what: &str| StoreError::Corrupt(format!("a stored response's {what}"));
+        let value: Value = serde_json::from_str(text).map_err(|_| corrupt("JSON"))?;
+        let text_of = |field: &str| value[field].as_str().map(str::to_owned).ok_or_else(|| corrupt(field));
+        let bytes = BASE64.decode(text_of("conversation")?).map_err(|_| corrupt("conversation"))?;
+        let history: router::ChatRequest =
+            prost::Message::decode(bytes.as_slice()).map_err(|_| corrupt("conversation"))?;
+        Ok(Self {
+            tenant: text_of("tenant")?,
+            user: value["user"].as_str().map(str::to_owned),
+            session_id: text_of("session_id")?,
+            conversation: history.history,
+            response: value["response"].clone(),
+        })
+    }
+}
+
+/// Answers by id, for the retention period (`EDGE_RESPONSES_TTL`). In Redis when the edge has
+/// one (`REDIS_URL`), so every replica finds every answer; otherwise in this replica's memory,
+/// at most `EDGE_RESPONSES_MAX` answers, the oldest evicted first — there a
+/// `previous_response_id` or `GET` that reaches another replica finds nothing and is told so.
 pub struct ResponseStore {
     ttl: Duration,
-    capacity: usize,
-    entries: Mutex<Entries>,
+    backend: Backend,
+}
+
+enum Backend {
+    Memory { capacity: usize, entries: Mutex<Entries> },
+    Redis { conn: ConnectionManager, prefix: String },
 }
 
 #[derive(Default)]
@@ -74,35 +122,78 @@ struct Entries {
 }
 
 impl ResponseStore {
-    pub fn new(ttl: Duration, capacity: usize) -> Self {
-        Self { ttl, capacity: capacity.max(1), entries: Mutex::new(Entries::default()) }
+    /// In this replica's memory.
+    pub fn memory(ttl: Duration, capacity: usize) -> Self {
+        Self { ttl, backend: Backend::Memory { capacity: capacity.max(1), entries: Mutex::new(Entries::default()) } }
     }
 
-    fn put(&self, id: String, stored: StoredResponse) {
-        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
-        let now = Instant::now();
-        entries.by_id.insert(id.clone(), (now + self.ttl, stored));
-        entries.order.push_back(id);
-        // Insertion order is expiry order (one TTL for all), so the front is always the first
-        // to go, whether by age or by count.
-        while let Some(front) = entries.order.front().cloned() {
-            let expired = entries.by_id.get(&front).is_none_or(|(expires, _)| *expires <= now);
-            if !expired && entries.by_id.len() <= self.capacity {
-                break;
+    /// In Redis, under `<prefix>:edge:response:<id>`, each key expiring with its answer.
+    pub async fn redis(url: &Secret, prefix: &str, ttl: Duration) -> Result<Self, StoreError> {
+        let prefix = KeyPrefix::parse(prefix)?.as_str().to_owned();
+        let conn = connect_redis(url).await?;
+        Ok(Self { ttl, backend: Backend::Redis { conn, prefix } })
+    }
+
+    pub fn describe(&self) -> &'static str {
+        match self.backend {
+            Backend::Memory { .. } => "memory (per replica)",
+            Backend::Redis { .. } => "redis",
+        }
+    }
+
+    async fn put(&self, id: String, stored: StoredResponse) -> Result<(), StoreError> {
+        match &self.backend {
+            Backend::Memory { capacity, entries } => {
+                let mut entries = entries.lock().unwrap_or_else(PoisonError::into_inner);
+                let now = Instant::now();
+                entries.by_id.insert(id.clone(), (now + self.ttl, stored));
+                entries.order.push_back(id);
+                // Insertion order is expiry order (one TTL for all), so the front is always the
+                // first to go, whether by age or by count.
+                while let Some(front) = entries.order.front().cloned() {
+                    let expired = entries.by_id.get(&front).is_none_or(|(expires, _)| *expires <= now);
+                    if !expired && entries.by_id.len() <= *capacity {
+                        break;
+                    }
+                    entries.order.pop_front();
+                    entries.by_id.remove(&front);
+                }
+                Ok(())
             }
-            entries.order.pop_front();
-            entries.by_id.remove(&front);
+            Backend::Redis { conn, prefix } => {
+                let mut conn = conn.clone();
+                let millis = u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+                let mut set = redis::cmd("SET");
+                set.arg(format!("{prefix}:edge:response:{id}")).arg(stored.to_json()).arg("PX").arg(millis);
+                bounded(REDIS_COMMAND_TIMEOUT, set.query_async::<()>(&mut conn)).await
+            }
         }
     }
 
     /// The answer `id` when it is still kept and belongs to the caller's tenant and user.
-    fn get(&self, id: &str, caller: &Caller) -> Option<StoredResponse> {
-        let entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
-        let (expires, stored) = entries.by_id.get(id)?;
-        let user = caller.user.as_ref().map(|u| u.as_str().to_owned());
-        let owned = stored.tenant == caller.tenant.as_str() && stored.user == user;
-        (*expires > Instant::now() && owned).then(|| stored.clone())
+    async fn get(&self, id: &str, caller: &Caller) -> Result<Option<StoredResponse>, StoreError> {
+        let stored = match &self.backend {
+            Backend::Memory { entries, .. } => {
+                let entries = entries.lock().unwrap_or_else(PoisonError::into_inner);
+                entries.by_id.get(id).filter(|(expires, _)| *expires > Instant::now()).map(|(_, s)| s.clone())
+            }
+            Backend::Redis { conn, prefix } => {
+                let mut conn = conn.clone();
+                let mut get = redis::cmd("GET");
+                get.arg(format!("{prefix}:edge:response:{id}"));
+                match bounded(REDIS_COMMAND_TIMEOUT, get.query_async::<Option<String>>(&mut conn)).await? {
+                    Some(text) => Some(StoredResponse::from_json(&text)?),
+                    None => None,
+                }
+            }
+        };
+        Ok(stored.filter(|stored| stored.owned_by(caller)))
     }
+}
+
+/// The store could not be read: the caller may retry.
+fn store_unavailable(err: &StoreError) -> ApiError {
+    ApiError::unavailable(format!("stored responses cannot be read now ({err}); retry"))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -120,9 +211,10 @@ pub async fn retrieve(State(edge): State<Arc<Edge>>, headers: HeaderMap, Path(id
         Ok(caller) => caller,
         Err(error) => return responses_error(error),
     };
-    match edge.responses.get(&id, &caller) {
-        Some(stored) => axum_json(&stored.response),
-        None => responses_error(ApiError::not_found(format!(
+    match edge.responses.get(&id, &caller).await {
+        Ok(Some(stored)) => axum_json(&stored.response),
+        Err(err) => responses_error(store_unavailable(&err)),
+        Ok(None) => responses_error(ApiError::not_found(format!(
             "no response `{id}`: unknown, expired, stored without `store`, or another caller's"
         ))),
     }
@@ -134,12 +226,16 @@ async fn respond(edge: Arc<Edge>, headers: &HeaderMap, body: Body) -> Result<Res
     let body: Value = parse_json(&bytes)?;
     let parsed = parse(&body)?;
     let previous = match &parsed.previous_response_id {
-        Some(id) => Some(edge.responses.get(id, &caller).ok_or_else(|| {
-            ApiError::bad_request(
-                "previous_response_id",
-                format!("no stored response `{id}` (unknown, expired, stored without `store`, or another caller's)"),
-            )
-        })?),
+        Some(id) => {
+            Some(edge.responses.get(id, &caller).await.map_err(|err| store_unavailable(&err))?.ok_or_else(|| {
+                ApiError::bad_request(
+                    "previous_response_id",
+                    format!(
+                        "no stored response `{id}` (unknown, expired, stored without `store`, or another caller's)"
+                    ),
+                )
+            })?)
+        }
         None => None,
     };
     let turn = Turn::assemble(parsed, previous)?;
@@ -180,7 +276,7 @@ async fn respond(edge: Arc<Edge>, headers: &HeaderMap, body: Body) -> Result<Res
         let mut json = shell.json(status, output, Some(usage_json(response.usage.as_ref())));
         json["_metadata"] = response.metadata.as_ref().map(metadata_json).unwrap_or(Value::Null);
         json["session_id"] = json!(response.session_id);
-        turn.keep(&edge, &caller, &response.session_id, message, &json);
+        keep(&edge, turn.to_keep(&caller, &response.session_id, message, &json)).await;
         return Ok(axum_json(&json));
     }
     let events = edge
@@ -193,8 +289,8 @@ async fn respond(edge: Arc<Edge>, headers: &HeaderMap, body: Body) -> Result<Res
     let relay = Arc::new(Mutex::new(Relay {
         shell,
         turn,
-        edge: edge.clone(),
         caller,
+        to_keep: None,
         sequence: 0,
         started: false,
         session_id: String::new(),
@@ -202,14 +298,22 @@ async fn respond(edge: Arc<Edge>, headers: &HeaderMap, body: Body) -> Result<Res
         calls: BTreeMap::new(),
         output: Vec::new(),
     }));
-    let failing = relay.clone();
+    let (failing, keeping) = (relay.clone(), relay.clone());
     let events = rest::client_stream(
         events,
         edge.shutdown.clone(),
         move |item| relay.lock().unwrap_or_else(PoisonError::into_inner).next(item),
         move |error| failing.lock().unwrap_or_else(PoisonError::into_inner).failed(error),
         None,
-    );
+    )
+    .then(move |event| {
+        let entry = keeping.lock().unwrap_or_else(PoisonError::into_inner).to_keep.take();
+        let edge = edge.clone();
+        async move {
+            keep(&edge, entry).await;
+            event
+        }
+    });
     Ok(sse(events))
 }
 
@@ -818,24 +922,37 @@ impl Turn {
         }
     }
 
-    /// Keeps the answer, with the conversation up to it, when the request asked to store it.
-    fn keep(&self, edge: &Edge, caller: &Caller, session_id: &str, answer: router::ChatMessage, response: &Value) {
+    /// The answer to keep, with the conversation up to it, when the request asked to store it.
+    fn to_keep(
+        &self,
+        caller: &Caller,
+        session_id: &str,
+        answer: router::ChatMessage,
+        response: &Value,
+    ) -> Option<(String, StoredResponse)> {
         if !self.store {
-            return;
+            return None;
         }
         let mut conversation = self.conversation.clone();
         conversation.push(router::ChatMessage { role: router::ChatRole::Assistant as i32, ..answer });
         let id = response["id"].as_str().unwrap_or_default().to_owned();
-        edge.responses.put(
-            id,
-            StoredResponse {
-                tenant: caller.tenant.as_str().to_owned(),
-                user: caller.user.as_ref().map(|u| u.as_str().to_owned()),
-                session_id: session_id.to_owned(),
-                conversation,
-                response: response.clone(),
-            },
-        );
+        let stored = StoredResponse {
+            tenant: caller.tenant.as_str().to_owned(),
+            user: caller.user.as_ref().map(|u| u.as_str().to_owned()),
+            session_id: session_id.to_owned(),
+            conversation,
+            response: response.clone(),
+        };
+        Some((id, stored))
+    }
+}
+
+/// Keeps an answer. A store that fails loses only the continuation by `previous_response_id`
+/// (the caller has its answer), so it is logged and the answer goes out.
+async fn keep(edge: &Edge, entry: Option<(String, StoredResponse)>) {
+    let Some((id, stored)) = entry else { return };
+    if let Err(err) = edge.responses.put(id.clone(), stored).await {
+        tracing::warn!(response_id = %id, error = %err, "response not stored");
     }
 }
 
@@ -944,8 +1061,10 @@ struct CallItem {
 struct Relay {
     shell: Shell,
     turn: Turn,
-    edge: Arc<Edge>,
     caller: Caller,
+    /// The answer to keep, once complete: kept before the client hears `response.completed`,
+    /// so that its next request finds it.
+    to_keep: Option<(String, StoredResponse)>,
     sequence: u64,
     started: bool,
     session_id: String,
@@ -1081,7 +1200,7 @@ impl Relay {
         response["_metadata"] = done.metadata.as_ref().map(metadata_json).unwrap_or(Value::Null);
         response["session_id"] = json!(self.session_id);
         let answer = router::ChatMessage { content: text, tool_calls: done.tool_calls, ..Default::default() };
-        self.turn.keep(&self.edge, &self.caller, &self.session_id, answer, &response);
+        self.to_keep = self.turn.to_keep(&self.caller, &self.session_id, answer, &response);
         out.push(self.event("response.completed", json!({"response": response})));
     }
 
@@ -1286,33 +1405,82 @@ mod tests {
         assert_eq!(with(json!({"previous_response_id": 4})), "previous_response_id");
     }
 
-    #[test]
-    fn the_store_keeps_answers_for_their_owner_within_the_retention_and_the_count() {
+    fn caller(tenant: &str, user: Option<&str>) -> Caller {
         use switchyard_kit::identity::{TenantId, UserId};
-        let caller = |tenant: &str, user: Option<&str>| Caller {
+        Caller {
             tenant: TenantId::parse(tenant).unwrap(),
             user: user.map(|u| UserId::parse(u).unwrap()),
             principal: "key".into(),
             admin: false,
+        }
+    }
+
+    fn stored(tenant: &str, user: Option<&str>) -> StoredResponse {
+        let image = router::ContentPart {
+            part: Some(content_part::Part::Image(router::ImagePart {
+                url: "data:image/png;base64,iVBO".into(),
+                detail: "low".into(),
+            })),
         };
-        let stored = |tenant: &str, user: Option<&str>| StoredResponse {
+        StoredResponse {
             tenant: tenant.into(),
             user: user.map(str::to_owned),
-            session_id: "s".into(),
-            conversation: Vec::new(),
-            response: json!({}),
-        };
-        let store = ResponseStore::new(Duration::from_secs(60), 2);
-        store.put("a".into(), stored("acme", Some("ann")));
-        assert!(store.get("a", &caller("acme", Some("ann"))).is_some());
-        assert!(store.get("a", &caller("acme", Some("bob"))).is_none(), "another user");
-        assert!(store.get("a", &caller("globex", Some("ann"))).is_none(), "another tenant");
-        store.put("b".into(), stored("acme", None));
-        store.put("c".into(), stored("acme", None));
-        assert!(store.get("a", &caller("acme", Some("ann"))).is_none(), "the oldest went past the count");
-        assert!(store.get("c", &caller("acme", None)).is_some());
-        let expired = ResponseStore::new(Duration::ZERO, 10);
-        expired.put("a".into(), stored("acme", None));
-        assert!(expired.get("a", &caller("acme", None)).is_none(), "past the retention");
+            session_id: "s-1".into(),
+            conversation: vec![
+                router::ChatMessage { role: router::ChatRole::User as i32, parts: vec![image], ..Default::default() },
+                router::ChatMessage {
+                    role: router::ChatRole::Assistant as i32,
+                    tool_calls: vec![router::ToolCall {
+                        id: "c".into(),
+                        name: "f".into(),
+                        arguments_json: "{}".into(),
+                    }],
+                    ..Default::default()
+                },
+            ],
+            response: json!({"id": "resp_1", "output": []}),
+        }
+    }
+
+    /// What every backend does: an answer is found by its owner alone, whole, until it expires.
+    async fn store_suite(store: ResponseStore, short: ResponseStore) {
+        let ann = caller("acme", Some("ann"));
+        store.put("resp_a".into(), stored("acme", Some("ann"))).await.unwrap();
+        let found = store.get("resp_a", &ann).await.unwrap().expect("kept");
+        assert_eq!(found.session_id, "s-1");
+        assert_eq!(found.conversation, stored("acme", None).conversation, "the conversation survives whole");
+        assert_eq!(found.response["id"], "resp_1");
+        assert!(store.get("resp_a", &caller("acme", Some("bob"))).await.unwrap().is_none(), "another user");
+        assert!(store.get("resp_a", &caller("acme", None)).await.unwrap().is_none(), "no user is another user");
+        assert!(store.get("resp_a", &caller("globex", Some("ann"))).await.unwrap().is_none(), "another tenant");
+        assert!(store.get("resp_b", &ann).await.unwrap().is_none(), "unknown");
+        short.put("resp_a".into(), stored("acme", Some("ann"))).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        assert!(short.get("resp_a", &ann).await.unwrap().is_none(), "past the retention");
+    }
+
+    #[tokio::test]
+    async fn the_memory_store_keeps_answers_for_their_owner_within_the_retention_and_the_count() {
+        store_suite(
+            ResponseStore::memory(Duration::from_secs(60), 10),
+            ResponseStore::memory(Duration::from_millis(20), 10),
+        )
+        .await;
+        let store = ResponseStore::memory(Duration::from_secs(60), 2);
+        for id in ["a", "b", "c"] {
+            store.put(id.into(), stored("acme", None)).await.unwrap();
+        }
+        let acme = caller("acme", None);
+        assert!(store.get("a", &acme).await.unwrap().is_none(), "the oldest went past the count");
+        assert!(store.get("c", &acme).await.unwrap().is_some());
+    }
+
+    #[tokio::test]
+    async fn the_redis_store_keeps_answers_for_their_owner_within_the_retention() {
+        let url = Secret::new(switchyard_testkit::redis_url());
+        let prefix = switchyard_testkit::KeyPrefix::new("edge_responses");
+        let store = ResponseStore::redis(&url, &prefix, Duration::from_secs(60)).await.expect("REDIS_URL reachable");
+        let short = ResponseStore::redis(&url, &prefix, Duration::from_millis(20)).await.unwrap();
+        store_suite(store, short).await;
     }
 }

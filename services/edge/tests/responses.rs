@@ -220,3 +220,51 @@ async fn bad_input_is_a_4xx_in_openai_shape_naming_the_param() {
     assert!(error["error"]["message"].is_string());
     assert!(stack.llm.requests().is_empty(), "no refused request reached the vendor");
 }
+
+#[tokio::test]
+async fn with_redis_a_stored_response_is_continued_and_retrieved_through_another_replica() {
+    let prefix = switchyard_testkit::KeyPrefix::new("edge_responses");
+    let redis = |config: &mut switchyard_edge::EdgeConfig, prefix: &str| {
+        config.redis_url = Some(switchyard_kit::Secret::new(switchyard_testkit::redis_url()));
+        config.redis_prefix = prefix.to_owned();
+    };
+    let options = Options {
+        configure: Box::new({
+            let prefix = prefix.to_string();
+            move |config| redis(config, &prefix)
+        }),
+        ..Options::default()
+    };
+    let stack = Stack::start(ScriptedLlm::start(weather_vendor).await, options).await;
+    // A second edge replica in front of the same services, sharing the Redis.
+    let urls = switchyard_edge::upstream::UpstreamUrls {
+        router: stack.router.url(),
+        sessions: stack.sessions.url(),
+        triggers: stack.triggers.url(),
+        mcp_gateway: "http://127.0.0.1:1".into(),
+    };
+    let mut config = switchyard_edge::EdgeConfig::open(common::loopback(), &urls);
+    redis(&mut config, &prefix);
+    let other = switchyard_edge::EdgeServer::bind(&config).await.expect("the second edge binds");
+    let other = switchyard_testkit::Served::spawn(other.local_addr(), |stop| other.serve(stop));
+
+    let first = json!({"model": "switchyard", "input": "Weather in Paris?", "tools": [weather_tool()]});
+    let (status, first) = json(stack.post("/v1/responses", None, &first).await).await;
+    assert_eq!(status, 200, "{first}");
+    let id = first["id"].as_str().unwrap();
+    let call_id = first["output"][0]["call_id"].as_str().unwrap();
+    let got = stack.http.get(format!("{}/v1/responses/{id}", other.url())).send().await.unwrap();
+    let (status, got) = json(got).await;
+    assert_eq!((status, &got), (200, &first), "the other replica returns it");
+    let next = json!({"model": "switchyard", "previous_response_id": id, "tools": [weather_tool()], "stream": true,
+        "input": [{"type": "function_call_output", "call_id": call_id, "output": "18C"}]});
+    let streamed = stack.http.post(format!("{}/v1/responses", other.url())).json(&next).send().await.unwrap();
+    let streamed = events(streamed).await;
+    let completed = &streamed.last().unwrap().1["response"];
+    assert_eq!(completed["output"][0]["content"][0]["text"], "It is 18C in Paris.", "{completed}");
+    assert_eq!(completed["session_id"], first["session_id"], "the same Switchyard session");
+    // The streamed answer was kept too, before response.completed reached the client.
+    let path = format!("/v1/responses/{}", completed["id"].as_str().unwrap());
+    let (status, again) = json(stack.get(&path, None).await).await;
+    assert_eq!((status, &again["output"]), (200, &completed["output"]));
+}
