@@ -170,6 +170,15 @@ impl MessagesRequest {
         let (force_route, model) = route_or_model(&self.model);
         let mut history = self.messages;
         let mut origins = self.origins;
+        // System messages after the last user message or tool results: the router reads every
+        // system message as instructions wherever it stands, so they move to the front and the
+        // turn ends with what the user (or the tools) said.
+        let mut trailing = 0;
+        while history.len() > trailing + 1 && history[history.len() - 1 - trailing].role() == router::ChatRole::System {
+            trailing += 1;
+        }
+        history.rotate_right(trailing);
+        origins.rotate_right(trailing);
         let message_field = origins.last().map(|o| format!("{}.content", o.path)).unwrap_or_else(|| "messages".into());
         fold_text_after_results(&mut history, &mut origins);
         if !self.system.is_empty() {
@@ -436,6 +445,23 @@ fn conversation_message(message: &Value, index: usize) -> Result<Vec<(router::Ch
     let message = object(message, &field)?;
     let role = required_str(message, "role", &format!("{field}.role"))?;
     let content_field = format!("{field}.content");
+    if role == "system" {
+        // A system message in the conversation (Anthropic's mid-conversation system messages,
+        // which Claude Code sends): instructions, as the top-level `system` is.
+        let content = match message.get("content") {
+            Some(Value::String(text)) => text.clone(),
+            Some(Value::Array(blocks)) => blocks
+                .iter()
+                .enumerate()
+                .map(|(b, block)| text_block(block, &format!("{content_field}[{b}]")))
+                .collect::<Result<Vec<_>, _>>()?
+                .join("\n"),
+            None | Some(Value::Null) => return Err(ApiError::bad_request(content_field, "is required")),
+            Some(_) => return Err(ApiError::bad_request(content_field, "must be a string or an array of text blocks")),
+        };
+        let message = router::ChatMessage { role: router::ChatRole::System as i32, content, ..Default::default() };
+        return Ok(vec![(message, Origin::new(field))]);
+    }
     let blocks = match message.get("content") {
         Some(Value::String(text)) => {
             let role = match role {
@@ -525,7 +551,7 @@ fn conversation_message(message: &Value, index: usize) -> Result<Vec<(router::Ch
 }
 
 fn unknown_role(field: &str, role: &str) -> ApiError {
-    ApiError::bad_request(format!("{field}.role"), format!("must be `user` or `assistant`, not `{role}`"))
+    ApiError::bad_request(format!("{field}.role"), format!("must be `user`, `assistant` or `system`, not `{role}`"))
 }
 
 fn tool_result(block: &Object, field: &str) -> Result<(router::ChatMessage, Origin), ApiError> {
@@ -1081,6 +1107,19 @@ mod tests {
     }
 
     #[test]
+    fn system_messages_in_the_conversation_are_instructions_and_never_end_it() {
+        // As Claude Code sends it: the user's message, then a system message after it.
+        let chat = chat(json!({"model": "m", "max_tokens": 9, "system": "Top.", "messages": [
+            {"role": "user", "content": "Hi"},
+            {"role": "system", "content": [{"type": "text", "text": "Agent types: a, b."}]},
+        ]}))
+        .unwrap();
+        assert_eq!(chat.message, "Hi");
+        let history: Vec<_> = chat.history.iter().map(|m| (m.role(), m.content.as_str())).collect();
+        assert_eq!(history, [(router::ChatRole::System, "Top."), (router::ChatRole::System, "Agent types: a, b.")]);
+    }
+
+    #[test]
     fn tool_choice_modes() {
         let choice = |value: Value| tool_choice(&value).unwrap().0.unwrap().choice.unwrap();
         assert_eq!(choice(json!({"type": "any"})), Choice::Mode(router::ToolChoiceMode::Required as i32));
@@ -1098,7 +1137,8 @@ mod tests {
         assert_eq!(field(parse(json!({"model": "m", "max_tokens": 9, "messages": []}))), "messages");
         assert_eq!(field(parse(json!([1]))), "body");
         let one = |message: Value| field(parse(json!({"model": "m", "max_tokens": 9, "messages": [message]})));
-        assert_eq!(one(json!({"role": "system", "content": "x"})), "messages[0].role");
+        assert_eq!(one(json!({"role": "robot", "content": "x"})), "messages[0].role");
+        assert_eq!(one(json!({"role": "system", "content": [{"type": "image"}]})), "messages[0].content[0].type");
         assert_eq!(one(json!({"role": "user", "content": 5})), "messages[0].content");
         assert_eq!(one(json!({"role": "user", "content": [{"type": "document"}]})), "messages[0].content[0].type");
         assert_eq!(
@@ -1132,6 +1172,9 @@ mod tests {
         let last_assistant = chat(json!({"model": "m", "max_tokens": 9, "messages": [
             {"role": "user", "content": "x"}, {"role": "assistant", "content": "The answer is"}]}));
         assert_eq!(field(last_assistant), "messages");
+        let only_system =
+            chat(json!({"model": "m", "max_tokens": 9, "messages": [{"role": "system", "content": "x"}]}));
+        assert_eq!(field(only_system), "messages");
     }
 
     fn stream(events: Vec<ChatEvent>) -> Vec<(String, Value)> {

@@ -241,6 +241,52 @@ async fn an_image_reaches_the_model_once_beside_its_text() {
     assert_eq!(sent.matches("What is in this picture?").count(), 1, "{sent}");
 }
 
+/// A request shaped as Claude Code 2.1 sends it (its fields, headers and message layout).
+#[tokio::test]
+async fn a_request_shaped_like_claude_codes_is_served() {
+    let llm = ScriptedLlm::start(|_| Reply::text(ANSWER)).await;
+    let stack = Stack::start(llm, Options::default()).await;
+    let schema = json!({"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
+        "properties": {"command": {"type": "string"}}, "required": ["command"], "additionalProperties": false});
+    let body = json!({
+        "model": "claude-opus-4-8", "max_tokens": 16384, "stream": true,
+        "system": [
+            {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.197.1c0; cc_entrypoint=sdk-cli;"},
+            {"type": "text", "text": "You are a Claude agent.", "cache_control": {"type": "ephemeral"}},
+        ],
+        "messages": [
+            {"role": "user", "content": [
+                {"type": "text", "text": "<system-reminder>Context.</system-reminder>"},
+                {"type": "text", "text": "say hello", "cache_control": {"type": "ephemeral"}},
+            ]},
+            {"role": "system", "content": "Available agent types for the Agent tool: claude."},
+        ],
+        "tools": [{"name": "Bash", "description": "Runs a command", "input_schema": schema},
+                  {"name": "mcp__ide__getDiagnostics", "description": "Diagnostics", "input_schema": {"type": "object"}}],
+        "metadata": {"user_id": "{\"device_id\":\"7e5a\",\"session_id\":\"5f51\"}"},
+        "thinking": {"type": "adaptive"},
+        "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+        "output_config": {"effort": "high"},
+    });
+    let headers = [
+        ("anthropic-version", "2023-06-01"),
+        ("anthropic-beta", "claude-code-20250219,interleaved-thinking-2025-05-14,mid-conversation-system-2026-04-07"),
+        ("anthropic-dangerous-direct-browser-access", "true"),
+        ("x-api-key", "sk-anything"),
+    ];
+    let response = post(&stack, "/v1/messages?beta=true", &headers, body.to_string()).await;
+    assert_eq!(response.status(), 200);
+    let text = response.text().await.unwrap();
+    let events = parse_events(&text);
+    assert_eq!(events.last().map(|(name, _)| name.as_str()), Some("message_stop"), "{text}");
+    let asked = stack.llm.requests();
+    let request = asked.last().unwrap();
+    let system = request.system().unwrap_or_default();
+    assert!(system.contains("You are a Claude agent.") && system.contains("Available agent types"), "{system}");
+    assert_eq!(request.tool_names(), ["Bash", "mcp__ide__getDiagnostics"]);
+    assert_eq!(request.last_user_text().unwrap_or_default().matches("say hello").count(), 1);
+}
+
 async fn post(stack: &Stack, path: &str, headers: &[(&str, &str)], body: String) -> reqwest::Response {
     let mut request = stack.http.post(stack.url(path)).header("content-type", "application/json").body(body);
     for (name, value) in headers {
