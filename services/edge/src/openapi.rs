@@ -485,11 +485,11 @@ fn anthropic_messages_request_schema(count_tokens: bool) -> Value {
         "max_tokens": {"type": "integer", "minimum": 1, "maximum": 4_294_967_295_u64},
         "system": {"oneOf": [{"type": "string"}, {"type": "array", "items": text_block}]},
         "messages": {"type": "array", "minItems": 1, "items": {"type": "object", "required": ["role", "content"], "properties": {
-            "role": {"type": "string", "enum": ["user", "assistant"]},
+            "role": {"type": "string", "enum": ["user", "assistant", "system"]},
             "content": {"oneOf": [
                 {"type": "string"},
                 {"type": "array", "items": {"oneOf": [text_block, image_block, tool_use_block, tool_result_block]}},
-            ], "description": "User messages take text, image and tool_result blocks; assistant messages text and tool_use (thinking blocks are dropped)."},
+            ], "description": "User messages take text, image and tool_result blocks; assistant messages text and tool_use (thinking blocks are dropped); system messages (instructions, as the top-level system) text."},
         }}},
         "tools": {"type": "array", "items": {"type": "object", "required": ["name", "input_schema"], "properties": {
             "name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
