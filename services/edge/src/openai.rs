@@ -90,11 +90,10 @@ pub(crate) fn openai_error_naming(error: ApiError, param_of: fn(&str) -> String)
         "param": error.field().map(param_of),
         "code": crate::error::code_name(error.code()).to_ascii_lowercase(),
     }});
-    let retry_after = error.retry_after();
-    let mut response = (error.http_status(), axum_json(&body)).into_response();
-    if let Some(seconds) = retry_after {
-        response.headers_mut().insert(http::header::RETRY_AFTER, seconds.into());
-    }
+    // The edge's own error response (its status, `retry-after`, `www-authenticate`, and what
+    // the failure log reads, so each error is logged once) with OpenAI's body.
+    let mut response = error.into_response();
+    *response.body_mut() = Body::from(body.to_string());
     response
 }
 

@@ -155,3 +155,38 @@ async fn an_anthropic_api_error_is_logged_once_where_it_was_decided() {
     assert_eq!(lines.len(), 1, "{lines:#?}");
     assert!(lines[0].contains("switchyard.router.v1.RouterService"), "{}", lines[0]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_openai_api_error_is_logged_once_where_it_was_decided() {
+    let logs = logs();
+    let stack = Stack::start(ScriptedLlm::queue(vec![]).await, Options::default()).await;
+    for path in ["/v1/responses", "/v1/chat/completions"] {
+        // The edge's own refusal, in OpenAI's shape: the edge's one line, at info, with the code.
+        let response = stack.post(path, None, &json!({"model": "m"})).await;
+        assert_eq!(response.status().as_u16(), 400);
+        let id = request_id(&response);
+        let lines = failure_lines(&logs, &id);
+        assert_eq!(lines.len(), 1, "{lines:#?}");
+        assert!(lines[0].contains(" INFO ") && lines[0].contains("INVALID_ARGUMENT"), "{}", lines[0]);
+    }
+    // The router's refusal (a tool result answering no call), renamed to the caller's field on
+    // the way out: the router's one line, none at the edge.
+    let results = [
+        (
+            "/v1/responses",
+            json!({"model": "m", "input": [{"type": "function_call_output", "call_id": "c", "output": "r"}]}),
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"model": "m", "messages": [{"role": "tool", "tool_call_id": "c", "content": "r"}]}),
+        ),
+    ];
+    for (path, body) in results {
+        let response = stack.post(path, None, &body).await;
+        assert_eq!(response.status().as_u16(), 400);
+        let id = request_id(&response);
+        let lines = failure_lines(&logs, &id);
+        assert_eq!(lines.len(), 1, "{path}: {lines:#?}");
+        assert!(lines[0].contains("switchyard.router.v1.RouterService"), "{}", lines[0]);
+    }
+}
