@@ -268,3 +268,21 @@ async fn with_redis_a_stored_response_is_continued_and_retrieved_through_another
     let (status, again) = json(stack.get(&path, None).await).await;
     assert_eq!((status, &again["output"]), (200, &completed["output"]));
 }
+
+#[tokio::test]
+async fn a_stream_that_fails_midway_ends_with_response_failed() {
+    let llm = ScriptedLlm::start(|_| Reply::text("Partial answer").fail_mid_stream("vendor fell over")).await;
+    let stack = Stack::start(llm, Options::default()).await;
+    let body = json!({"model": "switchyard-direct", "input": "hi", "stream": true});
+    let text = events(stack.post("/v1/responses", None, &body).await).await;
+    let (name, data) = text.last().unwrap();
+    assert_eq!(name, "response.failed", "{text:?}");
+    assert_eq!(data["type"], "response.failed");
+    assert_eq!(data["sequence_number"], text.len() - 1, "numbered after the events before it");
+    assert_eq!(data["response"]["status"], "failed");
+    assert!(data["response"]["error"]["message"].is_string(), "{data}");
+    assert!(!text.iter().any(|(name, _)| name == "response.completed"), "a failed answer does not complete");
+    // Nothing was kept of it.
+    let path = format!("/v1/responses/{}", data["response"]["id"].as_str().unwrap());
+    assert_eq!(stack.get(&path, None).await.status(), 404);
+}
