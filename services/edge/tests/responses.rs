@@ -21,8 +21,15 @@ const ANSWER: &str = "Hello! Switchyard here, happy to help.";
 /// result's text once it does; anything else (a routing call) the plain answer.
 fn weather_vendor(request: &Recorded) -> Reply {
     let last = request.messages().last().cloned().unwrap_or_default();
-    if last["role"] == "tool" {
-        let result = last["content"].as_str().unwrap_or_default().to_owned();
+    // OpenAI's wire has `tool` messages; Anthropic's user messages of `tool_result` blocks.
+    let anthropic_result = last["content"].as_array().and_then(|blocks| {
+        blocks.iter().find(|b| b["type"] == "tool_result").map(|b| match &b["content"] {
+            Value::String(text) => text.clone(),
+            blocks => blocks[0]["text"].as_str().unwrap_or_default().to_owned(),
+        })
+    });
+    if last["role"] == "tool" || anthropic_result.is_some() {
+        let result = anthropic_result.unwrap_or_else(|| last["content"].as_str().unwrap_or_default().to_owned());
         return Reply::text(format!("It is {result} in Paris.")).chunk_size(5).usage(30, 9);
     }
     if request.tool_names().iter().any(|name| name == "get_weather") {
@@ -41,9 +48,8 @@ async fn closed_stack() -> Stack {
     Stack::start(llm, Options { auth: Auth::Closed { jwks_file: None }, ..Options::default() }).await
 }
 
-#[tokio::test]
-async fn the_openai_python_sdk_runs_a_tool_loop_over_the_responses_api() {
-    let stack = closed_stack().await;
+/// Runs `openai_responses_check.py` against the stack as a new key of `acme`.
+async fn sdk_check(stack: &Stack) -> Value {
     let key = stack.key("acme", "agent", false).await;
     let root = switchyard_testkit::root();
     let python = root.join(".tools/venv/bin/python");
@@ -61,7 +67,13 @@ async fn the_openai_python_sdk_runs_a_tool_loop_over_the_responses_api() {
         .expect("the client runs");
     let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
     assert!(output.status.success(), "the openai responses check failed:\n{stdout}\n{stderr}");
-    let summary: Value = serde_json::from_str(stdout.lines().last().unwrap()).expect("a JSON summary");
+    serde_json::from_str(stdout.lines().last().unwrap()).expect("a JSON summary")
+}
+
+#[tokio::test]
+async fn the_openai_python_sdk_runs_a_tool_loop_over_the_responses_api() {
+    let stack = closed_stack().await;
+    let summary = sdk_check(&stack).await;
     assert!(summary["plain"]["answer"].as_str().unwrap().contains("18C and sunny"), "{summary}");
     // The caller's tool reached the model alone, never the routing tools beside it.
     let requests = stack.llm.requests();
@@ -285,4 +297,47 @@ async fn a_stream_that_fails_midway_ends_with_response_failed() {
     // Nothing was kept of it.
     let path = format!("/v1/responses/{}", data["response"]["id"].as_str().unwrap());
     assert_eq!(stack.get(&path, None).await.status(), 404);
+}
+
+#[tokio::test]
+async fn the_openai_python_sdk_runs_its_tool_loop_on_an_anthropic_wire_model() {
+    let options = Options {
+        auth: Auth::Closed { jwks_file: None },
+        configure_router: Box::new(|config| {
+            // The scripted vendor serves Anthropic's wire at its root, OpenAI's under /v1.
+            let root = config.providers.openai_base_url.clone().unwrap_or_default();
+            config.providers.anthropic_base_url = Some(root.trim_end_matches("/v1").to_owned());
+            config.providers.anthropic_api_key = Some(switchyard_kit::Secret::new("sk-ant-edge-test"));
+            config.default_model = "anthropic/claude-test".parse().expect("model");
+        }),
+        ..Options::default()
+    };
+    let stack = Stack::start(ScriptedLlm::start(weather_vendor).await, options).await;
+    let summary = sdk_check(&stack).await;
+    assert_eq!(summary["plain"]["answer"], "It is 18C and sunny in Paris.", "{summary}");
+    let asked = stack.llm.requests();
+    assert_eq!(asked.len(), 4, "two round trips, nothing for the refused requests: {asked:?}");
+    for request in &asked {
+        assert_eq!(request.wire, switchyard_testkit::llm::Wire::Anthropic);
+        assert_eq!(request.tool_names(), ["get_weather"], "{:?}", request.body);
+    }
+    // The instructions reached the model as its system prompt.
+    assert!(asked[0].body["system"].to_string().contains("weather assistant"), "{}", asked[0].body);
+    // The second turn of each round trip: the call as a tool_use block, its output as the
+    // tool_result answering it.
+    for answer in [&asked[1], &asked[3]] {
+        let messages = answer.messages();
+        let result = &messages[messages.len() - 1]["content"][0];
+        assert_eq!(result["type"], "tool_result", "{result}");
+        let call = messages[messages.len() - 2]["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|block| block["type"] == "tool_use")
+            .cloned()
+            .unwrap();
+        assert_eq!(call["name"], "get_weather");
+        assert_eq!(call["input"], json!({"city": "Paris"}));
+        assert_eq!(call["id"], result["tool_use_id"]);
+    }
 }
