@@ -216,6 +216,13 @@ async fn bad_input_is_a_4xx_in_openai_shape_naming_the_param() {
         ),
         (json!({"model": "s", "input": "x", "tools": [{"type": "function", "name": "a\u{0}b"}]}), 400, "tools[0].name"),
         (json!({"model": "s", "input": "x", "temperature": "hot"}), 400, "temperature"),
+        (
+            json!({"model": "s", "tools": [weather_tool()], "input": [{"role": "user", "content": "Weather?"},
+                {"type": "function_call", "call_id": "c\u{0}1", "name": "get_weather", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c\u{0}1", "output": "18C"}]}),
+            400,
+            "input[1].call_id",
+        ),
         (json!({"model": "s", "input": "x", "previous_response_id": "resp_gone"}), 400, "previous_response_id"),
         (json!({"model": "s", "input": "x".repeat(5000)}), 413, ""),
     ];
