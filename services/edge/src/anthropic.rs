@@ -26,7 +26,7 @@ use crate::{
     chat::metadata_json,
     conversation::Conversation,
     error::{ApiError, axum_json},
-    openai::route_or_model,
+    openai::{route_or_model, stream_request},
     rest::{self, parse_json, sse},
     upstream,
 };
@@ -723,26 +723,6 @@ async fn answer(edge: &Edge, headers: &HeaderMap, body: Body) -> Result<Response
     let mut relay = StreamEvents::new(model_name);
     let events = rest::client_stream(events, edge.shutdown.clone(), move |item| relay.next(item), error_event, None);
     Ok(sse(events))
-}
-
-fn stream_request(chat: router::ChatRequest) -> router::ChatStreamRequest {
-    router::ChatStreamRequest {
-        message: chat.message,
-        session_id: chat.session_id,
-        model: chat.model,
-        force_route: chat.force_route,
-        max_tokens: chat.max_tokens,
-        temperature: chat.temperature,
-        history: chat.history,
-        force_role_id: chat.force_role_id,
-        custom_instructions: chat.custom_instructions,
-        tools: chat.tools,
-        tool_choice: chat.tool_choice,
-        parallel_tool_calls: chat.parallel_tool_calls,
-        response_format: chat.response_format,
-        stop: chat.stop,
-        conversation_key: chat.conversation_key,
-    }
 }
 
 /// Anthropic's `stop_reason` for the router's finish reason. The router does not say which

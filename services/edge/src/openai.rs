@@ -422,7 +422,7 @@ fn user_content(content: Option<&Value>, field: &str) -> Result<Vec<router::Cont
     }
 }
 
-fn part_kind<'a>(part: &'a Value, field: &str) -> Result<(&'a str, &'a Map<String, Value>), ApiError> {
+pub(crate) fn part_kind<'a>(part: &'a Value, field: &str) -> Result<(&'a str, &'a Map<String, Value>), ApiError> {
     let object = part.as_object().ok_or_else(|| ApiError::bad_request(field, "must be a content part object"))?;
     match object.get("type") {
         Some(Value::String(kind)) => Ok((kind.as_str(), object)),
@@ -430,7 +430,7 @@ fn part_kind<'a>(part: &'a Value, field: &str) -> Result<(&'a str, &'a Map<Strin
     }
 }
 
-fn part_text(part: &Map<String, Value>, field: &str) -> Result<String, ApiError> {
+pub(crate) fn part_text(part: &Map<String, Value>, field: &str) -> Result<String, ApiError> {
     match part.get("text") {
         Some(Value::String(text)) => Ok(text.clone()),
         _ => Err(ApiError::bad_request(field, "is required (a string)")),

@@ -33,8 +33,8 @@ use crate::{
     conversation::Conversation,
     error::{ApiError, axum_json},
     openai::{
-        bool_field, check_name, message_text, number, openai_error_naming, route_or_model, stream_request, string,
-        system_text, u32_field,
+        bool_field, check_name, message_text, number, openai_error_naming, part_kind, part_text, route_or_model,
+        stream_request, string, system_text, u32_field,
     },
     rest::{self, parse_json, sse},
     upstream,
@@ -580,7 +580,7 @@ fn input_message(item: &Map<String, Value>, at: &str) -> Result<router::ChatMess
         let field = format!("{at}.content[{index}]");
         let (kind, part) = part_kind(part, &field)?;
         let piece = match kind {
-            "input_text" | "output_text" => content_part::Part::Text(part_text(part, &field)?),
+            "input_text" | "output_text" => content_part::Part::Text(part_text(part, &format!("{field}.text"))?),
             "input_image" => {
                 // The router checks the URL (https, or a base64 data URL) and names the part.
                 let url = match part.get("image_url") {
@@ -633,7 +633,7 @@ fn text_parts(parts: &[Value], field: &str) -> Result<String, ApiError> {
         let at = format!("{field}[{index}]");
         let (kind, part) = part_kind(part, &at)?;
         match kind {
-            "input_text" | "output_text" => texts.push(part_text(part, &at)?),
+            "input_text" | "output_text" => texts.push(part_text(part, &format!("{at}.text"))?),
             "refusal" => match part.get("refusal") {
                 Some(Value::String(text)) => texts.push(text.clone()),
                 _ => return Err(ApiError::bad_request(format!("{at}.refusal"), "is required (a string)")),
@@ -647,21 +647,6 @@ fn text_parts(parts: &[Value], field: &str) -> Result<String, ApiError> {
         }
     }
     Ok(texts.join("\n"))
-}
-
-fn part_kind<'a>(part: &'a Value, field: &str) -> Result<(&'a str, &'a Map<String, Value>), ApiError> {
-    let object = part.as_object().ok_or_else(|| ApiError::bad_request(field, "must be a content part object"))?;
-    match object.get("type") {
-        Some(Value::String(kind)) => Ok((kind.as_str(), object)),
-        _ => Err(ApiError::bad_request(format!("{field}.type"), "is required (a string)")),
-    }
-}
-
-fn part_text(part: &Map<String, Value>, field: &str) -> Result<String, ApiError> {
-    match part.get("text") {
-        Some(Value::String(text)) => Ok(text.clone()),
-        _ => Err(ApiError::bad_request(format!("{field}.text"), "is required (a string)")),
-    }
 }
 
 /// `tools`: function tools in Responses' flat shape, `{"type": "function", "name",
