@@ -1,4 +1,5 @@
-//! The README's grpcurl examples, run verbatim (only the ports differ) with the real `grpcurl`
+//! The grpcurl and curl examples of the README and the pages it links (docs/grpcurl.md, each
+//! service manual), run verbatim (only the ports differ) with the real `grpcurl`
 //! binary against the `switchyard dev` stack. A command followed by `# ERROR: Code: X` in the
 //! README must fail with that code. grpcurl comes from `scripts/install-tools.sh`
 //! (`.tools/bin/grpcurl`), `$GRPCURL`, or PATH; the test fails when it is missing.
@@ -10,10 +11,26 @@ use switchyard_llm::ProviderArgs;
 use switchyard_testkit::llm::{Recorded, Reply, ScriptedLlm};
 use switchyard_testkit::{eventually, grpcurl, peer_tool, wait_serving};
 
+/// The README and the pages it sends readers to, in the order their commands run (the grpcurl
+/// walk-through first, then each service's manual).
+fn manuals() -> String {
+    [
+        include_str!("../../../README.md"),
+        include_str!("../../../docs/grpcurl.md"),
+        include_str!("../../../services/edge/README.md"),
+        include_str!("../../../services/triggers/README.md"),
+        include_str!("../../../services/sessions/README.md"),
+        include_str!("../../../services/mcp-gateway/README.md"),
+        include_str!("../../../services/router/README.md"),
+        include_str!("../../../docs/configuration.md"),
+    ]
+    .join("\n")
+}
+
 /// The curl command lines of the README's `sh` blocks, each with the HTTP error it documents
 /// (`# HTTP 400 …` after it).
 fn readme_curl_examples() -> Vec<(String, Option<u16>)> {
-    let readme = include_str!("../../../README.md");
+    let readme = manuals();
     let mut examples: Vec<(String, Option<u16>)> = Vec::new();
     let mut in_sh = false;
     for line in readme.lines() {
@@ -63,7 +80,7 @@ fn check_curl_output(command: &str, output: &str, expected: Option<u16>) {
 
 /// The grpcurl command lines of the README's `sh` blocks, each with the error it documents.
 fn readme_examples() -> Vec<(String, Option<String>)> {
-    let readme = include_str!("../../../README.md");
+    let readme = manuals();
     let mut examples: Vec<(String, Option<String>)> = Vec::new();
     let mut in_sh = false;
     for line in readme.lines() {
