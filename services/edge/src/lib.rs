@@ -3,8 +3,8 @@
 //! - `transcode` serves every RPC with a `google.api.http` annotation at its path, driven by the
 //!   descriptor set (so the REST API cannot drift from the protos); `openapi` describes the
 //!   same routes.
-//! - `rest` adds Server-Sent Events for streams and the streamed processing of\n//!   docs/requirements.md#sessions-endpoints; `openai`
-//!   speaks OpenAI's chat completions, `responses` OpenAI's responses and `anthropic`
+//! - `rest` adds Server-Sent Events for streams and the streamed processing of
+//!   docs/requirements.md#sessions-endpoints; `openai` speaks OpenAI's chat completions, `responses` OpenAI's responses and `anthropic`
 //!   Anthropic's messages; `console` is a small page for trying it all.
 //! - `auth` turns API keys and JWTs into the tenant and user the services see; `limit` caps
 //!   each credential's rate.
