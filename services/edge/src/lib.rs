@@ -4,8 +4,9 @@
 //!   descriptor set (so the REST API cannot drift from the protos); `openapi` describes the
 //!   same routes.
 //! - `rest` adds Server-Sent Events for streams and the streamed processing of
-//!   docs/requirements.md#sessions-endpoints; `openai` speaks OpenAI's chat completions, `responses` OpenAI's responses and `anthropic`
-//!   Anthropic's messages; `console` is a small page for trying it all.
+//!   docs/requirements.md#sessions-endpoints; `openai` speaks OpenAI's chat completions,
+//!   `responses` OpenAI's responses and `anthropic` Anthropic's messages; `console` is a
+//!   small page for trying it all.
 //! - `auth` turns API keys and JWTs into the tenant and user the services see; `limit` caps
 //!   each credential's rate.
 
