@@ -1,5 +1,6 @@
 //! The REST API: every annotated RPC through one handler (the transcoding layer), server
-//! streams as Server-Sent Events, and spec 000's `POST /api/context/process/stream`.
+//! streams as Server-Sent Events, and `POST /api/context/process/stream`
+//! (docs/requirements.md#sessions-endpoints).
 
 use std::{convert::Infallible, pin::Pin, sync::Arc};
 
@@ -217,7 +218,7 @@ struct ProcessStreamRequest {
     temperature: Option<f64>,
 }
 
-/// Spec 000's streamed processing: the context-switch decision first (`context`), then the
+/// Streamed processing (docs/requirements.md#sessions-endpoints): the context-switch decision first (`context`), then the
 /// route (`route`), the answer in the chosen role (`delta`, `tool`) and `completed`, from the
 /// router's ChatStream on that session.
 pub async fn process_stream(State(edge): State<Arc<Edge>>, headers: HeaderMap, body: Body) -> Response {
