@@ -218,9 +218,9 @@ struct ProcessStreamRequest {
     temperature: Option<f64>,
 }
 
-/// Streamed processing (docs/requirements.md#sessions-endpoints): the context-switch decision first (`context`), then the
-/// route (`route`), the answer in the chosen role (`delta`, `tool`) and `completed`, from the
-/// router's ChatStream on that session.
+/// Streamed processing (docs/requirements.md#sessions-endpoints): the context-switch decision
+/// first (`context`), then the route (`route`), the answer in the chosen role (`delta`,
+/// `tool`) and `completed`, from the router's ChatStream on that session.
 pub async fn process_stream(State(edge): State<Arc<Edge>>, headers: HeaderMap, body: Body) -> Response {
     let result = async {
         let caller = edge.admit(&headers).await?;
