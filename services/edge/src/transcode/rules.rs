@@ -1,7 +1,8 @@
 //! The REST surface, read from the descriptor set: every RPC with a `google.api.http` option
 //! becomes a route. Nothing here names an endpoint by hand (beyond which upstream serves a
-//! package, which RPCs need an administrator, and the one response spec 002 shapes its own
-//! way), so the REST API cannot drift from the protos.
+//! package, which RPCs need an administrator, and the one response the requirements shape
+//! their own way: docs/requirements.md#router-response), so the REST API cannot drift from
+//! the protos.
 
 use std::sync::Arc;
 
@@ -67,7 +68,8 @@ const OPERATOR_RPCS: &[&str] = &[
 pub enum ResponseShape {
     /// The response message in proto3 JSON.
     Proto,
-    /// Spec 002's `chat.completion` object (`choices`, `usage`, `_metadata`).
+    /// The required `chat.completion` object (`choices`, `usage`, `_metadata`;
+    /// docs/requirements.md#router-response).
     ChatCompletion,
 }
 
@@ -263,7 +265,8 @@ mod tests {
     fn every_annotated_rpc_is_routed() {
         let table = table();
         let names: Vec<&str> = table.routes().iter().map(|r| r.rpc.full_name()).collect();
-        // Spec 000's endpoints, spec 002's chat and the rest of the annotated RPCs.
+        // The required endpoints (docs/requirements.md#sessions-endpoints, #router-endpoint)
+        // and the rest of the annotated RPCs.
         for rpc in [
             "switchyard.sessions.v1.SessionService.CreateSession",
             "switchyard.sessions.v1.SessionService.ProcessQuery",
