@@ -1,4 +1,4 @@
-//! Routing analytics (spec 002, "Monitoring & Analytics"): route distribution, routing
+//! Routing analytics (docs/requirements.md#router-monitoring): route distribution, routing
 //! latency, satisfaction per route and the false routing rate from user corrections. Every
 //! turn's decision is pushed to the kit's record buffer and written in batches off the request
 //! path; feedback is written through; the figures are computed in the store over a time window.
