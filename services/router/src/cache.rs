@@ -1,5 +1,5 @@
-//! The routing cache (spec 002, "Routing Cache" and "User Preferences"): routing decisions for
-//! messages seen before, so a hit skips the routing call; and users' corrections, so a user who
+//! The routing cache and user preferences (docs/requirements.md#router-future-enhancements):
+//! routing decisions for messages seen before, so a hit skips the routing call; and users' corrections, so a user who
 //! said "this should have used tools" gets that route for similar messages from then on.
 //!
 //! Three lookups, in this order, each scoped so nothing crosses tenants:
