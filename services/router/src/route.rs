@@ -1,5 +1,5 @@
-//! The three routes and the routing call's parts, as spec 002 ("Unified Chat Handler") gives
-//! them: the two routing tools verbatim, the routing prompt, and reading the model's decision.
+//! The three routes and the routing call's parts, as docs/requirements.md#router-routing-tools
+//! gives them: the two routing tools verbatim, the routing prompt, and reading the model's decision.
 
 use std::fmt::Write as _;
 
