@@ -245,7 +245,8 @@ impl RouterService for RouterGrpc {
         })?;
         let route = recorded.route;
         self.router.metrics.feedback(route.as_str(), feedback.helpful, expected_route.is_some_and(|r| r != route));
-        // A correction teaches the router this user's preference (spec 002, "User Preferences").
+        // A correction teaches the router this user's preference
+        // (docs/requirements.md#router-future-enhancements).
         if let (Some(learning), Some(expected), Some(message)) =
             (&self.router.learning, expected_route, recorded.message)
             && expected != route
