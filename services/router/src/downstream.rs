@@ -103,7 +103,8 @@ impl SessionsClient {
     }
 
     /// Opens the turn on the session: creates the session when the caller gave none, reads its
-    /// recent messages, and runs context switching on the message (spec 000's ProcessQuery).
+    /// recent messages, and runs context switching on the message (ProcessQuery,
+    /// docs/requirements.md#sessions-switching).
     pub async fn begin_turn(
         &self,
         identity: &Identity,
@@ -374,8 +375,8 @@ impl GatewayClient {
         Ok(Self { client: McpGatewayServiceClient::new(connect_lazy(url)?) })
     }
 
-    /// Stores the turn's context (spec 001's `set_context`) and returns the tools relevant to
-    /// it, best first.
+    /// Stores the turn's context (`set_context`, docs/requirements.md#mcp-set-context) and
+    /// returns the tools relevant to it, best first.
     pub async fn tools_for(
         &self,
         identity: &Identity,
