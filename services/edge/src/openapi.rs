@@ -1,6 +1,7 @@
 //! The OpenAPI 3 document at `/openapi.json`, generated from the same route table and
 //! descriptors the transcoding layer serves (comments in the protos become descriptions), plus
-//! the few endpoints written by hand: OpenAI's, spec 000's streamed processing and the probes.
+//! the few endpoints written by hand: OpenAI's, the streamed processing of
+//! docs/requirements.md#sessions-endpoints, and the probes.
 
 use std::{
     collections::{BTreeMap, HashMap, VecDeque},
