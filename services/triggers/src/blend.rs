@@ -1,4 +1,4 @@
-//! One ranking from the two signals: spec 000's trigger scores and the semantic signal.
+//! One ranking from the two signals: the trigger scores (docs/requirements.md#triggers-scoring) and the semantic signal.
 //!
 //! The semantic signal is worth at most `weight` trigger points: a similarity at or below
 //! `floor` adds nothing, one at `ceiling` or above adds `weight`, linearly between; and a role

@@ -6,7 +6,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use switchyard_kit::text::reject_nul;
 
-use crate::error::TriggersError;
+use crate::{error::TriggersError, regexes::validate_regex, text::normalize};
 
 /// The source name of a role's own (non-domain) triggers.
 pub const CUSTOM_SOURCE: &str = "custom";
@@ -87,7 +87,7 @@ impl fmt::Display for TriggerKind {
 pub const MIN_PRIORITY: u32 = 1;
 pub const MAX_PRIORITY: u32 = 100;
 
-/// A validated trigger. Keywords and phrases are stored normalised (lowercase, single spaces);
+/// A validated trigger. Keywords and phrases are stored normalized (lowercase, single spaces);
 /// regexes are stored as written, after proving they compile within the limits.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Trigger {
@@ -147,7 +147,7 @@ impl Trigger {
                 normalized
             }
             TriggerKind::Regex => {
-                crate::matcher::validate_regex(pattern, limits).map_err(|reason| invalid("pattern", reason))?;
+                validate_regex(pattern, limits.max_regex_bytes).map_err(|reason| invalid("pattern", reason))?;
                 pattern.to_owned()
             }
         };
@@ -232,49 +232,9 @@ impl<'a> Query<'a> {
     }
 }
 
-/// Lowercases (per character, so results do not depend on context) and collapses every run
-/// of white space to one space, trimming the ends. Queries and literal patterns both go
-/// through this, so matching is case-insensitive and indifferent to spacing.
-pub fn normalize(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut pending_space = false;
-    for c in text.chars() {
-        if c.is_whitespace() {
-            pending_space = !out.is_empty();
-            continue;
-        }
-        if pending_space {
-            out.push(' ');
-            pending_space = false;
-        }
-        if c.is_ascii() {
-            out.push(c.to_ascii_lowercase());
-        } else {
-            out.extend(c.to_lowercase());
-        }
-    }
-    out
-}
-
-/// Characters that make up words for whole-word matching.
-pub fn is_word_char(c: char) -> bool {
-    c.is_alphanumeric() || c == '_'
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn normalize_lowercases_unicode_and_collapses_space() {
-        assert_eq!(normalize("  Hello\t\n  WORLD  "), "hello world");
-        assert_eq!(normalize("ÉCOLE Straße"), "école straße");
-        assert_eq!(normalize("ΣΟΦΟΣ"), "σοφοσ");
-        assert_eq!(normalize(""), "");
-        assert_eq!(normalize("a\u{0b}b\u{0c}c\r\nd"), "a b c d", "ASCII white space as char::is_whitespace");
-        assert_eq!(normalize("a\u{a0}\u{2003}b"), "a b", "Unicode white space");
-        assert_eq!(normalize("İstanbul"), "i\u{307}stanbul", "lowercasing may lengthen");
-    }
 
     #[test]
     fn triggers_validate_kind_and_priority() {

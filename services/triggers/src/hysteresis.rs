@@ -1,5 +1,5 @@
-//! Choosing the best role with hysteresis (spec: "the current role is maintained if its score
-//! is at least 80% of the top score"), so a conversation does not flap between roles when a
+//! Choosing the best role with hysteresis (docs/requirements.md#triggers-hysteresis: the current
+//! role stays while its score is at least 80 % of the top score), so a conversation does not flap between roles when a
 //! query touches several domains. The scores compared are the combined ones (`crate::blend`):
 //! the trigger scores themselves whenever they decide clearly.
 

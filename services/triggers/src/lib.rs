@@ -1,4 +1,4 @@
-//! The triggers service (spec "Context Switching", TriggerService): detects which expert role
+//! The triggers service (docs/requirements.md#triggers-detection): detects which expert role
 //! a query belongs to from domain trigger packs and custom patterns, scores roles (priorities
 //! summed plus a diversity bonus) and picks the best one with hysteresis. A semantic signal
 //! (`semantic`: MiniLM similarity to each role's exemplar questions) decides when no trigger
@@ -14,9 +14,11 @@ pub mod grpc;
 pub mod hysteresis;
 pub mod matcher;
 pub mod packs;
+pub mod regexes;
 pub mod registry;
 pub mod semantic;
 pub mod store;
+pub mod text;
 
 use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 

@@ -31,7 +31,7 @@ use crate::{
 pub struct RegistryConfig {
     pub limits: Limits,
     pub scoring: Scoring,
-    /// Default hysteresis ratio for `best_role` (0.8 in the spec).
+    /// Default hysteresis ratio for `best_role` (0.8, docs/requirements.md#triggers-hysteresis).
     pub hysteresis_ratio: f64,
     pub semantic: SemanticScoring,
 }

@@ -12,7 +12,7 @@ use arc_swap::ArcSwapOption;
 use switchyard_models::{Embedder, EmbeddingCache, ModelError};
 
 use super::RecentQueries;
-use crate::domain::normalize;
+use crate::text::normalize;
 
 /// Where the embedder is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -138,7 +138,7 @@ impl SemanticModel {
     /// pool (never on the async threads: an embedding is ~10 ms of CPU). `Ok(None)` when the
     /// model is not loaded; the error says what failed.
     pub async fn embed_query(&self, query: &str) -> Result<Option<Arc<[f32]>>, String> {
-        // MiniLM's tokenizer lowercases and splits on white space, so the normalised text
+        // MiniLM's tokenizer lowercases and splits on white space, so the normalized text
         // embeds the same and makes a better cache key.
         let key = normalize(query);
         if let Some(vector) = self.recent.get(&key) {
