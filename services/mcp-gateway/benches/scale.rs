@@ -1,14 +1,14 @@
 //! The gateway at 10,000 tools, run as its own process (the release binary, as deployed) so its
 //! memory can be read from /proc, each figure against a baseline taken in the same run:
 //!
-//! - start-up until the catalogue is embedded: cold (empty `--embedding-cache` file) against
+//! - start-up until the catalog is embedded: cold (empty `--embedding-cache` file) against
 //!   warm (the file the cold start wrote) — the cold/warm ratio is what the cache saves;
 //! - filtered `tools/list` (a context set, ranking 10,000 tools) over MCP against `tools/list`
 //!   of a server with 8 tools (the HTTP + JSON-RPC floor);
 //! - memory per tool: the warm gateway's resident set with 10,000 tools, minus that of the
 //!   same gateway with 8 tools after the same requests, over the difference in tools.
 //!
-//! The catalogue is generated from MetaTool's 199 descriptions (testkit `catalogue`), served by
+//! The catalog is generated from MetaTool's 199 descriptions (testkit `catalogue`), served by
 //! the test kit's MCP server in this process. Run:
 //! `cargo bench -p switchyard-mcp-gateway --bench scale` (needs models/; `SCALE_TOOLS=N` for
 //! another size). Prints the gateway's progress lines and a table; BENCHMARKS.md records it.
@@ -95,7 +95,7 @@ impl Gateway {
         }
     }
 
-    /// Time from spawn until the catalogue of `tools` tools is published embedded.
+    /// Time from spawn until the catalog of `tools` tools is published embedded.
     fn until_embedded(&self, tools: usize) -> Duration {
         loop {
             let event = self.wait_for(|e| e["message"] == "catalog published");

@@ -4,9 +4,9 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::store::SessionKey;
+use switchyard_kit::identity::SessionKey;
 
-/// The spec's `SessionContext`, plus what the gateway needs to rank and to measure.
+/// The requirements' `SessionContext` (docs/requirements.md#mcp-context-store), plus what the gateway needs to rank and to measure.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SessionContext {
     pub current_query: Option<String>,
@@ -37,7 +37,7 @@ pub enum ShownMatch {
     NotInList,
 }
 
-/// The spec's verification counters, across every replica.
+/// The verification counters (docs/requirements.md#mcp-verification), across every replica.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counters {
     pub sessions: u64,
@@ -87,4 +87,26 @@ pub fn context_text(query: &str, intent: Option<&str>) -> String {
         Some(intent) if !intent.is_empty() => format!("{query} ({intent})"),
         _ => query.to_owned(),
     }
+}
+
+/// The verification figures (docs/requirements.md#mcp-verification): the counters, and the
+/// records dropped while Postgres was away.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Stats {
+    pub counters: Counters,
+    pub records_dropped: u64,
+}
+
+impl Stats {
+    pub fn set_context_session_share(&self) -> f64 {
+        ratio(self.counters.sessions_with_context, self.counters.sessions)
+    }
+
+    pub fn filtered_hit_rate(&self) -> f64 {
+        ratio(self.counters.filtered_hits, self.counters.calls_after_filtered_list)
+    }
+}
+
+fn ratio(part: u64, whole: u64) -> f64 {
+    if whole == 0 { 0.0 } else { part as f64 / whole as f64 }
 }

@@ -1,4 +1,4 @@
-//! The catalogue's tool embeddings on disk (`--embedding-cache PATH`), so a restart embeds only
+//! The catalog's tool embeddings on disk (`--embedding-cache PATH`), so a restart embeds only
 //! tools it has never seen: with 10,000 tools, minutes of model time become a file read.
 //!
 //! The file is the models crate's [`cache_file`]: keyed by a digest of the model's files and the
@@ -6,8 +6,8 @@
 //! optimisation only: a missing, unreadable, corrupt or other-model file is logged and the
 //! tools are embedded as if it were not there; a failed write is logged and serving goes on.
 //!
-//! Growth is bounded at each rewrite: the file keeps the current catalogue's documents, then the
-//! documents of earlier catalogues most recently in use (a server that is down today keeps its
+//! Growth is bounded at each rewrite: the file keeps the current catalog's documents, then the
+//! documents of earlier catalogs most recently in use (a server that is down today keeps its
 //! vectors for a while) up to [`extra_entries`] of them; older ones are dropped.
 
 use std::{
@@ -21,11 +21,11 @@ use switchyard_models::{
     cache_file::{self, CacheFileError, ModelDigest},
 };
 
-/// Documents of earlier catalogues kept beyond the current ones: as many as the catalogue has,
+/// Documents of earlier catalogs kept beyond the current ones: as many as the catalog has,
 /// and at least this many.
 const EXTRA_ENTRIES_FLOOR: usize = 1024;
 
-/// How many documents not in the current catalogue a rewrite keeps.
+/// How many documents not in the current catalog a rewrite keeps.
 pub fn extra_entries(current: usize) -> usize {
     current.max(EXTRA_ENTRIES_FLOOR)
 }
@@ -40,8 +40,8 @@ pub struct EmbeddingFile {
     path: PathBuf,
     model: ModelDigest,
     dimensions: usize,
-    /// The documents of the file as last read or written, most recently catalogued first: the
-    /// order in which a rewrite keeps earlier catalogues' documents.
+    /// The documents of the file as last read or written, most recently cataloged first: the
+    /// order in which a rewrite keeps earlier catalogs' documents.
     order: Mutex<Vec<String>>,
 }
 
@@ -102,9 +102,9 @@ impl EmbeddingFile {
         loaded
     }
 
-    /// Rewrites the file with the vectors of `current` (the catalogue's documents) and those
-    /// of earlier catalogues it keeps (blocking). Returns how many entries were written.
-    /// (The in-memory cache is left as it is: a catalogue being built beside this one may
+    /// Rewrites the file with the vectors of `current` (the catalog's documents) and those
+    /// of earlier catalogs it keeps (blocking). Returns how many entries were written.
+    /// (The in-memory cache is left as it is: a catalog being built beside this one may
     /// still need what the file drops.)
     pub fn save(&self, cache: &EmbeddingCache, current: &[String]) -> std::io::Result<usize> {
         let mut order = self.order();
@@ -163,7 +163,7 @@ mod tests {
     }
 
     #[test]
-    fn earlier_catalogues_are_capped_oldest_dropped() {
+    fn earlier_catalogs_are_capped_oldest_dropped() {
         let current = texts("now", 10);
         let previous = texts("old", 5_000);
         let kept = compacted(&current, &previous, |_| true);
@@ -172,11 +172,11 @@ mod tests {
         assert!(!kept.contains(&format!("old{EXTRA_ENTRIES_FLOOR}")), "the oldest are dropped");
 
         let large = texts("now", 3_000);
-        assert_eq!(compacted(&large, &previous, |_| true).len(), 6_000, "as many extras as the catalogue has");
+        assert_eq!(compacted(&large, &previous, |_| true).len(), 6_000, "as many extras as the catalog has");
     }
 
     #[test]
-    fn repeated_catalogue_changes_never_grow_the_file_past_the_bound() {
+    fn repeated_catalog_changes_never_grow_the_file_past_the_bound() {
         let mut order: Vec<String> = Vec::new();
         for generation in 0..20 {
             let current = texts(&format!("g{generation}-"), 100);

@@ -15,9 +15,9 @@ use switchyard_proto::mcp::v1::{self as pb, mcp_gateway_service_server::McpGatew
 use tonic::{Request, Response, Status};
 
 use crate::{
-    domain::SessionContext,
+    domain::{SessionContext, Stats},
     error::GatewayError,
-    gateway::{Gateway, ShownTool, Stats, ToolList},
+    gateway::{Gateway, ShownTool, ToolList},
     store::SessionKey,
     upstream::{ServerState, ServerStatus},
 };

@@ -1,4 +1,4 @@
-//! The MCP gateway (spec "Context Injection"): many MCP servers as one, a `set_context` tool,
+//! The MCP gateway (docs/requirements.md#mcp-set-context): many MCP servers as one, a `set_context` tool,
 //! and `tools/list` narrowed to the tools relevant to the context a session set — ranked by
 //! words, meaning (MiniLM) and what sessions with similar contexts actually called.
 //!
@@ -6,9 +6,9 @@
 //! background loops in its submodules), [`catalog`] ranks tools, [`upstream`] runs the
 //! downstream servers (one file per transport), [`domain`] holds what the core and [`store`]
 //! share, [`error`] its error type. Fronts: [`mcp`] (MCP over streamable HTTP at `/mcp`, or
-//! stdio; [`guard`] checks the HTTP requests' origin and body first) and [`grpc`] (the
-//! internal `switchyard.mcp.v1.McpGatewayService`) adapt the core and do every protocol
-//! conversion.
+//! stdio, one file per job; [`guard`] checks the HTTP requests' origin and body first) and
+//! [`grpc`] (the internal `switchyard.mcp.v1.McpGatewayService`) adapt the core and do every
+//! protocol conversion. This file only wires them: stores, models, the core, the servers.
 //!
 //! Replicas: every piece of session state — the context, the list last shown, and the MCP
 //! transport's own session (its `initialize` parameters) — lives in Redis, so a client's
@@ -32,11 +32,7 @@ pub mod upstream;
 use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::Context;
-use rmcp::transport::streamable_http_server::{
-    StreamableHttpServerConfig, StreamableHttpService,
-    session::{SessionState, SessionStore, SessionStoreError, local::LocalSessionManager},
-};
-use switchyard_kit::{GrpcServer, identity::IdentityLayer, store::StorePlan};
+use switchyard_kit::{GrpcServer, store::StorePlan};
 use switchyard_models::Embedder;
 use switchyard_proto::mcp::v1::mcp_gateway_service_server::McpGatewayServiceServer;
 use switchyard_retrieval::QueryAdapter;
@@ -48,7 +44,6 @@ pub use gateway::Gateway;
 
 use crate::{
     gateway::Settings,
-    mcp::McpHandler,
     store::{
         ContextStore, UsageStore,
         memory::{MemoryContextStore, MemoryUsageStore},
@@ -168,107 +163,6 @@ pub fn start_gateway(
     Ok(Gateway::start(upstreams, stores.contexts, stores.usage, embedder, settings(config, base_adapter), shutdown))
 }
 
-/// The MCP transport's sessions, kept in the context store so any replica can continue a
-/// session another one started.
-struct SharedTransportSessions(Arc<dyn ContextStore>);
-
-#[async_trait::async_trait]
-impl SessionStore for SharedTransportSessions {
-    async fn load(&self, session_id: &str) -> Result<Option<SessionState>, SessionStoreError> {
-        match self.0.load_transport(session_id).await? {
-            Some(json) => Ok(Some(serde_json::from_str(&json)?)),
-            None => Ok(None),
-        }
-    }
-
-    async fn store(&self, session_id: &str, state: &SessionState) -> Result<(), SessionStoreError> {
-        Ok(self.0.store_transport(session_id, &serde_json::to_string(state)?).await?)
-    }
-
-    async fn delete(&self, session_id: &str) -> Result<(), SessionStoreError> {
-        Ok(self.0.delete_transport(session_id).await?)
-    }
-}
-
-/// The `/mcp` endpoint as an axum router.
-pub fn mcp_router(gateway: Arc<Gateway>, config: &GatewayConfig, shutdown: CancellationToken) -> axum::Router {
-    let mut http = StreamableHttpServerConfig::default()
-        .with_cancellation_token(shutdown)
-        .with_max_request_body_bytes(config.max_argument_bytes.saturating_add(64 * 1024));
-    http = if config.allowed_hosts.iter().any(|h| h == "*") {
-        http.disable_allowed_hosts()
-    } else {
-        http.with_allowed_hosts(config.allowed_hosts.clone())
-    };
-    http.session_store = Some(Arc::new(SharedTransportSessions(gateway.contexts().clone())));
-    let guard = guard::Guard {
-        origins: guard::Origins::new(&config.allowed_origins),
-        max_body_bytes: http.max_request_body_bytes,
-    };
-    if guard.origins.accepts_any() {
-        tracing::warn!(
-            "--allowed-origin *: /mcp accepts requests from any web page's origin (no DNS-rebinding protection)"
-        );
-    }
-    let handler_gateway = gateway.clone();
-    let service = StreamableHttpService::new(
-        move || Ok(McpHandler::http(handler_gateway.clone())),
-        Arc::new(LocalSessionManager::default()),
-        http,
-    );
-    // Tenant and user from the headers an API gateway in front sets, checked like gRPC's.
-    // The Origin and body checks come first: a refused page or a malformed message never
-    // reaches a session.
-    axum::Router::new()
-        .nest_service("/mcp", service)
-        .layer(axum::middleware::from_fn_with_state(gateway, end_session))
-        .layer(IdentityLayer::http())
-        .layer(axum::middleware::from_fn_with_state(Arc::new(guard), guard::check))
-}
-
-/// `DELETE /mcp` ends a session. The transport answers 202 whether or not it held the
-/// session; clients expect 200 or 204 (the Python SDK logs "Session termination failed: 202"),
-/// a session nobody holds is 404, and the gateway's own state of the session — its context and
-/// the list it was last shown — goes with the transport's record, on every replica (they share
-/// the stores), as do the resource subscriptions this replica holds for it. Requests for the
-/// session afterwards are 404, as the transport finds no record.
-async fn end_session(
-    axum::extract::State(gateway): axum::extract::State<Arc<Gateway>>,
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    use axum::response::IntoResponse;
-    if request.method() != http::Method::DELETE {
-        return next.run(request).await;
-    }
-    let header = request.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
-    let Some(id) = header.and_then(|h| switchyard_kit::SessionId::parse_field(&h, "mcp-session-id").ok()) else {
-        // No or a malformed session id: the transport's own answer (400) says so.
-        return next.run(request).await;
-    };
-    let key = switchyard_kit::Identity::from_extensions(request.extensions()).session(id.clone());
-    match gateway.contexts().load_transport(id.as_str()).await {
-        Ok(Some(_)) => {}
-        Ok(None) => return (http::StatusCode::NOT_FOUND, "Not Found: Session not found").into_response(),
-        Err(err) => {
-            tracing::warn!(error = %err, "ending an MCP session: the session store is unavailable");
-            return (http::StatusCode::SERVICE_UNAVAILABLE, "session store unavailable").into_response();
-        }
-    }
-    let response = next.run(request).await;
-    if !response.status().is_success() {
-        return response;
-    }
-    if let Err(err) = gateway.contexts().end_session(&key).await {
-        tracing::warn!(session = %key.store_key(), error = %err, "MCP session ended but its context could not be removed");
-    }
-    // Its resource subscriptions go with it (held by this replica, which took them).
-    let emptied = gateway.upstreams().subscriptions().end_session(&key.store_key());
-    gateway.upstreams().release(emptied).await;
-    tracing::debug!(session = %key.store_key(), "MCP session ended");
-    http::StatusCode::NO_CONTENT.into_response()
-}
-
 /// A gateway bound to its ports (gRPC and MCP HTTP), ready to serve.
 pub struct GatewayServer {
     grpc: GrpcServer,
@@ -313,7 +207,7 @@ impl GatewayServer {
         let mcp_listener = tokio::net::TcpListener::bind(config.mcp_listen)
             .await
             .with_context(|| format!("binding the MCP endpoint on {}", config.mcp_listen))?;
-        let mcp = mcp_router(gateway.clone(), config, stop.child_token());
+        let mcp = mcp::http::router(gateway.clone(), config, stop.child_token());
         Ok(Self {
             grpc,
             mcp_listener,
@@ -365,7 +259,6 @@ impl GatewayServer {
 
 /// Serves MCP on stdin/stdout until the client disconnects or `shutdown`.
 pub async fn serve_stdio(config: &GatewayConfig, shutdown: impl Future<Output = ()> + Send) -> anyhow::Result<()> {
-    use rmcp::ServiceExt;
     let stores = Stores::open(config).await?;
     let embedder = load_embedder(config)?;
     let stop = CancellationToken::new();
@@ -373,13 +266,7 @@ pub async fn serve_stdio(config: &GatewayConfig, shutdown: impl Future<Output = 
     // Servers that come up quickly are listed in the first tools/list.
     gateway.upstreams().settled(Duration::from_secs(10)).await;
     gateway.rebuild_catalog().await;
-    let running =
-        McpHandler::stdio(gateway.clone()).serve(rmcp::transport::stdio()).await.context("starting MCP on stdio")?;
-    let cancel = running.cancellation_token();
-    tokio::select! {
-        reason = running.waiting() => { tracing::info!(?reason, "stdio client disconnected"); }
-        () = shutdown => cancel.cancel(),
-    }
+    mcp::stdio::serve(gateway.clone(), shutdown).await?;
     stop.cancel();
     gateway.drain_records(config.record_drain_timeout).await;
     Ok(())

@@ -1,5 +1,5 @@
 //! The gateway's OpenTelemetry metrics (exported over OTLP when the kit's telemetry has an
-//! endpoint; no-ops otherwise): spec "Context Injection"'s verification figures as gauges,
+//! endpoint; no-ops otherwise): the verification figures (docs/requirements.md#mcp-verification) as gauges,
 //! and tool-call latency and set_context calls as they happen.
 
 use std::sync::{Arc, Mutex};
@@ -9,7 +9,7 @@ use opentelemetry::{
     metrics::{Counter, Histogram, ObservableGauge},
 };
 
-use crate::gateway::Stats;
+use crate::domain::Stats;
 
 pub struct Metrics {
     latest: Arc<Mutex<Stats>>,
@@ -37,12 +37,12 @@ impl Metrics {
         let gauges = vec![
             gauge(
                 "mcp_gateway.set_context_session_share",
-                "Share of MCP sessions in which set_context was called (spec 001 criterion 1)",
+                "Share of MCP sessions in which set_context was called (docs/requirements.md#mcp-verification, criterion 1)",
                 Stats::set_context_session_share,
             ),
             gauge(
                 "mcp_gateway.filtered_hit_rate",
-                "Share of tool calls whose tool was in the filtered list shown before (spec 001 criteria 2-3)",
+                "Share of tool calls whose tool was in the filtered list shown before (docs/requirements.md#mcp-verification, criteria 2-3)",
                 Stats::filtered_hit_rate,
             ),
             gauge("mcp_gateway.sessions", "MCP sessions seen", |s| s.counters.sessions as f64),

@@ -6,7 +6,7 @@
 pub const SEPARATOR: &str = "__";
 /// Longest valid MCP tool name.
 pub const MAX_NAME: usize = 64;
-/// The gateway's own tool (spec "Context Injection").
+/// The gateway's own tool (docs/requirements.md#mcp-set-context).
 pub const SET_CONTEXT: &str = "set_context";
 /// Search mode's tool search (`--tool-mode search`).
 pub const FIND_TOOLS: &str = "find_tools";

@@ -8,7 +8,7 @@
 //!   the result (`structuredContent.context` and `_meta["io.switchyard/context"]`), and accepts
 //!   back in any request's `_meta["io.switchyard/context"]` — request metadata, like the
 //!   protocol version every request of that revision carries, so the tools' schemas stay as the
-//!   spec defines them. Handles are random (122 bits), scoped to the tenant like every context,
+//!   requirements define them (docs/requirements.md#mcp-set-context). Handles are random (122 bits), scoped to the tenant like every context,
 //!   and expire with it;
 //! - **the authenticated caller**, when a request carries no handle but the API gateway in
 //!   front named the user (`x-user-id`): one context per user, for clients that cannot carry

@@ -1,5 +1,5 @@
 //! The embedding cache file (`--embedding-cache`) with real parts: the gateway on loopback, the
-//! MiniLM model, a real MCP server downstream (the test kit's, serving a catalogue generated
+//! MiniLM model, a real MCP server downstream (the test kit's, serving a catalog generated
 //! from MetaTool's descriptions), an MCP client over streamable HTTP. A restart reads every
 //! vector from the file and ranks exactly as before; a bad file is ignored and rewritten.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -40,12 +40,12 @@ struct Start {
     counts: switchyard_mcp_gateway::gateway::EmbeddingCounts,
 }
 
-/// Starts a gateway, waits until its catalogue of `count` tools is embedded, lists the tools
+/// Starts a gateway, waits until its catalog of `count` tools is embedded, lists the tools
 /// for [`QUERY`] over MCP, stops it.
 async fn start_once(config: &GatewayConfig, count: usize) -> Start {
     let running = common::start(config, Stores::in_memory(), Some(common::embedder())).await;
     // Two shared cores and an unoptimised gateway: embedding a few hundred tools may take a while.
-    eventually(Duration::from_secs(300), "catalogue embedded", || async {
+    eventually(Duration::from_secs(300), "catalog embedded", || async {
         let catalog = running.gateway.catalog();
         if catalog.len() == count && catalog.embedded {
             Ok(())
@@ -88,7 +88,7 @@ async fn a_restart_reads_every_embedding_from_the_file_and_ranks_identically() {
     assert_eq!(warm.listed, cold.listed, "the same tools in the same order");
     assert_eq!(warm.ranked, cold.ranked, "the same scores, to the bit");
 
-    // A catalogue that grew embeds only the new tools, and the file keeps all of them.
+    // A catalog that grew embeds only the new tools, and the file keeps all of them.
     fixture.set_tools(tools(COUNT + 10)).await;
     let grown = start_once(&config, COUNT + 10).await;
     assert_eq!((grown.counts.loaded_from_file, grown.counts.embedded), (COUNT, 10), "{grown:?}");

@@ -67,7 +67,7 @@ async fn sessions_are_filtered_recorded_and_continue_on_another_replica() {
 async fn session_walkthrough(first: common::Running, second: common::Running, schema: &str) {
     let client = mcp::client(&first.mcp_url()).await;
 
-    // No context yet: every tool, set_context first (spec: "falls back to showing all tools").
+    // No context yet: every tool, set_context first (docs/requirements.md#mcp-filtered-list).
     let all = client.list_all_tools().await.unwrap();
     assert_eq!(all.len(), 201, "200 tools and set_context");
     assert_eq!(all[0].name, "set_context");
@@ -306,7 +306,7 @@ async fn the_usage_prior_raises_tools_used_for_similar_contexts() {
     let rank = after.iter().position(|name| *name == chosen).map(|i| i + 1);
     // Usage lifts `chosen` above every tool that only its description recommends, except the
     // one that fits the request best: a tool nobody has used yet competes with a share of its
-    // cold-start standing in place of votes (`PriorParams::unseen_share`), so a catalogue's new
+    // cold-start standing in place of votes (`PriorParams::unseen_share`), so a catalog's new
     // tools are not buried under the used ones (BENCHMARKS.md, "tool-disjoint" splits).
     assert!(matches!(rank, Some(1 | 2)), "usage moved `{chosen}` from #{} to #{rank:?}: {after:?}", before.len());
     if rank == Some(2) {

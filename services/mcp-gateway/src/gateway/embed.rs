@@ -1,4 +1,4 @@
-//! Embedding the catalogue's tools: the embedding cache file is read before the first fill,
+//! Embedding the catalog's tools: the embedding cache file is read before the first fill,
 //! a large fill logs its progress every few seconds (and saves what it has every minute, so a
 //! restart in the middle keeps it), and the file is rewritten after each fill.
 
@@ -138,7 +138,7 @@ fn save(file: &EmbeddingFile, cache: &EmbeddingCache, documents: &[String]) {
     }
 }
 
-/// A fill's progress for the logs: tools ready of the catalogue's, how many came from the
+/// A fill's progress for the logs: tools ready of the catalog's, how many came from the
 /// cache and how many the model embedded, the model's rate.
 struct Progress {
     distinct: usize,

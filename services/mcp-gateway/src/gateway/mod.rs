@@ -22,7 +22,7 @@ pub use embed::EmbeddingCounts;
 
 use crate::{
     catalog::{Catalog, CatalogTool, EmbeddingCache, History, Ranked},
-    domain::{Counters, SessionContext, UsageRecord},
+    domain::{SessionContext, Stats, UsageRecord},
     embedding_cache::EmbeddingFile,
     error::GatewayError,
     metrics::Metrics,
@@ -63,27 +63,6 @@ pub struct ToolList {
     /// False when the session has no context and every tool is listed.
     pub filtered: bool,
     pub total: usize,
-}
-
-/// The spec's verification figures.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Stats {
-    pub counters: Counters,
-    pub records_dropped: u64,
-}
-
-impl Stats {
-    pub fn set_context_session_share(&self) -> f64 {
-        ratio(self.counters.sessions_with_context, self.counters.sessions)
-    }
-
-    pub fn filtered_hit_rate(&self) -> f64 {
-        ratio(self.counters.filtered_hits, self.counters.calls_after_filtered_list)
-    }
-}
-
-fn ratio(part: u64, whole: u64) -> f64 {
-    if whole == 0 { 0.0 } else { part as f64 / whole as f64 }
 }
 
 pub struct Gateway {
@@ -181,8 +160,8 @@ impl Gateway {
         &self.usage
     }
 
-    /// Stores a session's context (spec `set_context(query, intent)`) and returns it with the
-    /// tools now shown for it.
+    /// Stores a session's context (`set_context(query, intent)`,
+    /// docs/requirements.md#mcp-set-context) and returns it with the tools now shown for it.
     pub async fn set_context(
         &self,
         key: &SessionKey,
@@ -248,7 +227,7 @@ impl Gateway {
     }
 
     /// The tools for a session: the top `limit` (or top-k) for its context, or every tool
-    /// when it has none (spec: "falls back to showing all tools").
+    /// when it has none (the fallback of docs/requirements.md#mcp-filtered-list).
     pub async fn list_tools(&self, key: Option<&SessionKey>, limit: Option<usize>) -> Result<ToolList, GatewayError> {
         let context = match key {
             Some(key) => self.contexts.get(key).await?,

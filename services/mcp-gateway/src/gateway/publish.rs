@@ -95,7 +95,7 @@ impl Gateway {
         let changed = before.len() != catalog.len()
             || before.tools().iter().zip(catalog.tools()).any(|(a, b)| a.name != b.name || a.tool != b.tool);
         // Info when what clients see changes (tools, or the semantic signal coming on): with
-        // a large catalogue this is when start-up is over.
+        // a large catalog this is when start-up is over.
         let learned = before.adapted != catalog.adapted || before.word_features != catalog.word_features;
         if changed || before.embedded != catalog.embedded || learned {
             tracing::info!(

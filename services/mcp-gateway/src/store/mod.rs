@@ -1,12 +1,12 @@
 //! The gateway's two stores (what they keep is defined in [`crate::domain`]):
 //!
 //! - [`ContextStore`] (Redis, or memory in `switchyard dev`): what is live and shared by all
-//!   replicas — each MCP session's context (spec "Context Store": query, intent, tools used
-//!   this session, last updated), the tool list it was last shown, the MCP transport's
+//!   replicas — each MCP session's context (query, intent, tools used this session, last
+//!   updated: docs/requirements.md#mcp-context-store), the tool list it was last shown, the MCP transport's
 //!   session state (so a session continues on any replica), and the verification counters.
 //! - [`UsageStore`] (Postgres, or memory): the record of every `set_context` and every tool
-//!   call with the context current at the time — spec "Record (context, tool) pair" — which is
-//!   also what the usage prior learns from.
+//!   call with the context current at the time — the (context, tool) pairs of
+//!   docs/requirements.md#mcp-usage-records — which is also what the usage prior learns from.
 
 pub mod memory;
 pub mod postgres;
