@@ -287,6 +287,35 @@ async fn a_request_shaped_like_claude_codes_is_served() {
     assert_eq!(request.last_user_text().unwrap_or_default().matches("say hello").count(), 1);
 }
 
+/// Claude Code asks for up to 128 000 output tokens: a ceiling above the router's own
+/// (`ROUTER_MAX_TOKENS_LIMIT`, 16 384) is lowered to it, not refused, and an answer the lower
+/// ceiling cut says so.
+#[tokio::test]
+async fn a_max_tokens_above_the_routers_limit_is_lowered_to_it() {
+    let llm = ScriptedLlm::start(|_| Reply::text(ANSWER).finish("length")).await;
+    let stack = Stack::start(llm, Options::default()).await;
+    let body = json!({"model": "switchyard-direct", "max_tokens": 128_000,
+        "messages": [{"role": "user", "content": "Write a long story."}]});
+    let (status, answer) = json(post(&stack, "/v1/messages", &[], body.to_string()).await).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["stop_reason"], "max_tokens", "{answer}");
+    let chat = json!({"model": "switchyard-direct", "max_completion_tokens": 100_000,
+        "messages": [{"role": "user", "content": "Write a long story."}]});
+    let (status, answer) = json(post(&stack, "/v1/chat/completions", &[], chat.to_string()).await).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["choices"][0]["finish_reason"], "length", "{answer}");
+    let asked = stack.llm.requests();
+    assert_eq!(asked.len(), 2, "{asked:?}");
+    for request in &asked {
+        assert_eq!(request.body["max_tokens"], 16_384, "{}", request.body);
+    }
+    // Zero is still refused, naming the field.
+    let zero = json!({"model": "m", "max_tokens": 0, "messages": [{"role": "user", "content": "hi"}]});
+    let (status, refused) = json(post(&stack, "/v1/messages", &[], zero.to_string()).await).await;
+    assert_eq!(status, 400, "{refused}");
+    assert!(refused["error"]["message"].as_str().unwrap().contains("max_tokens"), "{refused}");
+}
+
 async fn post(stack: &Stack, path: &str, headers: &[(&str, &str)], body: String) -> reqwest::Response {
     let mut request = stack.http.post(stack.url(path)).header("content-type", "application/json").body(body);
     for (name, value) in headers {

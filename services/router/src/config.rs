@@ -109,7 +109,7 @@ pub struct RouterConfig {
     #[arg(long, env = "ROUTER_CONTEXT_TURNS", default_value_t = 8)]
     pub context_turns: usize,
 
-    /// Largest `max_tokens` a request may ask for.
+    /// Largest `max_tokens` the router asks a model for; a request's larger one is lowered to it.
     #[arg(long, env = "ROUTER_MAX_TOKENS_LIMIT", default_value_t = 16_384)]
     pub max_tokens_limit: u32,
 

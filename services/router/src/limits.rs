@@ -8,7 +8,7 @@ pub struct Limits {
     pub max_history: usize,
     /// Recent turns quoted to the model (session messages and caller history together).
     pub context_turns: usize,
-    /// Largest `max_tokens` a caller may ask for.
+    /// Largest `max_tokens` sent to a model; a caller's larger one is lowered to it.
     pub max_tokens: u32,
     pub max_tool_steps: usize,
     pub agent_tools: u32,

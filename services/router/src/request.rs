@@ -183,9 +183,12 @@ impl TurnRequest {
             Ok(route) => route_from_proto(route),
             Err(_) => return Err(RouterError::invalid("force_route", format!("unknown route {}", raw.force_route))),
         };
-        if raw.max_tokens.is_some_and(|max| max == 0 || max > limits.max_tokens) {
-            return Err(RouterError::invalid("max_tokens", format!("must be between 1 and {}", limits.max_tokens)));
+        // The caller's `max_tokens` is a ceiling it allows: one above the router's own is lowered
+        // to it (an answer it cuts stops for length), not refused. Zero asks for nothing.
+        if raw.max_tokens == Some(0) {
+            return Err(RouterError::invalid("max_tokens", "must be at least 1"));
         }
+        let max_tokens = raw.max_tokens.map(|max| max.min(limits.max_tokens));
         if raw.temperature.is_some_and(|t| !(0.0..=MAX_TEMPERATURE).contains(&t)) {
             return Err(RouterError::invalid("temperature", format!("must be between 0 and {MAX_TEMPERATURE}")));
         }
@@ -242,7 +245,7 @@ impl TurnRequest {
             session_id,
             model,
             force_route,
-            max_tokens: raw.max_tokens,
+            max_tokens,
             temperature: raw.temperature,
             history,
             force_role_id,
@@ -698,6 +701,21 @@ mod tests {
         assert!(message.has_images());
         assert_eq!(message.content, "look\nand this");
         assert_eq!(message.parts.first(), Some(&ContentPart::Text("look".into())));
+    }
+
+    #[test]
+    fn max_tokens_above_the_limit_is_lowered_to_it() {
+        let limits = Limits { max_tokens: 16_384, ..Limits::default() };
+        let with = |max: Option<u32>| {
+            let mut r = raw("hi");
+            r.max_tokens = max;
+            TurnRequest::validate(r, &limits).expect("valid").max_tokens
+        };
+        assert_eq!(with(Some(128_000)), Some(16_384));
+        assert_eq!(with(Some(16_385)), Some(16_384));
+        assert_eq!(with(Some(16_384)), Some(16_384));
+        assert_eq!(with(Some(200)), Some(200));
+        assert_eq!(with(None), None);
     }
 
     #[test]

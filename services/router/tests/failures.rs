@@ -57,7 +57,7 @@ async fn bad_requests_name_the_field_and_reach_no_model() {
         (
             {
                 let mut r = chat("hi");
-                r.max_tokens = Some(1_000_000);
+                r.max_tokens = Some(0);
                 r
             },
             "max_tokens",
