@@ -1,6 +1,7 @@
-//! The sessions service (spec "Context Switching": ContextSwitchingService, the
-//! `/api/context/*` endpoints): expert roles, live sessions in Redis, context switching with
-//! hysteresis through the triggers service, and the switch history in Postgres.
+//! The sessions service (docs/requirements.md#sessions-switching, and the `/api/context/*`
+//! endpoints of docs/requirements.md#sessions-endpoints): expert roles, live sessions in
+//! Redis, context switching with hysteresis through the triggers service, and the switch
+//! history in Postgres.
 //!
 //! `ContextSwitcher` (the context-switching core) and `RoleCatalog` are the service; `grpc`
 //! adapts them to `switchyard.sessions.v1`.

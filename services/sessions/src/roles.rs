@@ -1,4 +1,4 @@
-//! The role catalogue: expert roles in the role store, cached in memory for the request path,
+//! The role catalog: expert roles in the role store, cached in memory for the request path,
 //! and always registered with the triggers service. Roles have tenants: every tenant sees the
 //! built-in roles and its own, never another tenant's.
 //!

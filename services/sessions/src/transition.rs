@@ -1,6 +1,6 @@
-//! The transition context (spec: "When switching roles, the AI is provided with context about
-//! the previous role"): text for the model taking over, saying who handled the conversation
-//! before, why it changed hands, and what was being discussed.
+//! The transition context (docs/requirements.md#sessions-transition-context): text for the
+//! model taking over, saying who handled the conversation before, why it changed hands, and
+//! what was being discussed.
 
 use crate::domain::{Message, Role, SwitchReason, excerpt};
 

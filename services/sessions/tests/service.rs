@@ -611,7 +611,7 @@ async fn a_tenants_role_is_invisible_to_other_tenants_and_never_chosen_for_their
 }
 
 #[tokio::test]
-async fn a_nul_is_refused_in_catalogue_text_and_ids_and_recorded_safely_in_queries() {
+async fn a_nul_is_refused_in_catalog_text_and_ids_and_recorded_safely_in_queries() {
     let suite = Suite::start().await;
     let channel = suite.channel().await;
     let mut roles = RoleServiceClient::new(channel.clone());

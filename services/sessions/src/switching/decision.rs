@@ -1,5 +1,6 @@
-//! The switch decision (spec "Context Switching Logic"): from the caller's forced role, a manual
-//! switch, or the triggers service's answer, whether a session keeps its role or switches, to
+//! The switch decision (docs/requirements.md#sessions-switching): from the caller's forced
+//! role, a manual switch, or the triggers service's answer (with its hysteresis,
+//! docs/requirements.md#triggers-hysteresis), whether a session keeps its role or switches, to
 //! which role and why. No I/O: the core asks the triggers service and applies the outcome.
 
 use switchyard_proto::triggers::v1::{BestRoleReason, RoleMatch};
@@ -27,7 +28,8 @@ impl Decision {
         Self { new_role, reason, detail, scores: Vec::new(), from_score: 0, to_score: 0 }
     }
 
-    /// The caller forced `forced` (spec: force_role_id): a switch, unless it is already active.
+    /// The caller forced `forced` (`force_role_id`, docs/requirements.md#sessions-switching): a
+    /// switch, unless it is already active.
     pub fn forced(current: &Role, forced: &Role) -> Self {
         if forced.id == current.id {
             let detail = format!("forced to {}, which is already active", current.id);
@@ -37,7 +39,8 @@ impl Decision {
         }
     }
 
-    /// A switch by hand to `target` (spec: manually_switch_context); none when it is active.
+    /// A switch by hand to `target` (`manually_switch_context`,
+    /// docs/requirements.md#sessions-switching); none when it is active.
     pub fn manual(current: &Role, target: &Role, detail: String) -> Self {
         Self::unscored((target.id != current.id).then(|| target.clone()), SwitchReason::Manual, detail)
     }

@@ -1,4 +1,4 @@
-//! The context-switching core (spec "Context Switching": ContextSwitchingService): creates,
+//! The context-switching core (docs/requirements.md#sessions-switching): creates,
 //! reads and closes sessions, processes queries with context switching, switches by hand,
 //! and records the conversation and the switch history.
 //!

@@ -64,7 +64,7 @@ fn update_for(session: &LiveSession, decision: &Decision, count_turn: bool) -> T
 }
 
 impl ContextSwitcher {
-    /// Processes a query with context switching (spec: process_query_with_context_switching).
+    /// Processes a query with context switching (docs/requirements.md#sessions-switching).
     /// With `include_messages`, the turn carries the session's recent messages (the fast path
     /// that skips reading the session is then not taken: the read is needed anyway).
     pub async fn process_query(
@@ -171,7 +171,7 @@ impl ContextSwitcher {
         }
     }
 
-    /// Switches by hand (spec: manually_switch_context).
+    /// Switches by hand (docs/requirements.md#sessions-switching).
     pub async fn switch(
         &self,
         caller: &Identity,

@@ -19,7 +19,7 @@ pub const MAX_METADATA_KEY_BYTES: usize = 128;
 pub const MAX_METADATA_VALUE_BYTES: usize = 1024;
 /// Characters of a manual switch's reason kept with the switch event.
 pub const MAX_MANUAL_REASON_CHARS: usize = 500;
-/// The reason recorded for a manual switch that gives none (spec: manually_switch_context).
+/// The reason recorded for a manual switch that gives none (docs/requirements.md#sessions-switching).
 pub const DEFAULT_MANUAL_REASON: &str = "Manual switch by user";
 
 /// A new session as a caller asks for it.
