@@ -54,7 +54,7 @@ impl EmbeddingCache {
     }
 
     /// [`fill`](Self::fill), calling `progress` after each forward pass with how far it got
-    /// (large catalogues take minutes; their owner logs and saves as it goes).
+    /// (large catalogs take minutes; their owner logs and saves as it goes).
     pub fn fill_with_progress(
         &self,
         embedder: &Embedder,

@@ -37,7 +37,7 @@ pub struct ModelDigest([u8; DIGEST_BYTES]);
 
 impl ModelDigest {
     /// Digests a sentence-transformers folder's files (reads the ~90 MB of weights once: a
-    /// fraction of a second, against minutes of embedding a large catalogue).
+    /// fraction of a second, against minutes of embedding a large catalog).
     pub fn of_dir(dir: &Path) -> io::Result<Self> {
         let mut hasher = Sha256::new();
         let mut buffer = vec![0u8; 1 << 20];

@@ -140,7 +140,7 @@ fn transposed(values: &[f32], rows: usize, columns: usize) -> Vec<f32> {
     out
 }
 
-/// Layer normalisation over the features of each token.
+/// Layer normalization over the features of each token.
 struct Norm {
     weight: Vec<f32>,
     bias: Vec<f32>,
@@ -156,7 +156,7 @@ impl Norm {
         })
     }
 
-    /// Normalises each token of `(tokens, features)` in place.
+    /// Normalizes each token of `(tokens, features)` in place.
     fn apply(&self, x: &mut [f32]) {
         let features = self.weight.len();
         for token in x.chunks_exact_mut(features) {

@@ -50,7 +50,7 @@ impl Default for AdapterParams {
 }
 
 impl AdapterParams {
-    /// For an adapter learned from one catalogue's requests and shipped for others (the
+    /// For an adapter learned from one catalog's requests and shipped for others (the
     /// gateway's base adapter): held ten times closer to the identity, which on tools never
     /// seen in training lifts recall instead of costing it (BENCHMARKS.md).
     pub fn base() -> Self {
@@ -170,7 +170,7 @@ impl QueryAdapter {
             }
             let one_hot = Tensor::from_vec(one_hot, (batch, classes.len()), &device)?;
 
-            // Forward: adapted, normalised rows; their softmax over the tools' cosines.
+            // Forward: adapted, normalized rows; their softmax over the tools' cosines.
             let adapted = rows.matmul(&weights.t()?)?;
             let norms = adapted.sqr()?.sum_keepdim(1)?.sqrt()?.clamp(1e-12, f64::MAX)?;
             let unit = adapted.broadcast_div(&norms)?;

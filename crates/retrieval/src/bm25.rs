@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-/// BM25 parameters: term-frequency saturation and length normalisation.
+/// BM25 parameters: term-frequency saturation and length normalization.
 #[derive(Debug, Clone, Copy)]
 pub struct Bm25Params {
     pub k1: f32,

@@ -1,8 +1,8 @@
-//! Tool retrieval for the MCP gateway (spec "Context Injection"): rank a gateway's tools for
-//! the context a session set — BM25 over each tool's name, description and parameter names,
-//! plus a usage prior learned from recorded (context, tool) pairs, with query adapters
-//! ([`adapter`]) sharpening the embedding signal. `switchyard-tool-eval` measures it on
-//! MetaTool-shaped files.
+//! Tool retrieval for the MCP gateway (docs/requirements.md#mcp-filtered-list): rank a
+//! gateway's tools for the context a session set — BM25 over each tool's name, description
+//! and parameter names, plus a usage prior learned from recorded (context, tool) pairs, with
+//! query adapters ([`adapter`]) sharpening the embedding signal. `switchyard-tool-eval`
+//! measures it on MetaTool-shaped files.
 
 pub mod adapter;
 pub mod bm25;

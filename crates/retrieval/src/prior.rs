@@ -1,7 +1,7 @@
 //! The usage prior: what past (query, tool) pairs say about a new query. The past queries most
 //! like the new one vote for the tools they led to, weighted by similarity — so tools people
-//! actually used for requests like this rise, whatever their descriptions say (spec: "learn
-//! from actual tool usage, not just stated intent").
+//! actually used for requests like this rise, whatever their descriptions say: learn from the
+//! tools actually used, not only from the stated intent (docs/requirements.md#mcp-usage-records).
 
 use switchyard_models::cosine;
 

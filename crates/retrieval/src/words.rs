@@ -26,7 +26,7 @@ pub struct WordParams {
     /// (alone on by-query split 0: recall@1 0.765 at 0, 0.810 at 3e-4, 0.794 at 1e-3).
     pub regularisation: f32,
     /// At most this many weights (features × tools used): the rarest features go first, so
-    /// a large catalogue with a long history keeps a bounded footprint (4 bytes per weight,
+    /// a large catalog with a long history keeps a bounded footprint (4 bytes per weight,
     /// twice that while training). The default, 32 MB, keeps 42,000 of the 84,000 words and
     /// pairs of 13,100 MetaTool requests over 199 tools, for 0.2 points of recall@1 less
     /// than keeping them all.
