@@ -89,7 +89,7 @@ pub(crate) fn route_regex(pattern: &str) -> RegexRoute {
     if first_bytes.iter().any(u8::is_ascii_alphabetic) { RegexRoute::Scan } else { RegexRoute::FirstBytes(first_bytes) }
 }
 
-/// The normalised, deduplicated prefix literals of `hir`, when the set is finite and none is
+/// The normalized, deduplicated prefix literals of `hir`, when the set is finite and none is
 /// empty.
 fn prefix_texts(hir: &regex_syntax::hir::Hir, extractor: &Extractor) -> Option<Vec<String>> {
     let seq = extractor.extract(hir);

@@ -1,4 +1,4 @@
-//! How queries and literal patterns are compared: normalised text, and what counts as a word
+//! How queries and literal patterns are compared: normalized text, and what counts as a word
 //! character for whole-word matching.
 
 /// Lowercases (per character, so results do not depend on context) and collapses every run
