@@ -39,6 +39,8 @@ pub fn metadata_json(metadata: &router::RouteMetadata) -> Value {
         "continuation": metadata.continuation,
         "held_switch_role_id": Some(&metadata.held_switch_role_id).filter(|r| !r.is_empty()),
         "client_tools_called": metadata.client_tools_called,
+        "gateway_tools_offered": metadata.gateway_tools_offered,
+        "gateway_tool_calls": metadata.gateway_tool_calls,
     })
 }
 

@@ -126,6 +126,12 @@ pub struct RouterConfig {
     #[arg(long, env = "ROUTER_LOCAL_AGENT_TOOLS", default_value_t = 3)]
     pub local_agent_tools: u32,
 
+    /// Tenants whose client-tools turns also get the MCP gateway's context-filtered tools
+    /// beside the caller's, run by the router itself (comma-separated tenant ids, `*` for all;
+    /// none by default).
+    #[arg(long, env = "ROUTER_GATEWAY_TOOLS_TENANTS", value_delimiter = ',')]
+    pub gateway_tools_tenants: Vec<String>,
+
     /// Longest one MCP tool call may take.
     #[arg(long, env = "ROUTER_TOOL_CALL_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub tool_call_timeout: Duration,
@@ -197,6 +203,7 @@ impl RouterConfig {
             max_tool_steps: 6,
             agent_tools: 8,
             local_agent_tools: 3,
+            gateway_tools_tenants: Vec::new(),
             tool_call_timeout: Duration::from_secs(30),
             max_experts: 4,
             expert_concurrency: 4,
@@ -226,6 +233,39 @@ impl RouterConfig {
         }
     }
 
+    /// The tenants whose client-tools turns get the gateway's tools: every item a tenant id
+    /// (`[A-Za-z0-9._-]`, 1 to 64) or `*`; an empty setting (or one empty value) turns it off.
+    pub fn gateway_tools(&self) -> anyhow::Result<GatewayToolsTenants> {
+        let items = &self.gateway_tools_tenants;
+        if items.is_empty() || (items.len() == 1 && items[0].trim().is_empty()) {
+            return Ok(GatewayToolsTenants::None);
+        }
+        let mut tenants = std::collections::HashSet::new();
+        let mut all = false;
+        for (index, item) in items.iter().enumerate() {
+            let item = item.trim();
+            if item == "*" {
+                all = true;
+                continue;
+            }
+            anyhow::ensure!(
+                !item.is_empty(),
+                "ROUTER_GATEWAY_TOOLS_TENANTS: item {} is empty (a comma-separated list of tenant ids, or `*`)",
+                index + 1
+            );
+            let tenant = switchyard_kit::TenantId::parse(item).map_err(|_| {
+                anyhow::anyhow!(
+                    "ROUTER_GATEWAY_TOOLS_TENANTS: item {} ({:?}) is not a tenant id: 1 to 64 characters of \
+                     [A-Za-z0-9._-], or `*` for all tenants",
+                    index + 1,
+                    item
+                )
+            })?;
+            tenants.insert(tenant.as_str().to_owned());
+        }
+        Ok(if all { GatewayToolsTenants::All } else { GatewayToolsTenants::Some(tenants) })
+    }
+
     /// True when a configured model runs in this process.
     pub fn uses_local_model(&self) -> bool {
         std::iter::once(&self.default_model)
@@ -250,5 +290,52 @@ impl RouterConfig {
             flush_interval: self.record_flush_interval,
             ..RecordBufferConfig::default()
         }
+    }
+}
+
+/// The tenants whose client-tools turns get the MCP gateway's tools beside the caller's
+/// (`ROUTER_GATEWAY_TOOLS_TENANTS`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum GatewayToolsTenants {
+    /// Off (the default): the caller's tools only.
+    #[default]
+    None,
+    /// `*`: every tenant.
+    All,
+    Some(std::collections::HashSet<String>),
+}
+
+impl GatewayToolsTenants {
+    pub fn includes(&self, tenant: &str) -> bool {
+        match self {
+            Self::None => false,
+            Self::All => true,
+            Self::Some(tenants) => tenants.contains(tenant),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(items: &[&str]) -> anyhow::Result<GatewayToolsTenants> {
+        let mut config = RouterConfig::in_memory("127.0.0.1:0".parse().expect("addr"), "http://s", "http://g");
+        config.gateway_tools_tenants = items.iter().map(|s| (*s).to_owned()).collect();
+        config.gateway_tools()
+    }
+
+    #[test]
+    fn the_gateway_tools_tenants_are_checked_at_start() {
+        assert_eq!(with(&[]).expect("off"), GatewayToolsTenants::None);
+        assert_eq!(with(&[""]).expect("off"), GatewayToolsTenants::None);
+        assert_eq!(with(&["*"]).expect("all"), GatewayToolsTenants::All);
+        let some = with(&["acme", " beta-2 "]).expect("two");
+        assert!(some.includes("acme") && some.includes("beta-2") && !some.includes("other"));
+        let empty = with(&["acme", "", "b"]).expect_err("empty item").to_string();
+        assert!(empty.contains("item 2 is empty"), "{empty}");
+        let nul = with(&["ac\0me"]).expect_err("NUL").to_string();
+        assert!(nul.contains("item 1") && nul.contains("not a tenant id"), "{nul}");
+        assert!(with(&["a b"]).is_err() && with(&[&"x".repeat(65)]).is_err());
     }
 }

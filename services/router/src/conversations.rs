@@ -170,11 +170,42 @@ impl ConversationKeys {
         session: &SessionId,
         persona: &LoopPersona,
     ) -> Result<(), StoreError> {
-        let json = serde_json::to_string(persona).map_err(|err| StoreError::Corrupt(err.to_string()))?;
+        self.put_loop_record("loop", tenant, session, persona).await
+    }
+
+    /// The persona of the tool loop running on `session`, if one was kept.
+    pub async fn loop_persona(&self, tenant: &str, session: &SessionId) -> Result<Option<LoopPersona>, StoreError> {
+        self.loop_record("loop", tenant, session).await
+    }
+
+    /// Keeps the gateway's tools of the tool loop running on `session` (and the gateway tool
+    /// traffic its turns had), for the loop's continuations.
+    pub async fn remember_loop_tools(
+        &self,
+        tenant: &str,
+        session: &SessionId,
+        tools: &LoopTools,
+    ) -> Result<(), StoreError> {
+        self.put_loop_record("loop-tools", tenant, session, tools).await
+    }
+
+    /// The gateway's tools of the tool loop running on `session`, if it was offered any.
+    pub async fn loop_tools(&self, tenant: &str, session: &SessionId) -> Result<Option<LoopTools>, StoreError> {
+        self.loop_record("loop-tools", tenant, session).await
+    }
+
+    async fn put_loop_record<T: serde::Serialize>(
+        &self,
+        kind: &str,
+        tenant: &str,
+        session: &SessionId,
+        record: &T,
+    ) -> Result<(), StoreError> {
+        let json = serde_json::to_string(record).map_err(|err| StoreError::Corrupt(err.to_string()))?;
         match &self.store {
             Store::Redis { conn, prefix } => {
                 let mut conn = conn.clone();
-                let key = format!("{prefix}:router:loop:{}", Self::digest(tenant, session.as_str()));
+                let key = format!("{prefix}:router:{kind}:{}", Self::digest(tenant, session.as_str()));
                 bounded(REDIS_COMMAND_TIMEOUT, conn.set_ex::<_, _, ()>(&key, json, self.ttl_secs())).await
             }
             Store::Memory { loops, .. } => {
@@ -186,32 +217,82 @@ impl ConversationKeys {
                         map.clear();
                     }
                 }
-                map.insert(Self::digest(tenant, session.as_str()), (json, now + self.ttl));
+                map.insert(format!("{kind}:{}", Self::digest(tenant, session.as_str())), (json, now + self.ttl));
                 Ok(())
             }
         }
     }
 
-    /// The persona of the tool loop running on `session`, if one was kept.
-    pub async fn loop_persona(&self, tenant: &str, session: &SessionId) -> Result<Option<LoopPersona>, StoreError> {
+    async fn loop_record<T: serde::de::DeserializeOwned>(
+        &self,
+        kind: &str,
+        tenant: &str,
+        session: &SessionId,
+    ) -> Result<Option<T>, StoreError> {
         let json = match &self.store {
             Store::Redis { conn, prefix } => {
                 let mut conn = conn.clone();
-                let key = format!("{prefix}:router:loop:{}", Self::digest(tenant, session.as_str()));
+                let key = format!("{prefix}:router:{kind}:{}", Self::digest(tenant, session.as_str()));
                 let value: Option<String> =
                     bounded(REDIS_COMMAND_TIMEOUT, conn.get_ex(&key, redis::Expiry::EX(self.ttl_secs()))).await?;
                 value
             }
             Store::Memory { loops, .. } => {
                 let map = loops.lock().unwrap_or_else(PoisonError::into_inner);
-                map.get(&Self::digest(tenant, session.as_str()))
+                map.get(&format!("{kind}:{}", Self::digest(tenant, session.as_str())))
                     .filter(|(_, expires)| *expires > Instant::now())
                     .map(|(json, _)| json.clone())
             }
         };
         json.map(|json| {
-            serde_json::from_str(&json).map_err(|err| StoreError::Corrupt(format!("tool loop persona: {err}")))
+            serde_json::from_str(&json).map_err(|err| StoreError::Corrupt(format!("tool loop {kind}: {err}")))
         })
         .transpose()
     }
+}
+
+/// What a tool loop that was offered the gateway's tools keeps for its continuations: the same
+/// tools, and the gateway calls its turns made (which the caller never sees), to put back in
+/// the conversation the caller resends.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct LoopTools {
+    pub tools: Vec<StoredTool>,
+    pub steps: Vec<HiddenSteps>,
+}
+
+/// A gateway tool as offered.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct StoredTool {
+    pub name: String,
+    pub description: String,
+    pub input_schema: serde_json::Value,
+    pub server: String,
+}
+
+/// The gateway traffic of one turn that ended with calls of the caller's tools: `before`, the
+/// model's gateway calls and their results ahead of its last answer; `calls`, all the calls of
+/// that last answer (the caller got those of its own tools), and `results`, the results of
+/// its gateway calls. `anchor` is the id of the first call the caller got: the assistant
+/// message carrying it in a resent conversation is where these go back.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct HiddenSteps {
+    pub anchor: String,
+    pub before: Vec<StoredMessage>,
+    pub calls: Vec<StoredCall>,
+    pub results: Vec<StoredMessage>,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct StoredCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: String,
+}
+
+/// A message of the gateway's traffic (text only: what the router sends the model).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum StoredMessage {
+    Assistant { content: String, calls: Vec<StoredCall> },
+    Tool { call_id: String, content: String, is_error: bool },
 }

@@ -111,6 +111,7 @@ fn check(config: &RouterConfig) -> anyhow::Result<()> {
         "ROUTER_CACHE_SIMILARITY must be in (0, 1], got {similarity}"
     );
     anyhow::ensure!(!config.corrections_refresh.is_zero(), "ROUTER_CORRECTIONS_REFRESH must be above zero");
+    config.gateway_tools()?;
     Ok(())
 }
 
@@ -178,6 +179,8 @@ impl RouterServer {
             sessions: SessionsClient::new(&config.sessions_url)?,
             gateway: GatewayClient::new(&config.mcp_gateway_url)?,
             limits: config.limits(),
+            gateway_tools_tenants: config.gateway_tools()?,
+            gateway_reachable: std::sync::atomic::AtomicBool::new(true),
             default_model: config.default_model.clone(),
             fallback_models: config.fallback_models.clone(),
             recorder,

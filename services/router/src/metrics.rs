@@ -20,6 +20,7 @@ pub struct Metrics {
     tool_call_ms: Histogram<f64>,
     feedback: Counter<u64>,
     held_switches: Counter<u64>,
+    gateway_tools_unavailable: Counter<u64>,
 }
 
 impl Default for Metrics {
@@ -61,6 +62,13 @@ impl Metrics {
                     "Role switches the triggers asked for inside a tool loop, held back until the next user message",
                 )
                 .build(),
+            gateway_tools_unavailable: meter
+                .u64_counter("router.gateway_tools.unavailable")
+                .with_description(
+                    "Client-tools turns of a tenant with the gateway's tools that went on with the caller's tools only, \
+                     the gateway being unreachable",
+                )
+                .build(),
         }
     }
 
@@ -88,6 +96,10 @@ impl Metrics {
     pub fn tool_call(&self, tool: &str, duration_ms: u64, is_error: bool) {
         self.tool_call_ms
             .record(duration_ms as f64, &[KeyValue::new("tool", tool.to_owned()), KeyValue::new("is_error", is_error)]);
+    }
+
+    pub fn gateway_tools_unavailable(&self) {
+        self.gateway_tools_unavailable.add(1, &[]);
     }
 
     pub fn feedback(&self, route: &str, helpful: bool, misrouted: bool) {

@@ -1,6 +1,8 @@
 //! Model calls as the router makes them: over the model chain (the turn's model, then
 //! `UNIFIED_CHAT_FALLBACK_MODELS` in order), streaming text to the turn's events as it arrives.
 
+use std::collections::{HashMap, HashSet};
+
 use futures::StreamExt;
 use switchyard_llm::{ChatRequest, Completion, EventStream, ModelRef, Providers, StreamEvent};
 
@@ -8,6 +10,21 @@ use crate::{
     error::RouterError,
     events::{Events, ToolCallDelta, TurnEvent},
 };
+
+/// Which of the model's tool calls stream to the turn's events.
+#[derive(Clone, Copy)]
+enum Forward<'a> {
+    None,
+    All,
+    /// All but calls of these tools.
+    Except(&'a HashSet<String>),
+}
+
+impl From<bool> for Forward<'_> {
+    fn from(all: bool) -> Self {
+        if all { Self::All } else { Self::None }
+    }
+}
 
 /// A model call that answered.
 pub struct Answered {
@@ -80,20 +97,46 @@ impl Models {
         self.drive(chain, request, events, true).await
     }
 
+    /// [`Models::stream_client_answer`] for a turn that offers the gateway's tools beside the
+    /// caller's: only calls of tools not in `hidden` (the gateway's, which the router runs) go
+    /// to `events`, numbered among themselves, as the answer returns them.
+    pub async fn stream_client_answer_hiding(
+        &self,
+        chain: &[ModelRef],
+        request: ChatRequest,
+        events: &Events,
+        hidden: &HashSet<String>,
+    ) -> Result<Answered, RouterError> {
+        self.drive(chain, request, events, Forward::Except(hidden)).await
+    }
+
     async fn drive(
         &self,
         chain: &[ModelRef],
         request: ChatRequest,
         events: &Events,
-        forward_tool_calls: bool,
+        forward: impl Into<Forward<'_>>,
     ) -> Result<Answered, RouterError> {
+        let forward = forward.into();
         let Opened { model, events: mut stream, fallbacks } = self.open(chain, request).await?;
+        // The model's call index → the index among the forwarded calls (None: held back).
+        let mut forwarded: HashMap<u32, Option<u32>> = HashMap::new();
         while let Some(event) = stream.next().await {
             match event.map_err(|err| RouterError::ModelsUnavailable(err.to_string()))? {
                 StreamEvent::Text(text) => events.delta(text).await?,
                 StreamEvent::ToolCallStarted { .. } => {}
                 StreamEvent::ToolCallDelta { index, id, name, arguments } => {
-                    if forward_tool_calls {
+                    let index = match forward {
+                        Forward::None => None,
+                        Forward::All => Some(index),
+                        Forward::Except(hidden) => {
+                            let next = forwarded.values().flatten().count() as u32;
+                            *forwarded
+                                .entry(index)
+                                .or_insert_with(|| name.as_deref().filter(|name| !hidden.contains(*name)).map(|_| next))
+                        }
+                    };
+                    if let Some(index) = index {
                         let delta = ToolCallDelta {
                             index,
                             id: id.unwrap_or_default(),

@@ -33,6 +33,11 @@ pub struct Metadata {
     pub held_switch_role_id: String,
     /// The caller's tools the model called on this turn.
     pub client_tools_called: Vec<String>,
+    /// The gateway's tools offered beside the caller's (a client-tools turn of a tenant with
+    /// `ROUTER_GATEWAY_TOOLS_TENANTS`).
+    pub gateway_tools_offered: Vec<String>,
+    /// The gateway's tools the model called on such a turn, run by the router.
+    pub gateway_tool_calls: Vec<String>,
 }
 
 impl Default for Metadata {
@@ -58,6 +63,8 @@ impl Default for Metadata {
             continuation: false,
             held_switch_role_id: String::new(),
             client_tools_called: Vec::new(),
+            gateway_tools_offered: Vec::new(),
+            gateway_tool_calls: Vec::new(),
         }
     }
 }
@@ -85,6 +92,8 @@ impl Metadata {
             continuation: self.continuation,
             held_switch_role_id: self.held_switch_role_id.clone(),
             client_tools_called: self.client_tools_called.clone(),
+            gateway_tools_offered: self.gateway_tools_offered.clone(),
+            gateway_tool_calls: self.gateway_tool_calls.clone(),
         }
     }
 }

@@ -95,7 +95,7 @@ pub(super) async fn run(
         let calls = answered.completion.tool_calls.clone();
         messages.push(Message::Assistant { content: answered.completion.content.clone(), tool_calls: calls.clone() });
         for call in &calls {
-            let result = call_tool(scope, &session_id, &tools, call, meta).await?;
+            let result = call_tool(scope, &session_id, &tools, call, meta, true).await?;
             messages.push(result);
         }
     }
@@ -103,13 +103,16 @@ pub(super) async fn run(
 
 /// Runs one tool call the model asked for and returns the tool message answering it. Every
 /// failure — an unknown tool, unreadable arguments, a tool error, a timeout — goes back to the
-/// model as an error result so it can correct itself or explain; none ends the turn.
-async fn call_tool(
+/// model as an error result so it can correct itself or explain; none ends the turn. With
+/// `report`, the call's start and end are the turn's tool events (the agent's calls; the
+/// gateway's calls on a client-tools turn are not shown to the caller).
+pub(super) async fn call_tool(
     scope: &Scope<'_>,
     session_id: &switchyard_kit::SessionId,
     tools: &[AgentTool],
     call: &ToolCall,
     meta: &mut Metadata,
+    report: bool,
 ) -> Result<Message, RouterError> {
     let Scope { router, identity, events, .. } = *scope;
     let reply = |content: String, is_error: bool| Message::tool_result(call.id.clone(), content, is_error);
@@ -122,13 +125,15 @@ async fn call_tool(
             return Ok(reply(format!("{problem}. Call the tool again with a JSON object as its arguments."), true));
         }
     };
-    events
-        .send(TurnEvent::Tool(ToolActivity {
-            tool: tool.name.clone(),
-            server: tool.server.clone(),
-            ..ToolActivity::default()
-        }))
-        .await?;
+    if report {
+        events
+            .send(TurnEvent::Tool(ToolActivity {
+                tool: tool.name.clone(),
+                server: tool.server.clone(),
+                ..ToolActivity::default()
+            }))
+            .await?;
+    }
     if !meta.tools_used.contains(&tool.name) {
         meta.tools_used.push(tool.name.clone());
     }
@@ -151,16 +156,18 @@ async fn call_tool(
             (why.clone(), true, why)
         }
     };
-    events
-        .send(TurnEvent::Tool(ToolActivity {
-            tool: tool.name.clone(),
-            server: tool.server.clone(),
-            finished: true,
-            is_error,
-            duration_ms,
-            error,
-        }))
-        .await?;
+    if report {
+        events
+            .send(TurnEvent::Tool(ToolActivity {
+                tool: tool.name.clone(),
+                server: tool.server.clone(),
+                finished: true,
+                is_error,
+                duration_ms,
+                error,
+            }))
+            .await?;
+    }
     Ok(reply(content, is_error))
 }
 

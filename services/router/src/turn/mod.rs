@@ -7,6 +7,7 @@
 mod agent;
 mod context;
 mod experts;
+mod gateway_tools;
 mod routing;
 
 use std::{
@@ -22,6 +23,7 @@ use tracing::Instrument;
 use crate::{
     analytics::{DecisionRecord, Recorder},
     cache::{Learning, RoutingCache},
+    config::GatewayToolsTenants,
     conversations::{ConversationKeys, LoopPersona},
     downstream::{GatewayClient, SessionTurn, SessionsClient},
     error::RouterError,
@@ -47,6 +49,11 @@ pub struct Router {
     pub(crate) sessions: SessionsClient,
     pub(crate) gateway: GatewayClient,
     pub(crate) limits: Limits,
+    /// The tenants whose client-tools turns get the gateway's tools beside the caller's.
+    pub(crate) gateway_tools_tenants: GatewayToolsTenants,
+    /// False after the gateway failed a client-tools turn's lookup (so the outage is logged
+    /// once as a warning), true again once it answers.
+    pub(crate) gateway_reachable: std::sync::atomic::AtomicBool,
     pub(crate) default_model: ModelRef,
     pub(crate) fallback_models: Vec<ModelRef>,
     pub(crate) recorder: Option<Arc<Recorder>>,
@@ -216,7 +223,7 @@ impl Router {
         let span = tracing::Span::current();
         span.record("session_id", session.session_id.as_str());
         span.record("role_id", session.role_id.as_str());
-        let ctx = TurnContext::new(&identity, &request, &session, &self.limits);
+        let mut ctx = TurnContext::new(&identity, &request, &session, &self.limits);
         let chain = self.chain(request.model.as_ref());
 
         let mut meta = Metadata {
@@ -232,6 +239,17 @@ impl Router {
         // shape the caller fixed, is answered directly in the session's role: no routing call,
         // so the routing tools never sit beside the caller's and never reach it.
         let callers_turn = request.has_client_tools() || continuation || request.response_format.is_some();
+        // For a tenant that has them, the gateway's tools beside the caller's; the loop's
+        // earlier gateway traffic goes back into the conversation the caller resent.
+        let gateway = if callers_turn && request.force_route.is_none() {
+            self.gateway_tools(&identity, &request, &session, &ctx, &mut meta).await
+        } else {
+            None
+        };
+        if let Some(gateway) = &gateway {
+            ctx.conversation = gateway_tools::put_back(std::mem::take(&mut ctx.conversation), &gateway.earlier);
+        }
+        let ctx = ctx;
         let scope =
             Scope { router: self, identity: &identity, ctx: &ctx, chain: &chain, request: &request, events: &events };
         let route_event = |meta: &Metadata| TurnEvent::Route {
@@ -275,18 +293,26 @@ impl Router {
             };
             span.record("route", decision.route.as_str());
 
+            let mut hidden_steps = None;
             let answer = match (decision.route, direct_answer) {
                 (Route::Direct, Some(answered)) => RouteAnswer { answered, usage: Usage::default() },
-                (Route::Direct, None) if callers_turn => scope.answer_with_client_tools().await?,
+                (Route::Direct, None) if callers_turn => match &gateway {
+                    Some(tools) if !tools.tools.is_empty() => {
+                        let (answer, steps) = gateway_tools::run(&scope, tools, &mut meta).await?;
+                        hidden_steps = steps;
+                        answer
+                    }
+                    _ => scope.answer_with_client_tools().await?,
+                },
                 (Route::Direct, None) => scope.answer_directly().await?,
                 (Route::McpAgent, _) => agent::run(&scope, &decision, &mut meta).await?,
                 (Route::Multiagent, _) => experts::run(&scope, &decision, &mut meta).await?,
             };
             usage.add(answer.usage);
             usage.add(answer.answered.completion.usage);
-            Ok::<_, RouterError>((answer, usage))
+            Ok::<_, RouterError>((answer, usage, hidden_steps))
         };
-        let (answer, usage) = tokio::select! {
+        let (answer, usage, hidden_steps) = tokio::select! {
             biased;
             answered = answering => answered?,
             () = self.stopping.cut() => {
@@ -333,6 +359,18 @@ impl Router {
             {
                 tracing::warn!(error = %err, "could not keep the tool loop's persona");
             }
+        }
+        // A loop with the gateway's tools: its continuations get the same tools and the gateway
+        // traffic the caller never saw.
+        if let Some(gateway) = &gateway
+            && !outcome.tool_calls.is_empty()
+            && !(gateway.tools.is_empty() && gateway.earlier.is_empty() && hidden_steps.is_none())
+            && let Err(err) = self
+                .conversations
+                .remember_loop_tools(identity.tenant.as_str(), &session.session_id, &gateway.kept(hidden_steps))
+                .await
+        {
+            tracing::warn!(error = %err, "could not keep the tool loop's gateway tools");
         }
         self.metrics.turn(&outcome.metadata, &answer.answered.model);
         if let Some(recorder) = &self.recorder {
