@@ -30,8 +30,11 @@ const MAX_KEPT_STEPS: usize = 32;
 
 /// The gateway's side of one client-tools turn.
 pub(super) struct GatewayTools {
-    /// Offered beside the caller's tools (none when the gateway could not be reached).
+    /// The loop's gateway tools (none when the gateway could not be reached).
     pub tools: Vec<AgentTool>,
+    /// False when the caller's `tool_choice` leaves no room for them (`none`, or one named
+    /// tool): the loop keeps them, this turn does not offer them.
+    pub offered: bool,
     /// The gateway traffic of the conversation's earlier turns.
     pub earlier: Vec<HiddenSteps>,
 }
@@ -62,8 +65,7 @@ impl GatewayTools {
 impl Router {
     /// The gateway's tools for a client-tools turn (or a continuation of its loop) of a tenant
     /// that has them: the loop's own on a continuation, the gateway's top-k for the user's
-    /// message otherwise. `None` when the tenant does not have them or the caller's
-    /// `tool_choice` leaves no room for them (`none`, or one named tool).
+    /// message otherwise. `None` when the tenant does not have them.
     pub(super) async fn gateway_tools(
         &self,
         identity: &Identity,
@@ -78,9 +80,6 @@ impl Router {
         }
         let continuation = request.is_continuation();
         if !request.has_client_tools() && !continuation {
-            return None;
-        }
-        if !matches!(request.tool_choice, ToolChoice::Auto | ToolChoice::Required) {
             return None;
         }
         let kept = match self.conversations.loop_tools(tenant, &session.session_id).await {
@@ -125,8 +124,11 @@ impl Router {
             }
         };
         let tools = without_clashes(tools, request);
-        meta.gateway_tools_offered = tools.iter().map(|t| t.name.clone()).collect();
-        Some(GatewayTools { tools, earlier: kept.steps })
+        let offered = matches!(request.tool_choice, ToolChoice::Auto | ToolChoice::Required);
+        if offered {
+            meta.gateway_tools_offered = tools.iter().map(|t| t.name.clone()).collect();
+        }
+        Some(GatewayTools { tools, offered, earlier: kept.steps })
     }
 }
 

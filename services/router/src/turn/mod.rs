@@ -297,7 +297,7 @@ impl Router {
             let answer = match (decision.route, direct_answer) {
                 (Route::Direct, Some(answered)) => RouteAnswer { answered, usage: Usage::default() },
                 (Route::Direct, None) if callers_turn => match &gateway {
-                    Some(tools) if !tools.tools.is_empty() => {
+                    Some(tools) if tools.offered && !tools.tools.is_empty() => {
                         let (answer, steps) = gateway_tools::run(&scope, tools, &mut meta).await?;
                         hidden_steps = steps;
                         answer
