@@ -31,6 +31,8 @@ impl Transport {
         switchyard_kit::tls::install_crypto_provider();
         let client = reqwest::Client::builder()
             .connect_timeout(config.connect_timeout)
+            // Streamed requests are small and latency is what matters (reqwest's default too).
+            .tcp_nodelay(true)
             .user_agent(concat!("switchyard-llm/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|err| {

@@ -22,6 +22,7 @@ use axum::{
     http::{HeaderMap, HeaderValue, StatusCode, header},
     response::Response,
     routing::post,
+    serve::ListenerExt,
 };
 use serde_json::{Map, Value, json};
 
@@ -323,6 +324,11 @@ impl ScriptedLlm {
             .with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
+        // As a vendor's front end does: a streamed answer's events go out as they are written,
+        // not held by Nagle's algorithm for the client's acknowledgement (axum::serve leaves it on).
+        let listener = listener.tap_io(|stream| {
+            let _ = stream.set_nodelay(true);
+        });
         let served = Served::spawn(addr, |shutdown| async move {
             axum::serve(listener, router).with_graceful_shutdown(shutdown).await.map_err(Into::into)
         });
