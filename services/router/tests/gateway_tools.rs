@@ -281,3 +281,35 @@ async fn with_the_gateway_down_the_turn_goes_on_with_the_callers_tools() {
     assert_eq!(requests.len(), 2);
     assert!(requests.iter().all(|r| r.tool_names() == CALLERS_TOOLS), "{requests:?}");
 }
+
+#[tokio::test]
+async fn a_callers_tool_named_like_a_gateway_tool_wins_and_the_gateways_is_left_out() {
+    const CLASH: &str = "everything__get-sum";
+    let suite = Suite::with(
+        ScriptedLlm::start(|_| Reply::tool_call(CLASH, r#"{"a": 17, "b": 25}"#)).await,
+        gateway_suite_for("*"),
+    )
+    .await;
+    let mut client = suite.client().await;
+    let own = ClientTool {
+        name: CLASH.into(),
+        description: "The caller's own adder".into(),
+        parameters_json: r#"{"type":"object"}"#.into(),
+    };
+    let request = ChatRequest { tools: vec![own, shell_tool()], ..chat(MESSAGE) };
+    let response = client.chat(request).await.expect("chat").into_inner();
+
+    // The model's call of it is the caller's to run: returned, not run by the gateway.
+    assert_eq!(response.finish_reason, "tool_calls");
+    assert_eq!(response.message.expect("message").tool_calls[0].name, CLASH);
+    let metadata = response.metadata.expect("metadata");
+    assert_eq!(metadata.client_tools_called, [CLASH]);
+    assert!(metadata.gateway_tool_calls.is_empty() && metadata.tools_used.is_empty(), "{metadata:?}");
+    assert!(!metadata.gateway_tools_offered.is_empty(), "the gateway's other tools are offered: {metadata:?}");
+    assert!(!metadata.gateway_tools_offered.iter().any(|t| t == CLASH), "{metadata:?}");
+    let requests = suite.llm.requests();
+    assert_eq!(requests.len(), 1);
+    let names = requests[0].tool_names();
+    assert_eq!(names.iter().filter(|n| *n == CLASH).count(), 1, "offered once: {names:?}");
+    assert_eq!(requests[0].body["tools"][0]["function"]["description"], "The caller's own adder");
+}
