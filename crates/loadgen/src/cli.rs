@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::scenario::{chat, detect_triggers, health_check, llm_direct, process_query, sessions_redis_floor};
+use crate::scenario::{
+    chat, detect_triggers, health_check, http_chat, llm_direct, process_query, sessions_redis_floor,
+};
 
 #[derive(Parser)]
 #[command(
@@ -33,7 +35,8 @@ pub struct RunArgs {
     #[arg(long, global = true, default_value = "32")]
     pub concurrency: NonZeroUsize,
 
-    /// Number of HTTP/2 connections, shared round-robin by the client tasks.
+    /// Number of HTTP/2 connections, shared round-robin by the client tasks (http-chat: HTTP/1.1
+    /// keep-alive connections, one request at a time each, taken by whichever task is sending).
     #[arg(long, global = true, default_value = "4")]
     pub connections: NonZeroUsize,
 
@@ -57,6 +60,11 @@ pub struct RunArgs {
     /// Print the report as one JSON object instead of text.
     #[arg(long, global = true)]
     pub json: bool,
+
+    /// A process under test whose CPU time per call to report, `NAME=PID` (repeatable): read
+    /// from /proc/PID/stat from the warm-up's start to the end of the run, over every call made.
+    #[arg(long = "cpu-of", global = true, value_parser = crate::cpu::parse_watched)]
+    pub cpu_of: Vec<crate::cpu::Watched>,
 }
 
 #[derive(Subcommand)]
@@ -67,6 +75,9 @@ pub enum ScenarioCommand {
     HealthCheck(health_check::Args),
     /// RouterService.Chat (or ChatStream) on continuing sessions: a whole turn through the router.
     Chat(chat::Args),
+    /// A chat turn over HTTP/1.1 keep-alive connections through a client API of the edge (or any
+    /// OpenAI-compatible server): chat completions, Messages, Responses or the REST chat.
+    HttpChat(http_chat::Args),
     /// A chat completion straight from an OpenAI-compatible server: the router's baseline.
     LlmDirect(llm_direct::Args),
     /// SessionService.ProcessQuery on sessions whose role the query keeps (no switch).

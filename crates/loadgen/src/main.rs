@@ -3,6 +3,8 @@
 
 mod cli;
 mod connections;
+mod cpu;
+mod http1;
 mod pacer;
 mod redis_floor;
 mod report;
@@ -25,6 +27,7 @@ use crate::scenario::Scenario;
 use crate::scenario::chat::Chat;
 use crate::scenario::detect_triggers::DetectTriggers;
 use crate::scenario::health_check::HealthCheck;
+use crate::scenario::http_chat::HttpChat;
 use crate::scenario::llm_direct::LlmDirect;
 use crate::scenario::process_query::ProcessQuery;
 use crate::scenario::sessions_redis_floor::SessionsRedisFloor;
@@ -66,6 +69,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let connections = Connections::open(&target, cli.run.connections.get()).await?;
             drive(Chat::new(args, connections), target, &cli.run).await
         }
+        ScenarioCommand::HttpChat(args) => {
+            let target = args.target.clone();
+            drive(HttpChat::new(args, cli.run.connections.get())?, target, &cli.run).await
+        }
         ScenarioCommand::LlmDirect(args) => {
             let target = args.base_url.clone();
             drive(LlmDirect::new(args)?, target, &cli.run).await
@@ -76,6 +83,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
     }
 }
+
+/// How long after a run the CPU time of the processes under test is read, so that the work of
+/// the last calls (the rest of a stream timed to its first token) is in it.
+const STREAMS_SETTLE: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Sets the scenario up, runs it, and prints the report. Fails (non-zero exit) when the setup
 /// fails or when not a single call succeeded, so scripts notice a run that measured nothing.
@@ -89,7 +100,16 @@ async fn drive<S: Scenario>(mut scenario: S, target: String, run: &RunArgs) -> a
         rate: run.rate,
         call_timeout: run.timeout,
     };
+    let cpu_before = cpu::snapshot(&run.cpu_of)?;
     let outcome = runner::run(Arc::new(scenario), &plan).await?;
+    let cpu_per_call = if run.cpu_of.is_empty() {
+        None
+    } else {
+        // Streams a scenario stopped timing at their first token are still being read.
+        tokio::time::sleep(STREAMS_SETTLE).await;
+        let after = cpu::snapshot(&run.cpu_of)?;
+        Some(cpu::per_call(&run.cpu_of, &cpu_before, &after, outcome.stats.calls_made))
+    };
 
     let setup = RunSetup {
         scenario: S::NAME,
@@ -98,7 +118,8 @@ async fn drive<S: Scenario>(mut scenario: S, target: String, run: &RunArgs) -> a
         connections: run.connections.get(),
         target_rate: plan.rate,
     };
-    let report = Report::new(setup, &outcome.stats, outcome.measured);
+    let mut report = Report::new(setup, &outcome.stats, outcome.measured);
+    report.cpu_ms_per_call = cpu_per_call;
     if run.json {
         println!("{}", report.to_json().context("encoding the report as JSON")?);
     } else {

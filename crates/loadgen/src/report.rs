@@ -77,6 +77,11 @@ pub struct Report {
     pub latency_ms: Option<Percentiles>,
     /// Open loop: how late calls were sent against their schedule (included in the latency).
     pub start_lag_ms: Option<Percentiles>,
+    /// Every call made, warm-up included (the setup's probe is not): the divisor for the
+    /// target's CPU time per call.
+    pub calls_made: u64,
+    /// With `--cpu-of`: each watched process's CPU milliseconds per call made, and `total`.
+    pub cpu_ms_per_call: Option<BTreeMap<String, f64>>,
 }
 
 impl Report {
@@ -101,6 +106,8 @@ impl Report {
             throughput_rps: per_second(stats.ok),
             latency_ms: Percentiles::of(&stats.latency),
             start_lag_ms: if open_loop { Percentiles::of(&stats.start_lag) } else { None },
+            calls_made: stats.calls_made,
+            cpu_ms_per_call: None,
         }
     }
 
@@ -138,6 +145,9 @@ impl fmt::Display for Report {
         percentile_lines(&mut line, "latency", self.latency_ms.as_ref())?;
         if self.target_rate.is_some() {
             percentile_lines(&mut line, "start lag", self.start_lag_ms.as_ref())?;
+        }
+        for (process, ms) in self.cpu_ms_per_call.iter().flatten() {
+            line(&format!("cpu {process}"), &format_args!("{ms:.3} ms per call"))?;
         }
         Ok(())
     }

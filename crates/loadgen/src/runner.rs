@@ -126,6 +126,7 @@ async fn work<S: Scenario>(
             Err(_elapsed) => Err(Code::DeadlineExceeded),
         };
         let completed = Instant::now();
+        stats.calls_made += 1;
         if due >= clock.measure_from {
             stats.record(
                 outcome,

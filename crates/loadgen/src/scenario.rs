@@ -9,6 +9,7 @@ use tonic::Status;
 pub mod chat;
 pub mod detect_triggers;
 pub mod health_check;
+pub mod http_chat;
 pub mod llm_direct;
 pub mod process_query;
 pub mod sessions_redis_floor;

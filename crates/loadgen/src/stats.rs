@@ -35,6 +35,9 @@ pub struct Stats {
     pub unsent: u64,
     /// When the last recorded call completed; the measured duration runs until then.
     pub last_completion: Option<Instant>,
+    /// Every call made, the warm-up's included: what the processes under test did work for
+    /// (CPU time per call from their own accounting divides by this).
+    pub calls_made: u64,
 }
 
 impl Stats {
@@ -46,6 +49,7 @@ impl Stats {
             errors: BTreeMap::new(),
             unsent: 0,
             last_completion: None,
+            calls_made: 0,
         })
     }
 
@@ -76,6 +80,7 @@ impl Stats {
         }
         self.unsent += other.unsent;
         self.last_completion = self.last_completion.max(other.last_completion);
+        self.calls_made += other.calls_made;
         Ok(())
     }
 }

@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# Measures the edge's overhead and time to first token, per client API, with switchyard-loadgen
+# against release binaries at a fixed rate (open loop): the scripted OpenAI-compatible vendor
+# that answers at once (switchyard-scripted-llm), triggers and sessions in memory, the router
+# with its analytics in the real Postgres (as scripts/bench-router.sh), and the edge (open, no
+# rate limit, in-memory stores) in front. In the same run, rounds interleaved:
+#   llm-direct            the vendor called by the router's own provider client (the baseline);
+#   router Chat / ChatStream first token   the router's gRPC API, 64 continuing sessions;
+#   edge <api> JSON / first token           each client API of the edge (chat completions,
+#                         Messages, Responses, the REST chat) over HTTP/1.1 keep-alive
+#                         connections (one per caller, TCP_NODELAY, as the SDKs hold them), on
+#                         64 continuing sessions named in x-session-id.
+# CPU per request: each process's user + system time (/proc/PID/stat) over the run, warm-up
+# included, divided by every call made; "Switchyard" sums the edge, router, sessions, triggers.
+# Usage: scripts/bench-edge.sh [RATE] [DURATION]   (defaults: 50 5s; BENCH_ROUNDS=3 rounds)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/switchyard-target}"
+export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}"
+rate="${1:-50}"
+duration="${2:-5s}"
+rounds="${BENCH_ROUNDS:-3}"
+llm_port="${BENCH_LLM_PORT:-50290}"
+triggers_port="${BENCH_TRIGGERS_PORT:-50291}"
+sessions_port="${BENCH_SESSIONS_PORT:-50292}"
+router_port="${BENCH_ROUTER_PORT:-50293}"
+edge_port="${BENCH_EDGE_PORT:-50294}"
+schema="bench_edge_$$"
+
+cargo build --quiet --release --locked -p switchyard-triggers -p switchyard-sessions -p switchyard-router \
+  -p switchyard-edge -p switchyard-loadgen -p switchyard-testkit --bins
+bin="$CARGO_TARGET_DIR/release"
+results="$(mktemp)"
+pids=()
+cleanup() {
+  kill "${pids[@]}" 2>/dev/null || true
+  psql "$DATABASE_URL" -qc "DROP SCHEMA IF EXISTS $schema CASCADE" >/dev/null 2>&1 || true
+  rm -f "$results"
+}
+trap cleanup EXIT
+
+"$bin/switchyard-scripted-llm" "127.0.0.1:$llm_port" >/dev/null 2>&1 &
+llm=$!
+pids+=("$llm")
+"$bin/switchyard-triggers" --in-memory --listen "127.0.0.1:$triggers_port" >/dev/null 2>&1 &
+triggers=$!
+pids+=("$triggers")
+"$bin/switchyard-sessions" --in-memory --listen "127.0.0.1:$sessions_port" \
+  --triggers-url "http://127.0.0.1:$triggers_port" >/dev/null 2>&1 &
+sessions=$!
+pids+=("$sessions")
+OPENAI_BASE_URL="http://127.0.0.1:$llm_port/v1" "$bin/switchyard-router" --listen "127.0.0.1:$router_port" \
+  --sessions-url "http://127.0.0.1:$sessions_port" --db-schema "$schema" >/dev/null 2>&1 &
+router=$!
+pids+=("$router")
+# In-memory stores: no Postgres for keys (open), no Redis for the Responses store.
+env -u DATABASE_URL -u REDIS_URL "$bin/switchyard-edge" --listen "127.0.0.1:$edge_port" --open --rate-limit 0 \
+  --router-url "http://127.0.0.1:$router_port" --sessions-url "http://127.0.0.1:$sessions_port" \
+  --triggers-url "http://127.0.0.1:$triggers_port" >/dev/null 2>&1 &
+edge=$!
+pids+=("$edge")
+
+edge_url="http://127.0.0.1:$edge_port"
+ready=""
+for _ in $(seq 150); do
+  if "$bin/switchyard-loadgen" http-chat --target "$edge_url" --connections 1 --duration 100ms --warmup 0s \
+    >/dev/null 2>&1; then
+    ready=1
+    break
+  fi
+  sleep 0.2
+done
+[[ -n "$ready" ]] || { echo "the edge did not become ready" >&2; exit 1; }
+
+cpu=(--cpu-of "edge=$edge" --cpu-of "router=$router" --cpu-of "sessions=$sessions" --cpu-of "triggers=$triggers"
+  --cpu-of "vendor=$llm")
+direct=(llm-direct --base-url "http://127.0.0.1:$llm_port/v1")
+grpc=(chat --target "http://127.0.0.1:$router_port" --sessions-url "http://127.0.0.1:$sessions_port" --sessions 64)
+http=(http-chat --target "$edge_url" --sessions 64 --connections 64)
+# name|arguments (one case per line)
+cases=(
+  "llm-direct|${direct[*]}"
+  "llm-direct first token|${direct[*]} --first-token"
+  "router gRPC Chat|${grpc[*]}"
+  "router gRPC ChatStream first token|${grpc[*]} --stream --first-token"
+  "edge chat-completions JSON|${http[*]} --api chat-completions"
+  "edge chat-completions first token|${http[*]} --api chat-completions --stream --first-token"
+  "edge messages JSON|${http[*]} --api messages"
+  "edge messages first token|${http[*]} --api messages --stream --first-token"
+  "edge responses JSON|${http[*]} --api responses"
+  "edge responses first token|${http[*]} --api responses --stream --first-token"
+  "edge rest-chat JSON|${http[*]} --api rest-chat"
+  "edge rest-chat first token|${http[*]} --api rest-chat --stream --first-token"
+)
+count=${#cases[@]}
+for round in $(seq "$rounds"); do
+  # Each round starts one case further on, so that no case always runs first or after the same one.
+  for step in $(seq 0 $((count - 1))); do
+    entry="${cases[$(((step + round - 1) % count))]}"
+    name="${entry%%|*}"
+    read -r -a args <<<"${entry#*|}"
+    report=$("$bin/switchyard-loadgen" "${args[@]}" "${cpu[@]}" --rate "$rate" --concurrency 64 \
+      --duration "$duration" --json)
+    printf '%s\t%s\t%s\n' "$round" "$name" "$report" >>"$results"
+  done
+done
+
+echo "scripts/bench-edge.sh $rate $duration  ($rounds rounds interleaved; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg))"
+python3 - "$results" <<'PY'
+import json, statistics, sys
+
+runs = {}
+for line in open(sys.argv[1]):
+    round_, name, report = line.rstrip("\n").split("\t", 2)
+    runs.setdefault(name, []).append(json.loads(report))
+
+def med(name, key):
+    return statistics.median(r["latency_ms"][key] for r in runs[name])
+
+def cpu(name, process):
+    return statistics.median(r["cpu_ms_per_call"].get(process, 0.0) for r in runs[name])
+
+def switchyard_cpu(name):
+    return statistics.median(sum(r["cpu_ms_per_call"].get(p, 0.0) for p in ("edge", "router", "sessions", "triggers"))
+                             for r in runs[name])
+
+def errors(name):
+    return sum(r["errors_total"] + (r["unsent"] or 0) for r in runs[name])
+
+print("\nMedians over the rounds; p50 of each round in brackets. CPU: ms per request (edge / router / sessions /"
+      " triggers = Switchyard; vendor apart).")
+print(f"| case | p50 ms (rounds) | p99 ms | vs llm-direct p50 / p99 | errors | CPU edge / router / sessions / triggers"
+      " = Switchyard | vendor |")
+print("| --- | --- | --- | --- | --- | --- | --- |")
+for name in runs:
+    base = "llm-direct first token" if "first token" in name else "llm-direct"
+    rounds = ", ".join(f"{r['latency_ms']['p50']:.3f}" for r in runs[name])
+    parts = " / ".join(f"{cpu(name, p):.2f}" for p in ("edge", "router", "sessions", "triggers"))
+    print(f"| {name} | {med(name, 'p50'):.3f} ({rounds}) | {med(name, 'p99'):.3f} | "
+          f"+{med(name, 'p50') - med(base, 'p50'):.3f} / +{med(name, 'p99') - med(base, 'p99'):.3f} | {errors(name)} | "
+          f"{parts} = **{switchyard_cpu(name):.2f}** | {cpu(name, 'vendor'):.2f} |")
+
+stream = "router gRPC ChatStream first token"
+print(f"\nFirst token through the edge against the router's own gRPC stream (aim: within +2 ms p50):")
+print("| API | edge first token p50 | router ChatStream p50 | difference p50 (per round) | aim |")
+print("| --- | --- | --- | --- | --- |")
+for name in runs:
+    if name.startswith("edge") and name.endswith("first token"):
+        per_round = [e["latency_ms"]["p50"] - g["latency_ms"]["p50"] for e, g in zip(runs[name], runs[stream])]
+        diff = med(name, "p50") - med(stream, "p50")
+        shown = ", ".join(f"{d:+.3f}" for d in per_round)
+        print(f"| {name[5:-12]} | {med(name, 'p50'):.3f} ms | {med(stream, 'p50'):.3f} ms | **{diff:+.3f} ms** ({shown}) | "
+              f"{'met' if diff <= 2.0 else '**not met**'} |")
+PY
