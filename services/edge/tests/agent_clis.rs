@@ -249,7 +249,8 @@ wire_api = "responses"
         ("SWITCHYARD_API_KEY", "sy-any-text".to_owned()),
     ];
     let task = format!("Write the {marker} with a shell command, then tell me what it holds.");
-    let args = ["exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", &task];
+    // Codex's own sandbox, as a user runs it: the command may write in the working directory.
+    let args = ["exec", "--skip-git-repo-check", "--sandbox", "workspace-write", &task];
     let (ok, stdout, stderr) = run(&codex, &args, &env, &sandbox.path("work")).await;
     let asked = stack.llm.requests();
     let context = format!("stdout:\n{stdout}\nstderr:\n{stderr}\nthe vendor was asked:\n{}", summary(&asked));
