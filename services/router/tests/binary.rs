@@ -55,3 +55,23 @@ async fn the_binary_becomes_ready_and_exits_cleanly_on_sigterm() {
     let exit = tokio::time::timeout(Duration::from_secs(30), child.wait()).await.expect("exits in time").expect("wait");
     assert!(exit.success(), "clean exit after SIGTERM: {exit:?}");
 }
+
+#[test]
+fn a_malformed_gateway_tools_tenant_list_stops_the_start_naming_it() {
+    for (value, says) in [
+        ("acme,,beta", "ROUTER_GATEWAY_TOOLS_TENANTS: item 2 is empty"),
+        ("acme,bad tenant", "ROUTER_GATEWAY_TOOLS_TENANTS: item 2 (\"bad tenant\") is not a tenant id"),
+    ] {
+        let output = std::process::Command::new(BINARY)
+            .args(["--in-memory", "--listen", "127.0.0.1:0", "--no-fast-router"])
+            .env("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+            .env("ROUTER_GATEWAY_TOOLS_TENANTS", value)
+            .output()
+            .expect("run switchyard-router");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{value:?} must stop the start: {stderr}");
+        assert!(stderr.contains(says), "{value:?}: {stderr}");
+    }
+    let help = std::process::Command::new(BINARY).arg("--help").output().expect("run --help");
+    assert!(String::from_utf8_lossy(&help.stdout).contains("ROUTER_GATEWAY_TOOLS_TENANTS"));
+}
