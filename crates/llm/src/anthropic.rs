@@ -5,7 +5,7 @@ mod wire;
 
 use std::borrow::Cow;
 
-use reqwest::header::HeaderName;
+use reqwest::header::{HeaderName, HeaderValue};
 use serde_json::json;
 
 use crate::{
@@ -36,7 +36,25 @@ impl Api for AnthropicApi {
     fn decoder(request: &ChatRequest, provider: &str, attempts: u32) -> Self::Decoder {
         stream::EventDecoder::new(provider, attempts, AnswerTool::name_for(request))
     }
+
+    /// The caller's `anthropic-version` (instead of ours) and `anthropic-beta`, as given.
+    fn request_headers(request: &ChatRequest) -> Result<Vec<(HeaderName, HeaderValue)>, EncodeError> {
+        let headers = &request.anthropic_headers;
+        [(VERSION_HEADER, &headers.version), (BETA_HEADER, &headers.beta)]
+            .into_iter()
+            .filter_map(|(name, value)| value.as_deref().filter(|value| !value.is_empty()).map(|value| (name, value)))
+            .map(|(name, value)| {
+                let value = HeaderValue::from_str(value).map_err(|_| {
+                    EncodeError::unsupported(name, format!("`{name}` is not a valid HTTP header value"))
+                })?;
+                Ok((HeaderName::from_static(name), value))
+            })
+            .collect()
+    }
 }
+
+const VERSION_HEADER: &str = "anthropic-version";
+const BETA_HEADER: &str = "anthropic-beta";
 
 impl Vendor<AnthropicApi> {
     pub const DEFAULT_BASE_URL: &'static str = "https://api.anthropic.com";
@@ -57,7 +75,7 @@ impl Vendor<AnthropicApi> {
             config,
             "/v1/messages",
             (HeaderName::from_static("x-api-key"), str::to_owned),
-            &[(HeaderName::from_static("anthropic-version"), Self::API_VERSION)],
+            &[(HeaderName::from_static(VERSION_HEADER), Self::API_VERSION)],
         )
     }
 }

@@ -41,6 +41,6 @@ pub use model::ModelRef;
 pub use openai::OpenAi;
 pub use provider::{EventStream, Provider, Providers};
 pub use types::{
-    ChatRequest, Completion, ContentPart, FinishReason, Image, ImageSource, Message, ResponseFormat, StreamEvent,
-    ToolCall, ToolChoice, ToolSpec, Usage,
+    AnthropicHeaders, ChatRequest, Completion, ContentPart, FinishReason, Image, ImageSource, Message, ResponseFormat,
+    StreamEvent, ToolCall, ToolChoice, ToolSpec, Usage,
 };

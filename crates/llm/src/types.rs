@@ -198,6 +198,19 @@ pub struct ChatRequest {
     pub max_tokens: Option<u32>,
     pub temperature: Option<f64>,
     pub stop: Vec<String>,
+    /// The caller's `anthropic-version` and `anthropic-beta`, for an Anthropic-wire provider
+    /// (the others ignore them).
+    pub anthropic_headers: AnthropicHeaders,
+}
+
+/// The Anthropic API's request headers a caller may choose. Values are sent as given; the
+/// router has checked them (visible ASCII, bounded length).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AnthropicHeaders {
+    /// Sent as `anthropic-version` instead of the provider's own.
+    pub version: Option<String>,
+    /// Sent as `anthropic-beta` (a comma-separated list, as the caller gave it).
+    pub beta: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

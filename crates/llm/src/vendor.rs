@@ -3,7 +3,7 @@
 //! timeouts and retries). Each API says only how a request is encoded and how answers are read
 //! ([`Api`]); [`Vendor`] is the provider built from that.
 
-use std::{fmt, marker::PhantomData};
+use std::{borrow::Cow, fmt, marker::PhantomData};
 
 use bytes::Bytes;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
@@ -29,6 +29,11 @@ pub trait Api: Send + Sync + 'static {
 
     /// Reads one streamed answer to `request`, made in `attempts` HTTP attempts.
     fn decoder(request: &ChatRequest, provider: &str, attempts: u32) -> Self::Decoder;
+
+    /// Headers of this request beside the provider's own (replacing one of the same name).
+    fn request_headers(_request: &ChatRequest) -> Result<Vec<(HeaderName, HeaderValue)>, EncodeError> {
+        Ok(Vec::new())
+    }
 }
 
 /// Why a request has no body in a vendor's format.
@@ -94,14 +99,31 @@ impl<A: Api> Vendor<A> {
     }
 
     fn body(&self, request: &ChatRequest, stream: bool) -> Result<Bytes, ProviderError> {
-        A::encode(request, stream).map(Bytes::from).map_err(|err| match err {
+        A::encode(request, stream).map(Bytes::from).map_err(|err| self.encode_error(err))
+    }
+
+    /// The provider's headers with the request's own over them.
+    fn headers(&self, request: &ChatRequest) -> Result<Cow<'_, HeaderMap>, ProviderError> {
+        let extra = A::request_headers(request).map_err(|err| self.encode_error(err))?;
+        if extra.is_empty() {
+            return Ok(Cow::Borrowed(&self.headers));
+        }
+        let mut headers = self.headers.clone();
+        for (name, value) in extra {
+            headers.insert(name, value);
+        }
+        Ok(Cow::Owned(headers))
+    }
+
+    fn encode_error(&self, err: EncodeError) -> ProviderError {
+        match err {
             EncodeError::Unsupported { field, message } => {
                 ProviderError::unsupported(self.transport.provider(), field, message)
             }
             EncodeError::Json(err) => {
                 self.transport.error(ErrorKind::Rejected, format!("the request cannot be encoded: {err}"))
             }
-        })
+        }
     }
 }
 
@@ -113,7 +135,8 @@ impl<A: Api> Provider for Vendor<A> {
 
     async fn complete(&self, request: ChatRequest) -> Result<Completion, ProviderError> {
         let body = self.body(&request, false)?;
-        let (body, attempts) = self.transport.post_for_body(&self.url, &self.headers, body).await?;
+        let headers = self.headers(&request)?;
+        let (body, attempts) = self.transport.post_for_body(&self.url, &headers, body).await?;
         let mut completion = A::parse_completion(&request, &body)
             .map_err(|cause| self.transport.error(ErrorKind::Protocol, format!("unexpected response: {cause}")))?;
         completion.attempts = attempts;
@@ -122,7 +145,8 @@ impl<A: Api> Provider for Vendor<A> {
 
     async fn stream(&self, request: ChatRequest) -> Result<EventStream, ProviderError> {
         let body = self.body(&request, true)?;
-        let (response, attempts) = self.transport.post_for_stream(&self.url, &self.headers, body).await?;
+        let headers = self.headers(&request)?;
+        let (response, attempts) = self.transport.post_for_stream(&self.url, &headers, body).await?;
         let decoder = A::decoder(&request, self.transport.provider(), attempts);
         Ok(event_stream(self.transport.provider(), self.transport.config(), response, decoder))
     }

@@ -38,6 +38,12 @@ impl RawConnection {
         self.stream.write_all(head.as_bytes()).await.expect("request sent");
     }
 
+    /// Sends `bytes` as they are: a request no HTTP client library would write (a bare CR in
+    /// a header value).
+    pub async fn send_raw(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).await.expect("request sent");
+    }
+
     /// The status of the next response, its body read to the end (`Content-Length` or chunked);
     /// `None` when the server closes first or nothing complete arrives within `within`.
     pub async fn response(&mut self, within: Duration) -> Option<(u16, Vec<u8>)> {

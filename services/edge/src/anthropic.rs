@@ -225,6 +225,8 @@ impl MessagesRequest {
             response_format: None,
             stop: self.stop,
             conversation_key: conversation.conversation_key,
+            anthropic_version: None,
+            anthropic_beta: None,
         };
         Ok((chat, Fields { history: origins, message: message_field }))
     }
@@ -310,6 +312,8 @@ impl Fields {
             "parallel_tool_calls" => "tool_choice.disable_parallel_tool_use".to_owned(),
             "tool_choice.function" => "tool_choice.name".to_owned(),
             "tool_choice.mode" => "tool_choice.type".to_owned(),
+            "anthropic_version" => "anthropic-version".to_owned(),
+            "anthropic_beta" => "anthropic-beta".to_owned(),
             _ if field.starts_with("tools[") => field.replace(".parameters_json", ".input_schema"),
             _ if field.starts_with("stop[") => format!("stop_sequences{}", &field[4..]),
             _ => {
@@ -702,7 +706,9 @@ async fn answer(edge: &Edge, headers: &HeaderMap, body: Body) -> Result<Response
         &request.first_user_text(),
     )?;
     let (stream, model_name) = (request.stream, request.model.clone());
-    let (chat, fields) = request.into_chat(conversation)?;
+    let (mut chat, fields) = request.into_chat(conversation)?;
+    chat.anthropic_version = vendor_header(headers, "anthropic-version")?;
+    chat.anthropic_beta = vendor_header(headers, "anthropic-beta")?;
     if !stream {
         let response = edge
             .upstreams
@@ -723,6 +729,20 @@ async fn answer(edge: &Edge, headers: &HeaderMap, body: Body) -> Result<Response
     let mut relay = StreamEvents::new(model_name);
     let events = rest::client_stream(events, edge.shutdown.clone(), move |item| relay.next(item), error_event, None);
     Ok(sse(events))
+}
+
+/// One of the caller's Anthropic headers, for the router to send on to an Anthropic-wire model
+/// (it checks them and names the header it refuses). Several lines of it are one
+/// comma-separated list, as HTTP reads them.
+fn vendor_header(headers: &HeaderMap, name: &str) -> Result<Option<String>, ApiError> {
+    let mut values = Vec::new();
+    for value in headers.get_all(name) {
+        let value = value.to_str().map_err(|_| ApiError::bad_request(name, "must be printable ASCII"))?;
+        if !value.trim().is_empty() {
+            values.push(value.trim());
+        }
+    }
+    Ok((!values.is_empty()).then(|| values.join(",")))
 }
 
 /// Anthropic's `stop_reason` for the router's finish reason. The router does not say which

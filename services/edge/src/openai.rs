@@ -205,6 +205,8 @@ pub(crate) fn stream_request(chat: router::ChatRequest) -> router::ChatStreamReq
         response_format: chat.response_format,
         stop: chat.stop,
         conversation_key: chat.conversation_key,
+        anthropic_version: chat.anthropic_version,
+        anthropic_beta: chat.anthropic_beta,
     }
 }
 

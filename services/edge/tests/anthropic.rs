@@ -12,7 +12,10 @@ use std::process::Command;
 
 use common::{Auth, Options, Stack, json, parse_events};
 use serde_json::{Value, json};
-use switchyard_testkit::llm::{Recorded, Reply, ScriptedLlm};
+use switchyard_testkit::{
+    llm::{Recorded, Reply, ScriptedLlm},
+    raw_http::RawConnection,
+};
 
 const ANSWER: &str = "Hello! Switchyard here, happy to help.";
 const TOOL_ANSWER: &str = "It is 18 degrees and sunny in Paris.";
@@ -107,11 +110,9 @@ async fn a_tool_round_trip_through_the_anthropic_sdk_streamed_and_not() {
     }
 }
 
-#[tokio::test]
-async fn a_tool_round_trip_on_the_anthropic_wire_end_to_end() {
-    let llm = ScriptedLlm::start(weather_vendor).await;
-    let options = Options {
-        auth: Auth::Closed { jwks_file: None },
+/// The router's model on the scripted vendor's Anthropic wire.
+fn anthropic_wire() -> Options {
+    Options {
         configure_router: Box::new(|config| {
             // The scripted vendor serves Anthropic's wire at its root, OpenAI's under /v1.
             let root = config.providers.openai_base_url.clone().unwrap_or_default();
@@ -120,7 +121,13 @@ async fn a_tool_round_trip_on_the_anthropic_wire_end_to_end() {
             config.default_model = "anthropic/claude-test".parse().expect("model");
         }),
         ..Options::default()
-    };
+    }
+}
+
+#[tokio::test]
+async fn a_tool_round_trip_on_the_anthropic_wire_end_to_end() {
+    let llm = ScriptedLlm::start(weather_vendor).await;
+    let options = Options { auth: Auth::Closed { jwks_file: None }, ..anthropic_wire() };
     let stack = Stack::start(llm, options).await;
     let key = stack.key("acme", "agent", false).await;
     sdk_check(&stack, &key, "tools,tools_stream", &["--expect-tool-answer", "18 degrees"]).await;
@@ -314,6 +321,105 @@ async fn a_max_tokens_above_the_routers_limit_is_lowered_to_it() {
     let (status, refused) = json(post(&stack, "/v1/messages", &[], zero.to_string()).await).await;
     assert_eq!(status, 400, "{refused}");
     assert!(refused["error"]["message"].as_str().unwrap().contains("max_tokens"), "{refused}");
+}
+
+const BETAS: &str = "claude-code-20250219,interleaved-thinking-2025-05-14";
+
+/// `anthropic-version` and `anthropic-beta` pass through to an Anthropic upstream: on every
+/// model call of the turn (here the routing call that answers a plain message, and a client-tools
+/// answer, streamed), the caller's version instead of the router's own and its betas as given
+/// (several header lines are one list); without them the router's version and no betas.
+#[tokio::test]
+async fn the_callers_anthropic_headers_reach_an_anthropic_upstream() {
+    let stack = Stack::start(ScriptedLlm::start(weather_vendor).await, anthropic_wire()).await;
+    let plain = json!({"model": "claude-sonnet-4-5", "max_tokens": 50,
+        "messages": [{"role": "user", "content": "Hello there"}]});
+    let headers = [("anthropic-version", "2023-01-01"), ("anthropic-beta", BETAS)];
+    let (status, answer) = json(post(&stack, "/v1/messages", &headers, plain.to_string()).await).await;
+    assert_eq!(status, 200, "{answer}");
+    let tools = json!({"model": "claude-sonnet-4-5", "max_tokens": 50, "stream": true,
+        "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}],
+        "messages": [{"role": "user", "content": "Weather in Paris?"}]});
+    let response = stack
+        .http
+        .post(stack.url("/v1/messages?beta=true"))
+        .header("content-type", "application/json")
+        .header("anthropic-version", "2023-01-01")
+        .header("anthropic-beta", "claude-code-20250219")
+        .header("anthropic-beta", "interleaved-thinking-2025-05-14")
+        .body(tools.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(response.text().await.unwrap().contains("message_stop"));
+    let asked = stack.llm.take_requests();
+    assert_eq!(asked.len(), 2, "{asked:?}");
+    for request in &asked {
+        assert_eq!(request.wire, switchyard_testkit::llm::Wire::Anthropic);
+        assert_eq!(request.header("anthropic-version"), Some("2023-01-01"), "{:?}", request.headers);
+        assert_eq!(request.header("anthropic-beta"), Some(BETAS), "{:?}", request.headers);
+    }
+    let (status, answer) = json(post(&stack, "/v1/messages", &[], plain.to_string()).await).await;
+    assert_eq!(status, 200, "{answer}");
+    let asked = stack.llm.take_requests();
+    assert_eq!(asked[0].header("anthropic-version"), Some("2023-06-01"));
+    assert_eq!(asked[0].header("anthropic-beta"), None);
+}
+
+/// An OpenAI-wire model gets no Anthropic headers; headers the router cannot send on are
+/// refused in Anthropic's shape naming the header, before any model call.
+#[tokio::test]
+async fn anthropic_headers_stay_off_other_wires_and_bad_ones_are_refused() {
+    let stack = Stack::start(ScriptedLlm::start(weather_vendor).await, Options::default()).await;
+    let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 50,
+        "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}],
+        "messages": [{"role": "user", "content": "Weather in Paris?"}]})
+    .to_string();
+    let headers = [("anthropic-version", "2023-06-01"), ("anthropic-beta", BETAS)];
+    let (status, answer) = json(post(&stack, "/v1/messages", &headers, body.clone()).await).await;
+    assert_eq!(status, 200, "{answer}");
+    let asked = stack.llm.take_requests();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert_eq!(asked[0].wire, switchyard_testkit::llm::Wire::OpenAi);
+    assert!(asked[0].headers.keys().all(|name| !name.as_str().starts_with("anthropic-")), "{:?}", asked[0].headers);
+    let long_beta = "b".repeat(1025);
+    let cases: [(&str, reqwest::header::HeaderValue); 4] = [
+        ("anthropic-version", reqwest::header::HeaderValue::from_static("2023-06-01\tx")),
+        ("anthropic-beta", reqwest::header::HeaderValue::from_str(&long_beta).unwrap()),
+        ("anthropic-beta", reqwest::header::HeaderValue::from_bytes(b"caf\xc3\xa9-2025").unwrap()),
+        ("anthropic-version", reqwest::header::HeaderValue::from_str(&"2".repeat(65)).unwrap()),
+    ];
+    for (name, value) in cases {
+        let response = stack
+            .http
+            .post(stack.url("/v1/messages"))
+            .header("content-type", "application/json")
+            .header(name, value.clone())
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
+        let (status, refused) = json(response).await;
+        assert_eq!(status, 400, "{name}: {value:?}: {refused}");
+        assert_eq!((&refused["type"], &refused["error"]["type"]), (&json!("error"), &json!("invalid_request_error")));
+        let message = refused["error"]["message"].as_str().unwrap();
+        assert!(message.starts_with(&format!("{name}: ")), "{name}: {value:?}: {refused}");
+    }
+    // A CR, LF or NUL inside a header value ends at the HTTP parser: 400 before the edge reads
+    // the request (no client library sends one; written here by hand).
+    for bad in ["2023-06-01\rx", "a\0b"] {
+        let mut connection = RawConnection::connect(stack.edge.addr).await;
+        let head = format!(
+            "POST /v1/messages HTTP/1.1\r\nHost: edge\r\ncontent-type: application/json\r\n\
+             anthropic-version: {bad}\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        connection.send_raw(head.as_bytes()).await;
+        let (status, _) = connection.response(std::time::Duration::from_secs(5)).await.expect("an answer");
+        assert_eq!(status, 400, "{bad:?}");
+    }
+    assert!(stack.llm.requests().is_empty(), "no refused request reached the vendor");
 }
 
 async fn post(stack: &Stack, path: &str, headers: &[(&str, &str)], body: String) -> reqwest::Response {

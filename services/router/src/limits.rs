@@ -54,3 +54,7 @@ pub const MAX_STOP_SEQUENCES: usize = 16;
 pub const MAX_STOP_BYTES: usize = 256;
 /// Longest conversation key accepted (a digest is 64).
 pub const MAX_CONVERSATION_KEY_BYTES: usize = 256;
+/// Longest `anthropic-version` (a date, `2023-06-01`) and `anthropic-beta` (a list of dated
+/// names; Claude Code sends about 150 bytes) accepted from a caller.
+pub const MAX_ANTHROPIC_VERSION_BYTES: usize = 64;
+pub const MAX_ANTHROPIC_BETA_BYTES: usize = 1024;

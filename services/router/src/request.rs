@@ -4,14 +4,15 @@
 use std::collections::HashSet;
 
 use switchyard_kit::{SessionId, text::reject_nul};
-use switchyard_llm::{ContentPart, Image, ModelRef, ResponseFormat, ToolCall, ToolChoice, ToolSpec};
+use switchyard_llm::{AnthropicHeaders, ContentPart, Image, ModelRef, ResponseFormat, ToolCall, ToolChoice, ToolSpec};
 use switchyard_proto::router::v1 as pb;
 
 use crate::{
     error::RouterError,
     limits::{
-        Limits, MAX_CLIENT_TOOLS, MAX_CONVERSATION_KEY_BYTES, MAX_INSTRUCTIONS_BYTES, MAX_ROLE_ID_BYTES,
-        MAX_STOP_BYTES, MAX_STOP_SEQUENCES, MAX_TEMPERATURE, MAX_TOOL_NAME_BYTES, MAX_TOOL_SCHEMA_BYTES,
+        Limits, MAX_ANTHROPIC_BETA_BYTES, MAX_ANTHROPIC_VERSION_BYTES, MAX_CLIENT_TOOLS, MAX_CONVERSATION_KEY_BYTES,
+        MAX_INSTRUCTIONS_BYTES, MAX_ROLE_ID_BYTES, MAX_STOP_BYTES, MAX_STOP_SEQUENCES, MAX_TEMPERATURE,
+        MAX_TOOL_NAME_BYTES, MAX_TOOL_SCHEMA_BYTES,
     },
     route::{Route, route_from_proto},
 };
@@ -79,6 +80,9 @@ pub struct TurnRequest {
     pub stop: Vec<String>,
     /// A stateless caller's conversation, standing in for a session id (ignored with one).
     pub conversation_key: Option<String>,
+    /// The caller's `anthropic-version` and `anthropic-beta`, for the turn's calls of an
+    /// Anthropic-wire model.
+    pub anthropic_headers: AnthropicHeaders,
 }
 
 impl TurnRequest {
@@ -126,6 +130,8 @@ pub struct RawTurn {
     pub response_format: Option<pb::ResponseFormat>,
     pub stop: Vec<String>,
     pub conversation_key: String,
+    pub anthropic_version: Option<String>,
+    pub anthropic_beta: Option<String>,
 }
 
 /// ChatRequest and ChatStreamRequest carry the same fields under the same names.
@@ -149,6 +155,8 @@ macro_rules! raw_turn_from {
                     response_format: r.response_format,
                     stop: r.stop,
                     conversation_key: r.conversation_key,
+                    anthropic_version: r.anthropic_version,
+                    anthropic_beta: r.anthropic_beta,
                 }
             }
         }
@@ -229,6 +237,10 @@ impl TurnRequest {
                 Some(key.to_owned())
             }
         };
+        let anthropic_headers = AnthropicHeaders {
+            version: header_value("anthropic_version", raw.anthropic_version, MAX_ANTHROPIC_VERSION_BYTES)?,
+            beta: header_value("anthropic_beta", raw.anthropic_beta, MAX_ANTHROPIC_BETA_BYTES)?,
+        };
         let force_role_id = non_empty(raw.force_role_id);
         if force_role_id.as_ref().is_some_and(|role| role.len() > MAX_ROLE_ID_BYTES) {
             return Err(RouterError::invalid("force_role_id", format!("is longer than {MAX_ROLE_ID_BYTES} bytes")));
@@ -256,8 +268,29 @@ impl TurnRequest {
             response_format,
             stop,
             conversation_key,
+            anthropic_headers,
         })
     }
+}
+
+/// A value sent on as an HTTP header: trimmed (empty is none), printable ASCII (spaces
+/// inside), at most `max` bytes.
+fn header_value(field: &str, value: Option<String>, max: usize) -> Result<Option<String>, RouterError> {
+    let Some(value) = value else { return Ok(None) };
+    let value = value.trim_matches(|c: char| c == ' ' || c == '\t');
+    if value.is_empty() {
+        return Ok(None);
+    }
+    if value.len() > max {
+        return Err(RouterError::invalid(field, format!("is {} bytes; at most {max} are accepted", value.len())));
+    }
+    if let Some(bad) = value.bytes().find(|b| !(b' '..=b'~').contains(b)) {
+        return Err(RouterError::invalid(
+            field,
+            format!("must be printable ASCII (no control characters such as CR, LF or NUL); found byte 0x{bad:02x}"),
+        ));
+    }
+    Ok(Some(value.to_owned()))
 }
 
 fn history_message(index: usize, message: pb::ChatMessage, limits: &Limits) -> Result<HistoryMessage, RouterError> {
@@ -716,6 +749,35 @@ mod tests {
         assert_eq!(with(Some(16_384)), Some(16_384));
         assert_eq!(with(Some(200)), Some(200));
         assert_eq!(with(None), None);
+    }
+
+    #[test]
+    fn anthropic_headers_are_printable_ascii_of_bounded_length() {
+        let limits = Limits::default();
+        let mut r = raw("hi");
+        r.anthropic_version = Some(" 2023-06-01 ".into());
+        r.anthropic_beta = Some("claude-code-20250219, interleaved-thinking-2025-05-14".into());
+        let turn = TurnRequest::validate(r, &limits).expect("valid");
+        assert_eq!(turn.anthropic_headers.version.as_deref(), Some("2023-06-01"));
+        assert_eq!(
+            turn.anthropic_headers.beta.as_deref(),
+            Some("claude-code-20250219, interleaved-thinking-2025-05-14")
+        );
+        let mut r = raw("hi");
+        r.anthropic_version = Some(String::new());
+        assert_eq!(TurnRequest::validate(r, &limits).expect("valid").anthropic_headers, AnthropicHeaders::default());
+        let check = |version: Option<&str>, beta: Option<&str>, field: &str| {
+            let mut r = raw("hi");
+            r.anthropic_version = version.map(str::to_owned);
+            r.anthropic_beta = beta.map(str::to_owned);
+            assert_eq!(field_of(TurnRequest::validate(r, &limits)), field);
+        };
+        check(Some("2023-06-01\r\nx-evil: 1"), None, "anthropic_version");
+        check(Some("2023\0"), None, "anthropic_version");
+        check(Some(&"9".repeat(65)), None, "anthropic_version");
+        check(None, Some("a\nb"), "anthropic_beta");
+        check(None, Some("caf\u{e9}"), "anthropic_beta");
+        check(None, Some(&"b".repeat(1025)), "anthropic_beta");
     }
 
     #[test]

@@ -65,6 +65,7 @@ fn an_agent_turn() -> ChatRequest {
         max_tokens: Some(300),
         temperature: None,
         stop: vec!["END".into(), "STOP".into()],
+        ..ChatRequest::default()
     }
 }
 

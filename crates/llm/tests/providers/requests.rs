@@ -1,7 +1,7 @@
 //! What goes over the wire: headers, and the request body in each vendor's shape.
 
 use serde_json::json;
-use switchyard_llm::{ChatRequest, Message, ProviderConfig, ToolCall, ToolChoice};
+use switchyard_llm::{AnthropicHeaders, ChatRequest, ErrorKind, Message, ProviderConfig, ToolCall, ToolChoice};
 use switchyard_testkit::llm::{Reply, ScriptedLlm, Wire};
 
 use crate::support::{KEY, MODES, Mode, Vendor, ask, question, weather_tool};
@@ -74,6 +74,10 @@ fn after_a_tool_call() -> ChatRequest {
         max_tokens: Some(256),
         temperature: Some(0.5),
         stop: vec!["END".into()],
+        anthropic_headers: AnthropicHeaders {
+            version: Some("2023-01-01".into()),
+            beta: Some("claude-code-20250219,interleaved-thinking-2025-05-14".into()),
+        },
     }
 }
 
@@ -118,6 +122,11 @@ async fn openai_request_body() {
     let streamed = &requests[1].body;
     assert_eq!(streamed["stream"], true);
     assert_eq!(streamed["stream_options"], json!({"include_usage": true}));
+    // The caller's Anthropic headers are not OpenAI's business.
+    for request in &requests {
+        assert_eq!(request.header("anthropic-version"), None);
+        assert_eq!(request.header("anthropic-beta"), None);
+    }
 }
 
 #[tokio::test]
@@ -166,13 +175,35 @@ async fn anthropic_request_body() {
     let streamed = &requests[1].body;
     assert_eq!(streamed["stream"], true);
     assert!(streamed.get("stream_options").is_none());
+    // The caller's `anthropic-version` instead of ours, and its betas as it gave them, streamed or not.
+    for request in &requests {
+        assert_eq!(request.header("anthropic-version"), Some("2023-01-01"));
+        assert_eq!(request.header("anthropic-beta"), Some("claude-code-20250219,interleaved-thinking-2025-05-14"));
+    }
 
     // Without max_tokens the API's required field gets our default; tool choices map to its names.
     for (choice, name) in [(ToolChoice::Auto, "auto"), (ToolChoice::None, "none")] {
-        let request = ChatRequest { max_tokens: None, tool_choice: choice, ..after_a_tool_call() };
+        let request = ChatRequest {
+            max_tokens: None,
+            tool_choice: choice,
+            anthropic_headers: AnthropicHeaders::default(),
+            ..after_a_tool_call()
+        };
         provider.complete(request).await.unwrap();
         let last = server.requests().pop().unwrap();
         assert_eq!(last.body["max_tokens"], 4096);
         assert_eq!(last.body["tool_choice"], json!({"type": name}));
+        // Without the caller's: our version, no betas.
+        assert_eq!(last.header("anthropic-version"), Some("2023-06-01"));
+        assert_eq!(last.header("anthropic-beta"), None);
     }
+    // A value no header can carry is the caller's mistake, named, and never sent.
+    let request = ChatRequest {
+        anthropic_headers: AnthropicHeaders { version: None, beta: Some("a\r\nx-injected: 1".into()) },
+        ..after_a_tool_call()
+    };
+    let sent = server.requests().len();
+    let err = provider.complete(request).await.unwrap_err();
+    assert_eq!((err.kind, err.field.as_deref()), (ErrorKind::Unsupported, Some("anthropic-beta")), "{err}");
+    assert_eq!(server.requests().len(), sent);
 }

@@ -102,6 +102,7 @@ impl Scope<'_> {
             max_tokens: self.request.max_tokens,
             temperature: self.request.temperature,
             stop: self.request.stop.clone(),
+            anthropic_headers: self.request.anthropic_headers.clone(),
             ..ChatRequest::default()
         }
     }
