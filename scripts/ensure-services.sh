@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Makes sure PostgreSQL (DATABASE_URL) and Redis (REDIS_URL) answer for the tests. Changes
-# nothing when both do. Otherwise, for a local URL, it installs what is missing with apt-get,
+# Makes sure PostgreSQL (DATABASE_URL), Redis (REDIS_URL) and a three-primary Redis Cluster
+# (REDIS_CLUSTER_URL) answer for the tests. Changes nothing when all do. Otherwise, for a local URL, it installs what is missing with apt-get,
 # sets PostgreSQL up (trust auth for local connections, roles postgres/root, database test),
 # starts what is stopped, and waits for it (~30 s at most). Each change to the machine is
 # printed as it is made.
@@ -8,6 +8,9 @@ set -euo pipefail
 
 DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}"
 REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379}"
+REDIS_CLUSTER_URL="${REDIS_CLUSTER_URL:-redis+cluster://127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003}"
+# The cluster's nodes keep their nodes.conf (and nothing else: no persistence) here.
+REDIS_CLUSTER_DIR="${REDIS_CLUSTER_DIR:-/tmp/switchyard-redis-cluster}"
 TIMEOUT="${ENSURE_SERVICES_TIMEOUT:-30}"
 PATH="$PATH:/usr/sbin:/sbin" # runuser, and the daemons on a minimal PATH
 HBA_MARKER="# switchyard: trust local connections (added by scripts/ensure-services.sh)"
@@ -252,9 +255,76 @@ ensure_redis() {
   redis_start
 }
 
+# ---- Redis Cluster: three primaries on loopback ports, no replicas -----------------------------
+
+# The nodes of REDIS_CLUSTER_URL (redis+cluster://HOST:PORT,HOST:PORT,...) into CLUSTER_NODES.
+parse_cluster_url() {
+  local rest=${REDIS_CLUSTER_URL#redis+cluster://} node
+  [[ "$REDIS_CLUSTER_URL" == redis+cluster://* && -n "$rest" ]] ||
+    die "REDIS_CLUSTER_URL must be redis+cluster://HOST:PORT[,HOST:PORT...], got '$REDIS_CLUSTER_URL'"
+  IFS=, read -r -a CLUSTER_NODES <<<"$rest"
+  for node in "${CLUSTER_NODES[@]}"; do
+    [[ "$node" =~ ^([^:]+):([0-9]+)$ ]] || die "REDIS_CLUSTER_URL: '$node' is not HOST:PORT"
+  done
+}
+
+node_ping() { [[ "$(timeout 5 redis-cli -h "${1%:*}" -p "${1##*:}" ping 2>/dev/null)" == PONG ]]; }
+# Every slot served and every node known to the first.
+cluster_healthy() {
+  local info node
+  for node in "${CLUSTER_NODES[@]}"; do node_ping "$node" || return 1; done
+  info=$(timeout 5 redis-cli -h "${CLUSTER_NODES[0]%:*}" -p "${CLUSTER_NODES[0]##*:}" cluster info 2>/dev/null) || return 1
+  [[ "$info" == *cluster_state:ok* && "$info" == *"cluster_slots_assigned:16384"* &&
+    "$info" == *"cluster_known_nodes:${#CLUSTER_NODES[@]}"* ]]
+}
+
+cluster_node_start() {
+  local host=${1%:*} port=${1##*:} dir="$REDIS_CLUSTER_DIR/${1##*:}"
+  change "starting Redis Cluster node on $host:$port (no persistence; nodes.conf and log in $dir)"
+  mkdir -p "$dir"
+  redis-server --daemonize yes --bind "$host" --port "$port" --cluster-enabled yes \
+    --cluster-config-file nodes.conf --cluster-node-timeout 5000 --save "" --appendonly no \
+    --dir "$dir" --logfile "$dir/redis.log" >>"$LOG" 2>&1 || true
+  wait_for "Redis Cluster node at $host:$port" "$dir/redis.log" node_ping "$1"
+}
+
+ensure_redis_cluster() {
+  local node info
+  parse_cluster_url
+  cluster_healthy && return
+  for node in "${CLUSTER_NODES[@]}"; do
+    is_local "${node%:*}" || die "the Redis Cluster node $node (REDIS_CLUSTER_URL) does not answer and is not local"
+  done
+  command -v redis-server >/dev/null 2>&1 || redis_install
+  local rejoining=""
+  for node in "${CLUSTER_NODES[@]}"; do
+    node_ping "$node" && continue
+    [[ -f "$REDIS_CLUSTER_DIR/${node##*:}/nodes.conf" ]] && rejoining=1
+    cluster_node_start "$node"
+  done
+  # Restarted nodes rejoin from their nodes.conf; give them a little more than the node
+  # timeout to agree.
+  if [[ -n "$rejoining" ]]; then
+    TIMEOUT=8
+    (wait_for "the Redis Cluster" "$REDIS_CLUSTER_DIR" cluster_healthy) 2>/dev/null && return
+  fi
+  # Not one cluster (fresh nodes, or ones that met others): start it over, empty.
+  change "creating the Redis Cluster on ${CLUSTER_NODES[*]} (its data is flushed)"
+  for node in "${CLUSTER_NODES[@]}"; do
+    quietly redis-cli -h "${node%:*}" -p "${node##*:}" flushall
+    quietly redis-cli -h "${node%:*}" -p "${node##*:}" cluster reset hard
+  done
+  quietly redis-cli --cluster create "${CLUSTER_NODES[@]}" --cluster-replicas 0 --cluster-yes
+  TIMEOUT=30
+  wait_for "the Redis Cluster" "$REDIS_CLUSTER_DIR/*/redis.log" cluster_healthy
+  info=$(redis-cli -h "${CLUSTER_NODES[0]%:*}" -p "${CLUSTER_NODES[0]##*:}" cluster info | tr -d '\r' | grep cluster_state)
+  change "Redis Cluster up: $info"
+}
+
 main() {
   ensure_postgres
   ensure_redis
+  ensure_redis_cluster
 }
 
 main "$@"

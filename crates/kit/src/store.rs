@@ -7,8 +7,10 @@
 use std::{future::Future, time::Duration};
 
 use redis::{
-    RedisResult,
-    aio::{ConnectionManager, ConnectionManagerConfig},
+    Cmd, Pipeline, RedisFuture, RedisResult, Value,
+    aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig},
+    cluster::ClusterClient,
+    cluster_async::ClusterConnection,
 };
 
 use crate::{postgres::SchemaPoolError, secret::Secret};
@@ -104,11 +106,150 @@ impl std::fmt::Display for KeyPrefix {
     }
 }
 
-/// Connects to Redis: one plain connection first, so a refused or misconfigured Redis is
+/// The scheme of a Redis Cluster URL: `redis+cluster://HOST:PORT[,HOST:PORT…]` (a contract).
+pub const REDIS_CLUSTER_SCHEME: &str = "redis+cluster://";
+
+/// What `REDIS_URL` names: one Redis (`redis://`, `rediss://`, `redis+unix://`, `unix://`,
+/// parsed further by the client) or the seed nodes of a Redis Cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedisTarget {
+    Single,
+    /// `HOST:PORT` of each seed node, in the URL's order; the client learns the rest.
+    Cluster(Vec<String>),
+}
+
+impl RedisTarget {
+    /// Reads a `REDIS_URL`. The cluster form is exactly `redis+cluster://HOST:PORT[,HOST:PORT…]`
+    /// (no user, password, path or query); anything else that is not a single-node scheme is
+    /// refused with an error naming `REDIS_URL` and the forms it takes.
+    pub fn parse(url: &Secret) -> Result<Self, StoreError> {
+        let raw = url.expose();
+        if let Some(nodes) = raw.strip_prefix(REDIS_CLUSTER_SCHEME) {
+            return nodes.split(',').map(cluster_node).collect::<Result<Vec<_>, _>>().map(Self::Cluster);
+        }
+        let single = ["redis://", "rediss://", "redis+unix://", "unix://"];
+        if single.iter().any(|scheme| raw.starts_with(scheme)) {
+            return Ok(Self::Single);
+        }
+        Err(StoreError::Config(format!(
+            "REDIS_URL `{}` is not a Redis URL: use redis://HOST:PORT, rediss://HOST:PORT or \
+             {REDIS_CLUSTER_SCHEME}HOST:PORT[,HOST:PORT...]",
+            url.url_without_credentials()
+        )))
+    }
+}
+
+/// One `HOST:PORT` of a cluster URL (an IPv6 host in brackets), checked.
+fn cluster_node(node: &str) -> Result<String, StoreError> {
+    // Whatever precedes an `@` may be a password: never echoed.
+    let shown = node.rsplit_once('@').map_or(node, |(_, host)| host);
+    let bad = |why: &str| {
+        StoreError::Config(format!(
+            "REDIS_URL: cluster node `{shown}` {why}; the form is {REDIS_CLUSTER_SCHEME}HOST:PORT[,HOST:PORT...]"
+        ))
+    };
+    if node.contains(['@', '/', '?', '#', ' ']) {
+        return Err(bad("may not hold a user, password, path or query"));
+    }
+    let (host, port) = node.rsplit_once(':').ok_or_else(|| bad("has no port"))?;
+    let host_ok = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        Some(v6) => v6.parse::<std::net::Ipv6Addr>().is_ok(),
+        None => !host.is_empty() && !host.contains([':', '[', ']']),
+    };
+    if !host_ok {
+        return Err(bad("has no valid host"));
+    }
+    match port.parse::<u16>() {
+        Ok(port) if port > 0 => Ok(node.to_owned()),
+        _ => Err(bad("has no valid port (1-65535)")),
+    }
+}
+
+/// One Redis connection for every store, single node or cluster as `REDIS_URL` says. Cheap to
+/// clone (both kinds multiplex one set of connections), and a [`ConnectionLike`], so stores run
+/// their commands and scripts on it unchanged. On a cluster, the client follows `MOVED` and
+/// `ASK` and reconnects by itself; a multi-key command or script must keep its keys in one
+/// slot (hash tags), which is the store's business.
+#[derive(Clone)]
+pub enum RedisConnection {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl std::fmt::Debug for RedisConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Single(_) => "RedisConnection::Single",
+            Self::Cluster(_) => "RedisConnection::Cluster",
+        })
+    }
+}
+
+impl RedisConnection {
+    /// Connects as the URL says: [`connect_redis`] for one Redis; for a cluster, the `redis`
+    /// crate's cluster client, which reads the slot map from the seed nodes (startup fails
+    /// within [`REDIS_CONNECT_TIMEOUT`] if none answers), with [`REDIS_COMMAND_TIMEOUT`] on
+    /// each command.
+    pub async fn connect(url: &Secret) -> Result<Self, StoreError> {
+        match RedisTarget::parse(url)? {
+            RedisTarget::Single => connect_redis(url).await.map(Self::Single),
+            RedisTarget::Cluster(nodes) => {
+                let client = ClusterClient::builder(nodes.iter().map(|node| format!("redis://{node}")))
+                    .connection_timeout(REDIS_COMMAND_TIMEOUT)
+                    .response_timeout(REDIS_COMMAND_TIMEOUT)
+                    .build()
+                    .map_err(|err| StoreError::Config(format!("REDIS_URL {}: {err}", url.expose())))?;
+                bounded(REDIS_CONNECT_TIMEOUT, client.get_async_connection()).await.map(Self::Cluster)
+            }
+        }
+    }
+
+    pub fn is_cluster(&self) -> bool {
+        matches!(self, Self::Cluster(_))
+    }
+}
+
+impl ConnectionLike for RedisConnection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Self::Single(conn) => conn.req_packed_command(cmd),
+            Self::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Self::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Self::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Single(conn) => conn.get_db(),
+            Self::Cluster(conn) => conn.get_db(),
+        }
+    }
+}
+
+/// Connects to one Redis: one plain connection first, so a refused or misconfigured Redis is
 /// reported as such at startup (the manager alone keeps retrying until its timeout), then a
 /// [`ConnectionManager`] that multiplexes every request and reconnects by itself, with
-/// [`REDIS_COMMAND_TIMEOUT`] on each command.
+/// [`REDIS_COMMAND_TIMEOUT`] on each command. A cluster URL is refused here: the stores that
+/// take one connect with [`RedisConnection::connect`]; those still on this function have not
+/// been made cluster-safe yet.
 pub async fn connect_redis(url: &Secret) -> Result<ConnectionManager, StoreError> {
+    if let RedisTarget::Cluster(_) = RedisTarget::parse(url)? {
+        return Err(StoreError::Config(format!(
+            "REDIS_URL {}: this store does not support Redis Cluster yet; give it a single-node redis:// URL",
+            url.expose()
+        )));
+    }
     let client = redis::Client::open(url.expose())
         .map_err(|err| StoreError::Config(format!("redis url {}: {err}", url.url_without_credentials())))?;
     drop(bounded(REDIS_CONNECT_TIMEOUT, client.get_multiplexed_async_connection()).await?);
@@ -129,8 +270,9 @@ pub async fn bounded<T>(limit: Duration, call: impl Future<Output = RedisResult<
     }
 }
 
-/// Answers `PING` within the command timeout, for readiness probes.
-pub async fn ping_redis(conn: &ConnectionManager) -> Result<(), StoreError> {
+/// Answers `PING` within the command timeout, for readiness probes (on a cluster, the node of
+/// a random slot answers).
+pub async fn ping_redis<C: ConnectionLike + Clone + Send>(conn: &C) -> Result<(), StoreError> {
     let mut conn = conn.clone();
     let reply: String = bounded(REDIS_COMMAND_TIMEOUT, redis::cmd("PING").query_async(&mut conn)).await?;
     if reply == "PONG" { Ok(()) } else { Err(StoreError::Corrupt(format!("unexpected PING reply `{reply}`"))) }
@@ -345,6 +487,44 @@ mod tests {
         let live = Live::parse_from(["x", "--database-url", "postgres://u:pw@a/db", "--redis-url", "redis://:pw@b"]);
         let printed = format!("{:?} {:?}", live.stores, live.stores.store_args());
         assert!(!printed.contains("pw"), "{printed}");
+    }
+
+    #[test]
+    fn redis_urls_pick_one_redis_or_a_cluster() {
+        let target = |url: &str| RedisTarget::parse(&Secret::new(url));
+        for single in ["redis://127.0.0.1:6379", "rediss://u:pw@h:6380/2", "redis+unix:///run/redis.sock"] {
+            assert_eq!(target(single).unwrap(), RedisTarget::Single, "{single}");
+        }
+        assert_eq!(
+            target("redis+cluster://127.0.0.1:7001,127.0.0.1:7002,redis-2.ns:7003").unwrap(),
+            RedisTarget::Cluster(vec!["127.0.0.1:7001".into(), "127.0.0.1:7002".into(), "redis-2.ns:7003".into()])
+        );
+        assert_eq!(target("redis+cluster://[::1]:7001").unwrap(), RedisTarget::Cluster(vec!["[::1]:7001".into()]));
+    }
+
+    #[test]
+    fn bad_redis_urls_name_redis_url_and_the_forms() {
+        let cases = [
+            ("redis+cluster://", "has no port"),
+            ("redis+cluster://127.0.0.1", "has no port"),
+            ("redis+cluster://127.0.0.1:7001,", "has no port"),
+            ("redis+cluster://127.0.0.1:7001,,127.0.0.1:7002", "has no port"),
+            ("redis+cluster://:7001", "no valid host"),
+            ("redis+cluster://::1:7001", "no valid host"),
+            ("redis+cluster://h:0", "no valid port"),
+            ("redis+cluster://h:70000", "no valid port"),
+            ("redis+cluster://h:port", "no valid port"),
+            ("redis+cluster://u:pw@h:7001", "user, password, path or query"),
+            ("redis+cluster://h:7001/0", "user, password, path or query"),
+            ("cluster://h:7001", "is not a Redis URL"),
+            ("127.0.0.1:6379", "is not a Redis URL"),
+        ];
+        for (url, why) in cases {
+            let err = RedisTarget::parse(&Secret::new(url)).expect_err(url).to_string();
+            assert!(err.contains("REDIS_URL") && err.contains(why), "{url}: {err}");
+            assert!(err.contains("redis+cluster://HOST:PORT[,HOST:PORT...]"), "{url}: {err}");
+            assert!(!err.contains("pw"), "{url}: {err}");
+        }
     }
 
     #[test]
