@@ -137,11 +137,11 @@ for name in runs:
     rounds = ", ".join(f"{r['latency_ms']['p50']:.3f}" for r in runs[name])
     parts = " / ".join(f"{cpu(name, p):.2f}" for p in ("edge", "router", "sessions", "triggers"))
     print(f"| {name} | {med(name, 'p50'):.3f} ({rounds}) | {med(name, 'p99'):.3f} | "
-          f"+{med(name, 'p50') - med(base, 'p50'):.3f} / +{med(name, 'p99') - med(base, 'p99'):.3f} | {errors(name)} | "
+          f"{med(name, 'p50') - med(base, 'p50'):+.3f} / {med(name, 'p99') - med(base, 'p99'):+.3f} | {errors(name)} | "
           f"{parts} = **{switchyard_cpu(name):.2f}** | {cpu(name, 'vendor'):.2f} |")
 
 stream = "router gRPC ChatStream first token"
-print(f"\nFirst token through the edge against the router's own gRPC stream (aim: within +2 ms p50):")
+print(f"\nFirst token through the edge against the router's own gRPC stream (aim: within +2 ms p50):\n")
 print("| API | edge first token p50 | router ChatStream p50 | difference p50 (per round) | aim |")
 print("| --- | --- | --- | --- | --- |")
 for name in runs:
