@@ -21,7 +21,7 @@ pub use grpc::{ClosedPort, closed_port, wait_serving};
 pub use paths::{grpcurl, model_dir, peer_tool, root};
 pub use poll::{Outcome, eventually};
 pub use postgres::{Schema, database_url};
-pub use redis::{KeyPrefix, delete_redis_keys, redis_url};
+pub use redis::{KeyPrefix, delete_redis_keys, redis_cluster_url, redis_url};
 pub use served::{Served, Shutdown};
 
 /// A unique lowercase name (usable as a Postgres schema or a Redis key prefix).

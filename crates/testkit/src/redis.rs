@@ -12,6 +12,18 @@ pub fn redis_url() -> String {
     std::env::var("REDIS_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned())
 }
 
+/// The three-primary Redis Cluster `scripts/ensure-services.sh` starts
+/// (`REDIS_CLUSTER_URL=redis+cluster://127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003`, which
+/// `scripts/test` exports). A test that needs it fails, naming the variable, when it is unset.
+pub fn redis_cluster_url() -> String {
+    std::env::var("REDIS_CLUSTER_URL").unwrap_or_else(|_| {
+        panic!(
+            "REDIS_CLUSTER_URL is not set: run scripts/ensure-services.sh and set \
+             REDIS_CLUSTER_URL=redis+cluster://127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003 (scripts/test does)"
+        )
+    })
+}
+
 /// `host:port` of the Redis in `REDIS_URL`.
 pub fn redis_addr() -> SocketAddr {
     proxy::url_addr(&redis_url(), 6379)

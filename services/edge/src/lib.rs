@@ -37,7 +37,7 @@ use axum::{
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, header};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
-use switchyard_kit::{ShutdownNotice, http_server::HttpLimits};
+use switchyard_kit::{ShutdownNotice, http_server::HttpLimits, store::RedisConnection};
 use tower_http::{
     cors::{AllowOrigin, CorsLayer},
     request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer},
@@ -75,7 +75,7 @@ impl Edge {
     pub async fn admit(&self, headers: &HeaderMap) -> Result<Caller, ApiError> {
         let caller = self.auth.authenticate(headers).await?;
         if let Some(limit) = &self.limit {
-            limit.check(&caller.principal)?;
+            limit.check(&caller.principal).await?;
         }
         Ok(caller)
     }
@@ -200,7 +200,21 @@ impl EdgeServer {
         let routes = RouteTable::switchyard().context("reading the HTTP rules of the protos")?;
         let upstreams = Upstreams::connect(&config.urls(), config.max_message_bytes)?;
         let openapi = Bytes::from(openapi::generate(&routes).to_string());
-        let limit = RateLimit::new(config.rate_limit, config.rate_burst);
+        let limit = match &config.redis_url {
+            Some(url) if config.rate_limit > 0 => {
+                let conn = RedisConnection::connect(url).await.with_context(|| {
+                    format!("connecting to Redis at {} (rate limits)", url.url_without_credentials())
+                })?;
+                RateLimit::shared(config.rate_limit, config.rate_burst, conn, &config.redis_prefix)
+            }
+            _ => RateLimit::new(config.rate_limit, config.rate_burst),
+        };
+        tracing::info!(
+            per_second = config.rate_limit,
+            burst = config.rate_burst,
+            shared = limit.as_ref().is_some_and(RateLimit::is_shared),
+            "rate limits per credential"
+        );
         if let Some(limit) = &limit {
             limit.spawn_sweeper();
         }

@@ -19,7 +19,6 @@ use axum::{
 use base64::{Engine, engine::general_purpose::STANDARD as BASE64};
 use futures::StreamExt;
 use http::HeaderMap;
-use redis::aio::ConnectionManager;
 use serde_json::{Map, Value, json};
 use switchyard_proto::router::v1::{
     self as router, ToolChoiceMode, chat_stream_response::Event as ChatEvent, content_part, response_format,
@@ -41,7 +40,7 @@ use crate::{
 };
 use switchyard_kit::{
     Secret,
-    store::{KeyPrefix, REDIS_COMMAND_TIMEOUT, StoreError, bounded, connect_redis},
+    store::{KeyPrefix, REDIS_COMMAND_TIMEOUT, RedisConnection, StoreError, bounded},
 };
 
 /// Responses' errors name the caller's fields already (see [`caller_field`]).
@@ -112,7 +111,7 @@ pub struct ResponseStore {
 
 enum Backend {
     Memory { capacity: usize, entries: Mutex<Entries> },
-    Redis { conn: ConnectionManager, prefix: String },
+    Redis { conn: RedisConnection, prefix: String },
 }
 
 #[derive(Default)]
@@ -130,7 +129,7 @@ impl ResponseStore {
     /// In Redis, under `<prefix>:edge:response:<id>`, each key expiring with its answer.
     pub async fn redis(url: &Secret, prefix: &str, ttl: Duration) -> Result<Self, StoreError> {
         let prefix = KeyPrefix::parse(prefix)?.as_str().to_owned();
-        let conn = connect_redis(url).await?;
+        let conn = RedisConnection::connect(url).await?;
         Ok(Self { ttl, backend: Backend::Redis { conn, prefix } })
     }
 
