@@ -199,13 +199,28 @@ impl Catalog {
     /// The best `limit` tools for a context, best first. The embedding is used only when the
     /// catalog is embedded.
     pub fn rank(&self, context: &str, embedding: Option<&[f32]>, limit: usize) -> Vec<Ranked> {
+        self.rank_among(context, embedding, limit, None)
+    }
+
+    /// [`Self::rank`] among the tools `among` marks (by index; all when None): the others are
+    /// never picked, so `limit` tools of those are returned when there are that many.
+    pub fn rank_among(
+        &self,
+        context: &str,
+        embedding: Option<&[f32]>,
+        limit: usize,
+        among: Option<&[bool]>,
+    ) -> Vec<Ranked> {
         let embedding = embedding.filter(|_| self.embedded);
         let signals = self.ranker.signals(context, embedding);
         let part = |signal: &Option<Vec<f32>>, i: usize| signal.as_ref().map_or(0.0, |values| values[i]);
         let scores: Vec<f32> = (0..self.tools.len())
             .map(|i| part(&signals.lexical, i) + part(&signals.semantic, i) + part(&signals.usage_prior, i))
             .collect();
-        let mut order: Vec<usize> = (0..scores.len()).collect();
+        let mut order: Vec<usize> = match among {
+            None => (0..scores.len()).collect(),
+            Some(among) => (0..scores.len()).filter(|&i| among.get(i).copied().unwrap_or(false)).collect(),
+        };
         let keep = limit.min(order.len());
         if keep == 0 {
             return Vec::new();

@@ -56,6 +56,12 @@ pub struct GatewayConfig {
     #[arg(long = "config", env = "MCP_GATEWAY_CONFIG")]
     pub config_file: Option<PathBuf>,
 
+    /// How often the servers file is checked for changes to its `[[policies]]`, which apply
+    /// at once (a file that no longer validates is logged and the last good policies kept;
+    /// changes to `servers` need a restart). 0 turns it off.
+    #[arg(long, env = "MCP_GATEWAY_CONFIG_RELOAD", default_value = "2s", value_parser = parse_duration)]
+    pub config_reload: Duration,
+
     /// A downstream server: `NAME=COMMAND [ARGS…]` (stdio) or `NAME=http(s)://…` (streamable
     /// HTTP). Repeatable; joins the config file's servers.
     #[arg(long = "server", value_name = "NAME=COMMAND|URL")]
@@ -169,6 +175,25 @@ pub struct GatewayConfig {
     #[arg(long, env = "MCP_GATEWAY_RECORD_DRAIN_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
     pub record_drain_timeout: Duration,
 
+    /// Keep each audited tool call's arguments (JSON, with the --audit-redact fields
+    /// replaced) beside their SHA-256 digest and size. Off: digest and size only.
+    #[arg(long, env = "MCP_GATEWAY_AUDIT_ARGUMENTS")]
+    pub audit_arguments: bool,
+
+    /// Argument fields whose values are replaced by "[redacted]" when arguments are kept (at
+    /// any depth, names compared without case). Comma-separated or repeatable.
+    #[arg(
+        long = "audit-redact",
+        env = "MCP_GATEWAY_AUDIT_REDACT",
+        value_delimiter = ',',
+        default_values_t = ["password".to_owned(), "secret".to_owned(), "token".to_owned(), "api_key".to_owned(), "authorization".to_owned()]
+    )]
+    pub audit_redact: Vec<String>,
+
+    /// How long audit records are kept; older ones are pruned hourly.
+    #[arg(long, env = "MCP_GATEWAY_AUDIT_RETENTION", default_value = "2160h", value_parser = parse_duration)]
+    pub audit_retention: Duration,
+
     #[command(flatten)]
     pub server: ServerArgs,
 }
@@ -193,6 +218,7 @@ impl GatewayConfig {
             mcp_max_connections: HttpLimits::default().max_connections,
             stdio: false,
             config_file: None,
+            config_reload: Duration::from_secs(2),
             servers,
             top_k: 8,
             tool_mode: ToolMode::Filtered,
@@ -215,6 +241,9 @@ impl GatewayConfig {
             reconnect_max: Duration::from_secs(30),
             record_buffer: 10_000,
             record_drain_timeout: Duration::from_secs(5),
+            audit_arguments: false,
+            audit_redact: ["password", "secret", "token", "api_key", "authorization"].map(str::to_owned).to_vec(),
+            audit_retention: Duration::from_secs(2160 * 3600),
             server: ServerArgs::default(),
         }
     }
@@ -227,6 +256,14 @@ impl GatewayConfig {
         };
         let from_flags = self.servers.iter().map(|s| config::parse_flag(s)).collect::<Result<Vec<_>, _>>()?;
         config::merge(from_file, from_flags)
+    }
+
+    /// The policies of the servers file (none without one).
+    pub fn policies(&self) -> Result<crate::policy::Policies, ConfigError> {
+        match &self.config_file {
+            Some(path) => Ok(config::load_contents(path)?.policies),
+            None => Ok(crate::policy::Policies::default()),
+        }
     }
 
     /// The MCP endpoint's limits on slow and idle clients and on connections.

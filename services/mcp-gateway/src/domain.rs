@@ -71,6 +71,8 @@ pub enum UsageRecord {
         duration_ms: u64,
         at: DateTime<Utc>,
     },
+    /// One call in the audit trail ([`crate::audit`]).
+    Audit(Box<crate::audit::AuditRecord>),
 }
 
 /// One past (context, tool) pair the usage prior learns from.

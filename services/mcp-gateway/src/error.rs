@@ -13,6 +13,9 @@ pub enum GatewayError {
     InvalidArgument { field: String, reason: String },
     #[error("unknown tool `{0}`")]
     UnknownTool(String),
+    /// The caller's policies do not let it call the tool.
+    #[error("tool `{tool}` may not be called by this caller: {refusal}")]
+    Denied { tool: String, refusal: crate::policy::Refusal },
     /// The tool's server cannot take calls right now.
     #[error("{0}")]
     ServerUnavailable(String),
@@ -38,6 +41,7 @@ impl ServiceError for GatewayError {
         match self {
             Self::InvalidArgument { .. } => ErrorCode::InvalidArgument,
             Self::UnknownTool(_) => ErrorCode::NotFound,
+            Self::Denied { .. } => ErrorCode::PermissionDenied,
             Self::ServerUnavailable(_) | Self::Store(_) => ErrorCode::Unavailable,
             Self::Timeout { .. } => ErrorCode::DeadlineExceeded,
             Self::Downstream(err) if err.code == rmcp::model::ErrorCode::INVALID_PARAMS => ErrorCode::InvalidArgument,

@@ -145,6 +145,11 @@ pub async fn check(State(guard): State<Arc<Guard>>, request: Request, next: Next
             Value::Null,
         );
     }
+    // The caller's role and groups (the policies' subject): a malformed header is the
+    // client's mistake, named, before anything is served.
+    if let Err(err) = crate::policy::Subject::from_headers(&switchyard_kit::Identity::default(), request.headers()) {
+        return jsonrpc_error(StatusCode::BAD_REQUEST, INVALID_REQUEST, err.to_string(), json!({"field": err.field}));
+    }
     if request.method() != Method::POST || !is_json(request.headers()) {
         // Other methods, and a wrong Content-Type (the transport's 415), are the transport's.
         return next.run(request).await;

@@ -14,6 +14,7 @@
 //! transport's own session (its `initialize` parameters) — lives in Redis, so a client's
 //! requests may land on any replica; no sticky routing is needed.
 
+pub mod audit;
 pub mod catalog;
 pub mod config;
 pub mod domain;
@@ -25,6 +26,8 @@ pub mod guard;
 pub mod mcp;
 pub mod metrics;
 pub mod naming;
+pub mod policy;
+mod policy_reload;
 pub mod scope;
 pub mod store;
 pub mod upstream;
@@ -133,7 +136,7 @@ pub fn load_base_adapter(
     Ok(Some(Arc::new(adapter)))
 }
 
-fn settings(config: &GatewayConfig, base_adapter: Option<Arc<QueryAdapter>>) -> Settings {
+fn settings(config: &GatewayConfig, base_adapter: Option<Arc<QueryAdapter>>, policies: policy::Policies) -> Settings {
     Settings {
         top_k: config.top_k as usize,
         prefix_tools: config.prefix_tools,
@@ -147,6 +150,9 @@ fn settings(config: &GatewayConfig, base_adapter: Option<Arc<QueryAdapter>>) -> 
         recent_contexts: config.recent_contexts,
         embedding_cache: config.embedding_cache.clone(),
         base_adapter,
+        policies,
+        audit: audit::AuditSettings::new(config.audit_arguments, &config.audit_redact),
+        audit_retention: config.audit_retention,
     }
 }
 
@@ -158,9 +164,26 @@ pub fn start_gateway(
     shutdown: CancellationToken,
 ) -> anyhow::Result<Arc<Gateway>> {
     let specs = config.upstreams().context("downstream MCP servers")?;
+    let policies = config.policies().context("policies")?;
+    if !policies.is_empty() {
+        tracing::info!(policies = policies.policies.len(), "tool policies loaded");
+    }
     let upstreams = Upstreams::start(specs, config.backoff(), shutdown.clone());
     let base_adapter = load_base_adapter(config, embedder.as_deref())?;
-    Ok(Gateway::start(upstreams, stores.contexts, stores.usage, embedder, settings(config, base_adapter), shutdown))
+    let gateway = Gateway::start(
+        upstreams,
+        stores.contexts,
+        stores.usage,
+        embedder,
+        settings(config, base_adapter, policies),
+        shutdown.clone(),
+    );
+    if let Some(path) = config.config_file.clone()
+        && !config.config_reload.is_zero()
+    {
+        tokio::spawn(policy_reload::watch(gateway.clone(), path, config.config_reload, shutdown));
+    }
+    Ok(gateway)
 }
 
 /// A gateway bound to its ports (gRPC and MCP HTTP), ready to serve.

@@ -16,6 +16,7 @@ pub struct Metrics {
     tool_call_ms: Histogram<f64>,
     set_context_calls: Counter<u64>,
     tools_embedded: Counter<u64>,
+    tool_calls_denied: Counter<u64>,
     _gauges: Vec<ObservableGauge<f64>>,
 }
 
@@ -65,6 +66,10 @@ impl Metrics {
                     "Tool descriptions run through the embedding model (not found in the embedding cache)",
                 )
                 .build(),
+            tool_calls_denied: meter
+                .u64_counter("mcp_gateway.tool_calls.denied")
+                .with_description("Tool calls a policy refused, by server")
+                .build(),
             _gauges: gauges,
         }
     }
@@ -77,6 +82,10 @@ impl Metrics {
     pub fn tool_call(&self, server: &str, millis: f64, is_error: bool) {
         self.tool_call_ms
             .record(millis, &[KeyValue::new("server", server.to_owned()), KeyValue::new("error", is_error)]);
+    }
+
+    pub fn tool_call_denied(&self, server: &str) {
+        self.tool_calls_denied.add(1, &[KeyValue::new("server", server.to_owned())]);
     }
 
     pub fn set_context(&self) {

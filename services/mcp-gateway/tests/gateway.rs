@@ -134,7 +134,7 @@ async fn session_walkthrough(first: common::Running, second: common::Running, sc
             UsageRecord::ToolCall { tool, context_query, shown, is_error, .. } => {
                 Some((tool.as_str(), context_query.as_deref(), *shown, *is_error))
             }
-            UsageRecord::SetContext { .. } => None,
+            UsageRecord::SetContext { .. } | UsageRecord::Audit(_) => None,
         })
         .collect();
     let query = Some("Turn this question into a SQL query");

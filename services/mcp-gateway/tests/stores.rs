@@ -6,6 +6,7 @@ use std::sync::Arc;
 use chrono::{DateTime, TimeZone, Utc};
 use switchyard_kit::{SessionId, TenantId};
 use switchyard_mcp_gateway::{
+    audit::{AuditQuery, AuditRecord, Cursor, Outcome},
     domain::{Counters, ShownMatch, UsagePair, UsageRecord},
     store::{
         ContextStore, SessionKey, UsageStore,
@@ -241,4 +242,91 @@ async fn a_usage_record_postgres_refuses_is_set_aside_and_every_other_one_lands(
     assert!(ann_records.iter().any(|r| matches!(r,
         UsageRecord::ToolCall { context_query, .. } if context_query.as_deref() == Some("sum \u{FFFD} these"))));
     assert_eq!(store.session_records(&bob, 10).await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn memory_audit_store() {
+    audit_suite(Arc::new(MemoryUsageStore::default())).await;
+}
+
+#[tokio::test]
+async fn postgres_audit_store() {
+    let schema = Schema::new("gw");
+    let store = PostgresUsageStore::connect(&database_url(), &schema)
+        .await
+        .unwrap_or_else(|err| panic!("postgres at {} (set DATABASE_URL): {err}", database_url()));
+    audit_suite(Arc::new(store)).await;
+}
+
+fn audit_record(tenant: &str, user: Option<&str>, tool: &str, outcome: Outcome, ms: i64) -> AuditRecord {
+    AuditRecord {
+        id: uuid::Uuid::new_v4(),
+        at: at(ms),
+        tenant: tenant.to_owned(),
+        user: user.map(str::to_owned),
+        role: Some("finance-expert".to_owned()),
+        groups: vec!["contractors".to_owned(), "staff".to_owned()],
+        session_id: Some("s1".to_owned()),
+        server: tool.split("__").next().unwrap().to_owned(),
+        tool: tool.to_owned(),
+        arguments_sha256: "ab".repeat(32),
+        arguments_bytes: 17,
+        arguments: (outcome == Outcome::Ok).then(|| serde_json::json!({"q": "x", "password": "[redacted]"})),
+        outcome,
+        error: (outcome != Outcome::Ok).then(|| "went wrong".to_owned()),
+        duration_ms: 9,
+        policy: (outcome == Outcome::Denied).then(|| "contractors".to_owned()),
+    }
+}
+
+async fn audit_suite(store: Arc<dyn UsageStore>) {
+    let records = [
+        audit_record("acme", Some("ada"), "fx__lookup", Outcome::Ok, 1),
+        audit_record("acme", Some("bob"), "fx__secret", Outcome::Denied, 2),
+        audit_record("acme", None, "fx__lookup", Outcome::ToolError, 3),
+        audit_record("other", Some("ada"), "fx__lookup", Outcome::Ok, 4),
+        // Two in the same millisecond: the page order falls back to the id.
+        audit_record("acme", Some("ada"), "fx__lookup", Outcome::Ok, 5),
+        audit_record("acme", Some("ada"), "fx__lookup", Outcome::Ok, 5),
+    ];
+    // With the usage records, as the gateway writes them.
+    let mut batch: Vec<UsageRecord> = records.iter().cloned().map(|r| UsageRecord::Audit(Box::new(r))).collect();
+    batch.push(call(&key("acme", "s1"), "fx__lookup", Some("q"), false, 1));
+    store.record(&batch).await.unwrap();
+
+    let acme = AuditQuery { tenant: Some("acme".into()), limit: 100, ..AuditQuery::default() };
+    let all = store.audit(&acme).await.unwrap();
+    assert_eq!(all.len(), 5, "acme's records only");
+    assert!(all.windows(2).all(|w| (w[0].at, w[0].id) > (w[1].at, w[1].id)), "newest first");
+    assert_eq!(all.last().unwrap(), &records[0], "every field read back as written");
+
+    // Filters and the window.
+    let query = |q: AuditQuery| {
+        let store = store.clone();
+        async move { store.audit(&q).await.unwrap() }
+    };
+    assert_eq!(query(AuditQuery { user: Some("ada".into()), ..acme.clone() }).await.len(), 3);
+    let denied = query(AuditQuery { outcome: Some(Outcome::Denied), ..acme.clone() }).await;
+    assert_eq!(denied, [records[1].clone()]);
+    assert_eq!(query(AuditQuery { tool: Some("fx__secret".into()), ..acme.clone() }).await.len(), 1);
+    assert_eq!(query(AuditQuery { from: Some(at(2)), to: Some(at(5)), ..acme.clone() }).await.len(), 2);
+    assert_eq!(query(AuditQuery { tenant: None, limit: 100, ..AuditQuery::default() }).await.len(), 6);
+
+    // Pages of two, by cursor, cover everything once.
+    let mut seen = Vec::new();
+    let mut after = None;
+    loop {
+        let page = query(AuditQuery { limit: 2, after, ..acme.clone() }).await;
+        seen.extend(page.iter().map(|r| r.id));
+        if page.len() < 2 {
+            break;
+        }
+        after = page.last().map(Cursor::of);
+    }
+    assert_eq!(seen, all.iter().map(|r| r.id).collect::<Vec<_>>());
+
+    // Retention: older records pruned, newer kept; the usage records are not audit records.
+    assert_eq!(store.prune_audit(at(3)).await.unwrap(), 2);
+    assert_eq!(store.audit(&acme).await.unwrap().len(), 3);
+    assert_eq!(store.history(10).await.unwrap().len(), 1);
 }

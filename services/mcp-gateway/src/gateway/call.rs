@@ -19,9 +19,11 @@ use rmcp::{
 
 use super::Gateway;
 use crate::{
+    audit::{self, AuditRecord, Outcome},
     catalog::CatalogTool,
     domain::{SessionContext, ShownMatch, UsageRecord},
     error::GatewayError,
+    policy::{Policies, Refusal, Subject},
     store::SessionKey,
     upstream::Caller,
 };
@@ -52,7 +54,6 @@ impl Gateway {
     /// [`Self::call_tool`] for a client that can hear what the server sends during the call
     /// (the front that made the call knows how to reach it): progress, log messages, and the
     /// server's requests to the client. Its span is the MCP server call in the caller's trace.
-    #[tracing::instrument(name = "mcp tools/call", skip_all, fields(tool = name, server))]
     pub async fn call_tool_for(
         &self,
         key: Option<&SessionKey>,
@@ -60,10 +61,106 @@ impl Gateway {
         arguments: Option<JsonObject>,
         caller: Option<Arc<dyn Caller>>,
     ) -> Result<CallOutcome, GatewayError> {
+        self.call_tool_as(&Subject::tenant_of(key), key, name, arguments, caller).await
+    }
+
+    /// [`Self::call_tool_for`] for `subject`: a tool its policies do not let it call is
+    /// refused here and never reaches its server.
+    #[tracing::instrument(name = "mcp tools/call", skip_all, fields(tool = name, server))]
+    pub async fn call_tool_as(
+        &self,
+        subject: &Subject,
+        key: Option<&SessionKey>,
+        name: &str,
+        arguments: Option<JsonObject>,
+        caller: Option<Arc<dyn Caller>>,
+    ) -> Result<CallOutcome, GatewayError> {
+        let started = Instant::now();
+        let (arguments_sha256, arguments_bytes) = audit::digest(arguments.as_ref());
+        let kept = self.settings.audit.kept(arguments.as_ref());
+        let result = self.call_checked(subject, key, name, arguments, arguments_bytes, caller).await;
+        self.audit_call(subject, key, name, (arguments_sha256, arguments_bytes, kept), &result, started.elapsed());
+        result
+    }
+
+    /// Records a call in the audit trail, off the request path.
+    fn audit_call(
+        &self,
+        subject: &Subject,
+        key: Option<&SessionKey>,
+        name: &str,
+        (arguments_sha256, arguments_bytes, arguments): (String, u64, Option<serde_json::Value>),
+        result: &Result<CallOutcome, GatewayError>,
+        elapsed: Duration,
+    ) {
+        let (outcome, error, policy) = match result {
+            Ok(CallOutcome { response: CallToolResponse::Complete(r), .. }) if r.is_error == Some(true) => {
+                (Outcome::ToolError, None, None)
+            }
+            Ok(_) => (Outcome::Ok, None, None),
+            Err(err) => {
+                let (outcome, policy) = match err {
+                    GatewayError::UnknownTool(_) => (Outcome::UnknownTool, None),
+                    GatewayError::Denied { refusal: Refusal::Denied { policy }, .. } => {
+                        (Outcome::Denied, Some(policy.clone()))
+                    }
+                    GatewayError::Denied { .. } => (Outcome::Denied, None),
+                    GatewayError::InvalidArgument { .. } => (Outcome::Invalid, None),
+                    GatewayError::Timeout { .. } => (Outcome::Timeout, None),
+                    GatewayError::ServerUnavailable(_) => (Outcome::Unavailable, None),
+                    GatewayError::Downstream(_) | GatewayError::Store(_) | GatewayError::Internal(_) => {
+                        (Outcome::Error, None)
+                    }
+                };
+                (outcome, Some(err.to_string()), policy)
+            }
+        };
+        let server = match result {
+            Ok(outcome) => outcome.server.clone(),
+            Err(_) => self.catalog().get(name).map(|t| t.server.clone()).unwrap_or_default(),
+        };
+        self.record(UsageRecord::Audit(Box::new(AuditRecord {
+            id: uuid::Uuid::new_v4(),
+            at: audit::now(),
+            tenant: subject.tenant.as_str().to_owned(),
+            user: subject.user.as_ref().map(|u| u.as_str().to_owned()),
+            role: subject.role.as_ref().map(|r| r.as_str().to_owned()),
+            groups: subject.groups.clone(),
+            session_id: key.map(|k| k.id.as_str().to_owned()),
+            server,
+            tool: name.to_owned(),
+            arguments_sha256,
+            arguments_bytes,
+            arguments,
+            outcome,
+            error,
+            duration_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+            policy,
+        })));
+    }
+
+    /// The call itself: checked against the policies and the limits, then sent.
+    async fn call_checked(
+        &self,
+        subject: &Subject,
+        key: Option<&SessionKey>,
+        name: &str,
+        arguments: Option<JsonObject>,
+        arguments_bytes: u64,
+        caller: Option<Arc<dyn Caller>>,
+    ) -> Result<CallOutcome, GatewayError> {
         let catalog = self.catalog();
         let tool = catalog.get(name).cloned().ok_or_else(|| GatewayError::UnknownTool(name.to_owned()))?;
-        if let Some(arguments) = &arguments {
-            let size = serde_json::to_vec(arguments).map(|b| b.len()).unwrap_or(usize::MAX);
+        let policies = self.policies();
+        if !policies.is_empty()
+            && let Err(refusal) = Policies::decide(&policies.applying(subject), &tool.server, &tool.name)
+        {
+            tracing::info!(tool = name, server = %tool.server, tenant = %subject.tenant.as_str(), %refusal, "tool call refused by policy");
+            self.metrics.tool_call_denied(&tool.server);
+            return Err(GatewayError::Denied { tool: name.to_owned(), refusal });
+        }
+        if arguments.is_some() {
+            let size = usize::try_from(arguments_bytes).unwrap_or(usize::MAX);
             let max = self.settings.max_argument_bytes;
             if size > max {
                 return Err(GatewayError::invalid(

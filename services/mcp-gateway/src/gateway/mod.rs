@@ -21,11 +21,13 @@ pub use call::CallOutcome;
 pub use embed::EmbeddingCounts;
 
 use crate::{
+    audit::{AuditQuery, AuditRecord, AuditSettings},
     catalog::{Catalog, CatalogTool, EmbeddingCache, History, Ranked},
     domain::{SessionContext, Stats, UsageRecord},
     embedding_cache::EmbeddingFile,
     error::GatewayError,
     metrics::Metrics,
+    policy::{AccessCache, AccessMap, Policies, Subject},
     store::{ContextStore, SessionKey, UsageStore},
     upstream::{ServerStatus, Upstreams},
 };
@@ -47,6 +49,12 @@ pub struct Settings {
     pub embedding_cache: Option<PathBuf>,
     /// Maps contexts before the semantic signal (`--base-adapter`).
     pub base_adapter: Option<Arc<QueryAdapter>>,
+    /// The servers file's policies at start (reloaded with [`Gateway::set_policies`]).
+    pub policies: Policies,
+    /// What the audit trail keeps of arguments.
+    pub audit: AuditSettings,
+    /// How long audit records are kept.
+    pub audit_retention: Duration,
 }
 
 /// A ranked tool, ready to show.
@@ -88,6 +96,8 @@ pub struct Gateway {
     contexts_changed: broadcast::Sender<SessionKey>,
     rebuild: watch::Sender<u64>,
     metrics: Metrics,
+    policies: ArcSwap<Policies>,
+    access: AccessCache,
 }
 
 impl Gateway {
@@ -112,6 +122,7 @@ impl Gateway {
         let (catalog_changed, _) = broadcast::channel(16);
         let (contexts_changed, _) = broadcast::channel(256);
         let (rebuild, _) = watch::channel(0);
+        let settings_policies = settings.policies.clone();
         let gateway = Arc::new(Self {
             upstreams,
             catalog: ArcSwap::from_pointee(Catalog::empty()),
@@ -130,6 +141,8 @@ impl Gateway {
             contexts_changed,
             rebuild,
             metrics: Metrics::new(),
+            policies: ArcSwap::from_pointee(settings_policies),
+            access: AccessCache::default(),
         });
         upkeep::spawn(&gateway, shutdown);
         gateway
@@ -160,10 +173,49 @@ impl Gateway {
         &self.usage
     }
 
+    /// The policies in force.
+    pub fn policies(&self) -> Arc<Policies> {
+        self.policies.load_full()
+    }
+
+    /// Puts new policies in force (the servers file changed) and tells MCP clients their tool
+    /// lists changed.
+    pub fn set_policies(&self, policies: Policies) {
+        self.policies.store(Arc::new(policies));
+        // Nobody listening is fine.
+        let _ = self.catalog_changed.send(());
+    }
+
+    /// What `subject` may do with each tool of `catalog`, computed once per catalog, policies
+    /// and subject.
+    pub fn access(&self, catalog: &Arc<Catalog>, subject: &Subject) -> Arc<AccessMap> {
+        let policies = self.policies.load();
+        if policies.is_empty() {
+            return Arc::new(AccessMap::open());
+        }
+        let catalog_id = Arc::as_ptr(catalog) as usize;
+        let policies_id = Arc::as_ptr(&*policies) as usize;
+        self.access.get_or_build(catalog_id, policies_id, subject, || {
+            AccessMap::build(&policies, subject, catalog.tools().iter().map(|t| (t.server.as_str(), t.name.as_str())))
+        })
+    }
+
     /// Stores a session's context (`set_context(query, intent)`,
-    /// docs/requirements.md#mcp-set-context) and returns it with the tools now shown for it.
+    /// docs/requirements.md#mcp-set-context) and returns it with the tools now shown for it,
+    /// for a caller known only by the session's tenant.
     pub async fn set_context(
         &self,
+        key: &SessionKey,
+        query: &str,
+        intent: Option<&str>,
+    ) -> Result<(SessionContext, ToolList), GatewayError> {
+        self.set_context_as(&Subject::tenant_of(Some(key)), key, query, intent).await
+    }
+
+    /// [`Self::set_context`] for `subject`: the tools shown are those its policies let it see.
+    pub async fn set_context_as(
+        &self,
+        subject: &Subject,
         key: &SessionKey,
         query: &str,
         intent: Option<&str>,
@@ -190,7 +242,7 @@ impl Gateway {
             intent: intent.map(str::to_owned),
             at: now,
         });
-        let tools = self.filtered(key, &context, None).await?;
+        let tools = self.filtered(subject, key, &context, None).await?;
         Ok((context, tools))
     }
 
@@ -229,19 +281,35 @@ impl Gateway {
     /// The tools for a session: the top `limit` (or top-k) for its context, or every tool
     /// when it has none (the fallback of docs/requirements.md#mcp-filtered-list).
     pub async fn list_tools(&self, key: Option<&SessionKey>, limit: Option<usize>) -> Result<ToolList, GatewayError> {
+        self.list_tools_as(&Subject::tenant_of(key), key, limit).await
+    }
+
+    /// [`Self::list_tools`] for `subject`: only the tools its policies list, pinned ones
+    /// first; the ranking picks among the others.
+    pub async fn list_tools_as(
+        &self,
+        subject: &Subject,
+        key: Option<&SessionKey>,
+        limit: Option<usize>,
+    ) -> Result<ToolList, GatewayError> {
         let context = match key {
             Some(key) => self.contexts.get(key).await?,
             None => None,
         };
         match (key, context) {
-            (Some(key), Some(context)) if context.current_query.is_some() => self.filtered(key, &context, limit).await,
+            (Some(key), Some(context)) if context.current_query.is_some() => {
+                self.filtered(subject, key, &context, limit).await
+            }
             (key, _) => {
                 if let Some(key) = key {
                     self.contexts.touch(key).await?;
                 }
                 let catalog = self.catalog();
+                let access = self.access(&catalog, subject);
+                let pinned = access.pinned.iter().copied();
+                let others = (0..catalog.len()).filter(|&i| access.get(i).listed && !access.get(i).pinned);
                 let tools: Vec<ShownTool> =
-                    catalog.tools().iter().map(|tool| ShownTool { tool: tool.clone(), score: None }).collect();
+                    pinned.chain(others).map(|i| ShownTool { tool: catalog.tool(i).clone(), score: None }).collect();
                 let total = tools.len();
                 let tools = match limit {
                     Some(limit) => tools.into_iter().take(limit).collect(),
@@ -252,21 +320,42 @@ impl Gateway {
         }
     }
 
+    /// The caller's pinned tools, then the best of the others it may see (policies apply
+    /// before the ranking, so the top-k is made of tools the caller may use).
     async fn filtered(
         &self,
+        subject: &Subject,
         key: &SessionKey,
         context: &SessionContext,
         limit: Option<usize>,
     ) -> Result<ToolList, GatewayError> {
         let catalog = self.catalog();
+        let access = self.access(&catalog, subject);
         let text = context.text().unwrap_or_default();
-        let ranked: Vec<Ranked> =
-            catalog.rank(&text, context.embedding.as_deref(), limit.unwrap_or(self.settings.top_k));
-        let tools: Vec<ShownTool> =
-            ranked.iter().map(|r| ShownTool { tool: catalog.tool(r.index).clone(), score: Some(*r) }).collect();
+        let rankable = access.rankable();
+        let ranked: Vec<Ranked> = catalog.rank_among(
+            &text,
+            context.embedding.as_deref(),
+            limit.unwrap_or(self.settings.top_k),
+            rankable.as_deref(),
+        );
+        let pinned = access.pinned.iter().map(|&i| ShownTool { tool: catalog.tool(i).clone(), score: None });
+        let tools: Vec<ShownTool> = pinned
+            .chain(ranked.iter().map(|r| ShownTool { tool: catalog.tool(r.index).clone(), score: Some(*r) }))
+            .collect();
         let names: Vec<String> = tools.iter().map(|t| t.tool.name.clone()).collect();
         self.contexts.record_shown(key, &names).await?;
-        Ok(ToolList { tools, filtered: true, total: catalog.len() })
+        Ok(ToolList { tools, filtered: true, total: access.listed_count(catalog.len()) })
+    }
+
+    /// The audit trail: tool calls matching `query`, newest first.
+    pub async fn audit(&self, query: AuditQuery) -> Result<Vec<AuditRecord>, GatewayError> {
+        Ok(self.usage.audit(&query).await?)
+    }
+
+    /// Writes the records held now (tests, and anyone who must read what was just done).
+    pub async fn flush_records(&self) -> Result<usize, GatewayError> {
+        Ok(self.records.flush().await?)
     }
 
     pub fn servers(&self) -> Vec<ServerStatus> {

@@ -19,7 +19,28 @@ use crate::{
 pub(super) fn spawn(gateway: &Arc<Gateway>, shutdown: CancellationToken) {
     tokio::spawn(maintain_catalog(gateway.clone(), shutdown.clone()));
     tokio::spawn(reload_history(gateway.clone(), shutdown.clone()));
-    tokio::spawn(refresh_metrics(gateway.clone(), shutdown));
+    tokio::spawn(refresh_metrics(gateway.clone(), shutdown.clone()));
+    tokio::spawn(prune_audit(gateway.clone(), shutdown));
+}
+
+/// How often audit records past the retention are pruned.
+const AUDIT_PRUNE_EVERY: Duration = Duration::from_secs(3600);
+
+/// Removes audit records older than `--audit-retention`, at start and hourly.
+async fn prune_audit(gateway: Arc<Gateway>, shutdown: CancellationToken) {
+    let Ok(retention) = chrono::Duration::from_std(gateway.settings.audit_retention) else { return };
+    let mut tick = tokio::time::interval(AUDIT_PRUNE_EVERY);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        match gateway.usage.prune_audit(chrono::Utc::now() - retention).await {
+            Ok(0) => {}
+            Ok(pruned) => tracing::info!(pruned, "pruned audit records past the retention"),
+            Err(err) => tracing::warn!(error = %err, "pruning audit records"),
+        }
+    }
 }
 
 impl BufferedRecord for UsageRecord {
@@ -30,6 +51,9 @@ impl BufferedRecord for UsageRecord {
             }
             UsageRecord::ToolCall { key, server, at, .. } => {
                 format!("tenant={} session={} kind=tool_call server={server} at={at}", key.tenant, key.id)
+            }
+            UsageRecord::Audit(audit) => {
+                format!("tenant={} id={} kind=audit server={} at={}", audit.tenant, audit.id, audit.server, audit.at)
             }
         }
     }

@@ -30,6 +30,7 @@ use crate::{
     config::ToolMode,
     gateway::Gateway,
     naming::{CALL_TOOL, FIND_TOOLS, SET_CONTEXT},
+    policy::Subject,
     scope::{self, CONTEXT_META, ContextScope},
     store::SessionKey,
 };
@@ -89,6 +90,17 @@ impl McpHandler {
 
     pub(super) fn mode(&self) -> ToolMode {
         self.gateway.settings().tool_mode
+    }
+}
+
+/// The caller as policies see it: its identity, role and groups (stdio has no headers: the
+/// default tenant, no role, no groups). The guard refused malformed headers already.
+pub(super) fn subject(extensions: &rmcp::model::Extensions) -> Result<Subject, McpError> {
+    let identity = identity(extensions);
+    match extensions.get::<http::request::Parts>() {
+        None => Ok(Subject::tenant_of(Some(&identity.session(SessionId::generate())))),
+        Some(parts) => Subject::from_headers(&identity, &parts.headers)
+            .map_err(|err| McpError::invalid_request(err.to_string(), Some(serde_json::json!({"field": err.field})))),
     }
 }
 
@@ -162,7 +174,8 @@ impl ServerHandler for McpHandler {
             return Ok(ListToolsResult::with_all_items(vec![set_context_tool(), find_tools_tool(), call_tool_tool()]));
         }
         let scope = self.scope(&context)?;
-        let list = self.gateway.list_tools(scope.key(), None).await.map_err(to_mcp)?;
+        let subject = subject(&context.extensions)?;
+        let list = self.gateway.list_tools_as(&subject, scope.key(), None).await.map_err(to_mcp)?;
         if let (ContextScope::Handle(key), false) = (&scope, list.filtered) {
             // A handle whose context is gone would silently list every tool.
             return Err(scope::unknown_handle(key.id.as_str()));
@@ -180,10 +193,11 @@ impl ServerHandler for McpHandler {
     ) -> Result<CallToolResponse, McpError> {
         let scope = self.scope(&context)?;
         let identity = identity(&context.extensions);
+        let subject = subject(&context.extensions)?;
         let search = self.mode() == ToolMode::Search;
         if request.name == SET_CONTEXT {
             let stateless = scope.is_stateless();
-            let (result, _) = self.set_context(scope, &identity, request.arguments).await?;
+            let (result, _) = self.set_context(scope, &identity, &subject, request.arguments).await?;
             // The list this client sees has changed with its context (not in search mode,
             // whose list is fixed; a stateless client has no channel for notifications).
             if !search && !stateless {
@@ -192,7 +206,7 @@ impl ServerHandler for McpHandler {
             return Ok(result.into());
         }
         if search && request.name == FIND_TOOLS {
-            return Ok(self.find_tools(scope, &identity, request.arguments).await?.into());
+            return Ok(self.find_tools(scope, &identity, &subject, request.arguments).await?.into());
         }
         let request = if search && request.name == CALL_TOOL { Self::unwrap_call_tool(request)? } else { request };
         let caller = Arc::new(ClientCaller {
@@ -203,7 +217,7 @@ impl ServerHandler for McpHandler {
         });
         let outcome = self
             .gateway
-            .call_tool_for(scope.key(), &request.name, request.arguments, Some(caller))
+            .call_tool_as(&subject, scope.key(), &request.name, request.arguments, Some(caller))
             .await
             .map_err(to_mcp)?;
         Ok(outcome.response)

@@ -12,6 +12,7 @@ use switchyard_kit::Identity;
 use super::{McpHandler, error::to_mcp, tools::MAX_FOUND};
 use crate::{
     error::GatewayError,
+    policy::Subject,
     scope::{self, CONTEXT_META, ContextScope},
 };
 
@@ -20,6 +21,7 @@ impl McpHandler {
         &self,
         scope: ContextScope,
         identity: &Identity,
+        subject: &Subject,
         arguments: Option<JsonObject>,
     ) -> Result<(CallToolResult, ContextScope), McpError> {
         let arguments = arguments.unwrap_or_default();
@@ -59,7 +61,7 @@ impl McpHandler {
         let Some(key) = scope.key() else {
             return Err(McpError::internal_error("set_context: no context key", None));
         };
-        let (_, list) = self.gateway.set_context(key, &query, intent.as_deref()).await.map_err(to_mcp)?;
+        let (_, list) = self.gateway.set_context_as(subject, key, &query, intent.as_deref()).await.map_err(to_mcp)?;
         let names: Vec<&str> = list.tools.iter().map(|t| t.tool.name.as_str()).collect();
         let mut text = format!(
             "Context set. The {} most relevant of {} tools are now listed: {}. Other tools can still be called by name.",
@@ -82,6 +84,7 @@ impl McpHandler {
         &self,
         scope: ContextScope,
         identity: &Identity,
+        subject: &Subject,
         arguments: Option<JsonObject>,
     ) -> Result<CallToolResult, McpError> {
         let mut arguments = arguments.unwrap_or_default();
@@ -99,10 +102,10 @@ impl McpHandler {
         };
         // The same checks as set_context's, under this tool's name.
         let (_, scope) = self
-            .set_context(scope, identity, Some(arguments))
+            .set_context(scope, identity, subject, Some(arguments))
             .await
             .map_err(|err| McpError::new(err.code, err.message.replace("set_context:", "find_tools:"), err.data))?;
-        let list = self.gateway.list_tools(scope.key(), limit).await.map_err(to_mcp)?;
+        let list = self.gateway.list_tools_as(subject, scope.key(), limit).await.map_err(to_mcp)?;
         let tools: Vec<serde_json::Value> = list
             .tools
             .iter()

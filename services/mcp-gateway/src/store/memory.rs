@@ -10,7 +10,10 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::{ContextStore, SessionKey, StoreError, UsageStore};
-use crate::domain::{Counters, SessionContext, ShownMatch, UsagePair, UsageRecord, context_text};
+use crate::{
+    audit::{AuditQuery, AuditRecord},
+    domain::{Counters, SessionContext, ShownMatch, UsagePair, UsageRecord, context_text},
+};
 
 #[derive(Default)]
 struct Contexts {
@@ -176,6 +179,7 @@ impl UsageStore for MemoryUsageStore {
                 .rev()
                 .filter(|record| match record {
                     UsageRecord::SetContext { key: k, .. } | UsageRecord::ToolCall { key: k, .. } => k == key,
+                    UsageRecord::Audit(_) => false,
                 })
                 .take(limit)
                 .cloned()
@@ -185,5 +189,30 @@ impl UsageStore for MemoryUsageStore {
 
     async fn ping(&self) -> Result<(), StoreError> {
         Ok(())
+    }
+
+    async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRecord>, StoreError> {
+        Ok(self.with(|all| {
+            let mut found: Vec<AuditRecord> = all
+                .iter()
+                .filter_map(|record| match record {
+                    UsageRecord::Audit(audit) if query.matches(audit) && query.after_cursor(audit) => {
+                        Some((**audit).clone())
+                    }
+                    _ => None,
+                })
+                .collect();
+            found.sort_by_key(|r| std::cmp::Reverse((r.at, r.id)));
+            found.truncate(query.limit);
+            found
+        }))
+    }
+
+    async fn prune_audit(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
+        Ok(self.with(|all| {
+            let was = all.len();
+            all.retain(|record| !matches!(record, UsageRecord::Audit(audit) if audit.at < before));
+            (was - all.len()) as u64
+        }))
     }
 }

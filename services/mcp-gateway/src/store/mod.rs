@@ -6,7 +6,8 @@
 //!   session state (so a session continues on any replica), and the verification counters.
 //! - [`UsageStore`] (Postgres, or memory): the record of every `set_context` and every tool
 //!   call with the context current at the time — the (context, tool) pairs of
-//!   docs/requirements.md#mcp-usage-records — which is also what the usage prior learns from.
+//!   docs/requirements.md#mcp-usage-records — which is also what the usage prior learns from —
+//!   and the audit trail of every tool call ([`crate::audit`]).
 
 pub mod memory;
 pub mod postgres;
@@ -15,7 +16,10 @@ pub mod redis;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use crate::domain::{Counters, SessionContext, ShownMatch, UsagePair, UsageRecord};
+use crate::{
+    audit::{AuditQuery, AuditRecord},
+    domain::{Counters, SessionContext, ShownMatch, UsagePair, UsageRecord},
+};
 
 pub use switchyard_kit::{identity::SessionKey, store::StoreError};
 
@@ -59,6 +63,10 @@ pub trait UsageStore: Send + Sync + 'static {
     /// Recent records of one session, newest first (for inspection and tests).
     async fn session_records(&self, key: &SessionKey, limit: usize) -> Result<Vec<UsageRecord>, StoreError>;
     async fn ping(&self) -> Result<(), StoreError>;
+    /// Audit records matching `query`, newest first, at most `query.limit`.
+    async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRecord>, StoreError>;
+    /// Removes audit records older than `before`; returns how many.
+    async fn prune_audit(&self, before: DateTime<Utc>) -> Result<u64, StoreError>;
 }
 
 /// Embeddings travel as little-endian f32 bytes (Redis values, Postgres `bytea`).

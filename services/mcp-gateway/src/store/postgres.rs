@@ -6,7 +6,10 @@ use sqlx::{PgPool, Row};
 use switchyard_kit::text::scrub_nul;
 
 use super::{SessionKey, StoreError, UsageStore, embedding_from_bytes, embedding_to_bytes};
-use crate::domain::{ShownMatch, UsagePair, UsageRecord, context_text};
+use crate::{
+    audit::{AuditQuery, AuditRecord, Outcome},
+    domain::{ShownMatch, UsagePair, UsageRecord, context_text},
+};
 
 pub struct PostgresUsageStore {
     pool: PgPool,
@@ -89,6 +92,33 @@ impl UsageStore for PostgresUsageStore {
                     .bind(is_error)
                     .bind(i64::try_from(*duration_ms).unwrap_or(i64::MAX))
                     .bind(at)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(unavailable)?;
+                }
+                UsageRecord::Audit(audit) => {
+                    sqlx::query(
+                        "INSERT INTO tool_call_audit (id, created_at, tenant, user_id, role, groups, session_id, server, \
+                         tool, arguments_sha256, arguments_bytes, arguments, outcome, error, duration_ms, policy) \
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) \
+                         ON CONFLICT (id) DO NOTHING",
+                    )
+                    .bind(audit.id)
+                    .bind(audit.at)
+                    .bind(scrub_nul(&audit.tenant))
+                    .bind(audit.user.as_deref().map(scrub_nul))
+                    .bind(audit.role.as_deref().map(scrub_nul))
+                    .bind(audit.groups.iter().map(|g| scrub_nul(g)).collect::<Vec<_>>())
+                    .bind(audit.session_id.as_deref().map(scrub_nul))
+                    .bind(scrub_nul(&audit.server))
+                    .bind(scrub_nul(&audit.tool))
+                    .bind(&audit.arguments_sha256)
+                    .bind(i64::try_from(audit.arguments_bytes).unwrap_or(i64::MAX))
+                    .bind(audit.arguments.as_ref().map(|v| sqlx::types::Json(scrub_json(v))))
+                    .bind(audit.outcome.as_str())
+                    .bind(audit.error.as_deref().map(scrub_nul))
+                    .bind(i64::try_from(audit.duration_ms).unwrap_or(i64::MAX))
+                    .bind(audit.policy.as_deref().map(scrub_nul))
                     .execute(&mut *tx)
                     .await
                     .map_err(unavailable)?;
@@ -193,5 +223,80 @@ impl UsageStore for PostgresUsageStore {
     async fn ping(&self) -> Result<(), StoreError> {
         sqlx::query("SELECT 1").execute(&self.pool).await.map_err(unavailable)?;
         Ok(())
+    }
+
+    async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRecord>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, created_at, tenant, user_id, role, groups, session_id, server, tool, arguments_sha256, \
+             arguments_bytes, arguments, outcome, error, duration_ms, policy FROM tool_call_audit \
+             WHERE ($1::timestamptz IS NULL OR created_at >= $1) AND ($2::timestamptz IS NULL OR created_at < $2) \
+             AND ($3::text IS NULL OR tenant = $3) AND ($4::text IS NULL OR user_id = $4) \
+             AND ($5::text IS NULL OR session_id = $5) AND ($6::text IS NULL OR server = $6) \
+             AND ($7::text IS NULL OR tool = $7) AND ($8::text IS NULL OR outcome = $8) \
+             AND ($9::timestamptz IS NULL OR (created_at, id) < ($9, $10::uuid)) \
+             ORDER BY created_at DESC, id DESC LIMIT $11",
+        )
+        .bind(query.from)
+        .bind(query.to)
+        .bind(query.tenant.as_deref())
+        .bind(query.user.as_deref())
+        .bind(query.session_id.as_deref())
+        .bind(query.server.as_deref())
+        .bind(query.tool.as_deref())
+        .bind(query.outcome.map(Outcome::as_str))
+        .bind(query.after.map(|c| c.at))
+        .bind(query.after.map(|c| c.id))
+        .bind(i64::try_from(query.limit).unwrap_or(i64::MAX))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(unavailable)?;
+        rows.into_iter()
+            .map(|row| {
+                let outcome: String = row.try_get("outcome").map_err(unavailable)?;
+                let arguments: Option<sqlx::types::Json<serde_json::Value>> =
+                    row.try_get("arguments").map_err(unavailable)?;
+                Ok(AuditRecord {
+                    id: row.try_get("id").map_err(unavailable)?,
+                    at: row.try_get("created_at").map_err(unavailable)?,
+                    tenant: row.try_get("tenant").map_err(unavailable)?,
+                    user: row.try_get("user_id").map_err(unavailable)?,
+                    role: row.try_get("role").map_err(unavailable)?,
+                    groups: row.try_get("groups").map_err(unavailable)?,
+                    session_id: row.try_get("session_id").map_err(unavailable)?,
+                    server: row.try_get("server").map_err(unavailable)?,
+                    tool: row.try_get("tool").map_err(unavailable)?,
+                    arguments_sha256: row.try_get("arguments_sha256").map_err(unavailable)?,
+                    arguments_bytes: u64::try_from(row.try_get::<i64, _>("arguments_bytes").map_err(unavailable)?)
+                        .unwrap_or(0),
+                    arguments: arguments.map(|json| json.0),
+                    outcome: Outcome::parse(&outcome)
+                        .ok_or_else(|| StoreError::Corrupt(format!("audit outcome `{outcome}`")))?,
+                    error: row.try_get("error").map_err(unavailable)?,
+                    duration_ms: u64::try_from(row.try_get::<i64, _>("duration_ms").map_err(unavailable)?).unwrap_or(0),
+                    policy: row.try_get("policy").map_err(unavailable)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn prune_audit(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
+        let done = sqlx::query("DELETE FROM tool_call_audit WHERE created_at < $1")
+            .bind(before)
+            .execute(&self.pool)
+            .await
+            .map_err(unavailable)?;
+        Ok(done.rows_affected())
+    }
+}
+
+/// Postgres `jsonb` holds no NUL character: strings in kept arguments lose theirs.
+fn scrub_json(value: &serde_json::Value) -> serde_json::Value {
+    match value {
+        serde_json::Value::String(text) => serde_json::Value::String(scrub_nul(text).into_owned()),
+        serde_json::Value::Array(items) => serde_json::Value::Array(items.iter().map(scrub_json).collect()),
+        serde_json::Value::Object(map) => {
+            serde_json::Value::Object(map.iter().map(|(k, v)| (scrub_nul(k).into_owned(), scrub_json(v))).collect())
+        }
+        other => other.clone(),
     }
 }

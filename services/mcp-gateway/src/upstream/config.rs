@@ -64,6 +64,16 @@ struct FileConfig {
     /// In file order: the first-configured server keeps a contested tool name.
     #[serde(default, alias = "mcpServers")]
     servers: indexmap::IndexMap<String, FileServer>,
+    /// Who may see and call which tool ([`crate::policy`]).
+    #[serde(default)]
+    policies: Vec<crate::policy::PolicySpec>,
+}
+
+/// Everything a servers file configures.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FileContents {
+    pub servers: Vec<UpstreamSpec>,
+    pub policies: crate::policy::Policies,
 }
 
 #[derive(Debug, Deserialize)]
@@ -86,10 +96,15 @@ struct FileServer {
 
 /// Reads and validates a config file; `.json` files are JSON, anything else TOML.
 pub fn load_file(path: &Path) -> Result<Vec<UpstreamSpec>, ConfigError> {
+    Ok(load_contents(path)?.servers)
+}
+
+/// Reads and validates a config file: its servers and its policies.
+pub fn load_contents(path: &Path) -> Result<FileContents, ConfigError> {
     let origin = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|err| invalid(&origin, format!("cannot read: {err}")))?;
     let is_json = path.extension().is_some_and(|ext| ext.eq_ignore_ascii_case("json"));
-    parse_file(&origin, &text, is_json, &|name| std::env::var(name).ok())
+    parse_contents(&origin, &text, is_json, &|name| std::env::var(name).ok())
 }
 
 /// Parses a config file's text. `lookup` resolves `${VAR}` references.
@@ -99,12 +114,24 @@ pub fn parse_file(
     json: bool,
     lookup: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Vec<UpstreamSpec>, ConfigError> {
+    Ok(parse_contents(origin, text, json, lookup)?.servers)
+}
+
+/// Parses a config file's text: servers and policies. `lookup` resolves `${VAR}` references.
+pub fn parse_contents(
+    origin: &str,
+    text: &str,
+    json: bool,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<FileContents, ConfigError> {
     let file: FileConfig = if json {
         serde_json::from_str(text).map_err(|err| invalid(origin, err.to_string()))?
     } else {
         toml::from_str(text).map_err(|err| invalid(origin, err.to_string()))?
     };
-    file.servers
+    let policies = crate::policy::validate(file.policies).map_err(|why| invalid(origin, why))?;
+    let servers = file
+        .servers
         .into_iter()
         .map(|(name, server)| {
             let at = format!("{origin}: servers.{name}");
@@ -151,7 +178,8 @@ pub fn parse_file(
             };
             Ok(UpstreamSpec { name, transport })
         })
-        .collect()
+        .collect::<Result<Vec<_>, ConfigError>>()?;
+    Ok(FileContents { servers, policies: crate::policy::Policies::new(policies) })
 }
 
 /// Parses one `--server NAME=COMMAND [ARGS…]` or `--server NAME=http(s)://…` value. Arguments
