@@ -1,4 +1,5 @@
-//! One behavioural suite for `LiveStore`, run against the in-memory store and the real Redis.
+//! One behavioural suite for `LiveStore`, run against the in-memory store, the real Redis and
+//! the real three-primary Redis Cluster (`REDIS_CLUSTER_URL`).
 // clippy.toml lets tests unwrap, but it does not see the suite's helper functions as tests.
 #![allow(clippy::unwrap_used, reason = "a panic in a test is the failure report")]
 
@@ -14,7 +15,7 @@ use switchyard_sessions::{
 use switchyard_testkit::{
     KeyPrefix, eventually,
     proxy::TcpProxy,
-    redis::{redis_addr, redis_url, redis_url_via},
+    redis::{redis_addr, redis_cluster_url, redis_url, redis_url_via},
 };
 use tokio::time::{Instant, sleep_until};
 
@@ -37,6 +38,19 @@ async fn redis_live_store() {
     let store = Arc::new(store);
     live_store_suite(store.clone()).await;
     malformed_hashes_are_corrupt(store, &url, &prefix).await;
+}
+
+/// The same suite on the Redis Cluster: a session's two keys share one hash tag, so every
+/// script runs in one slot. Its keys expire with the suite's sessions (no cleanup by SCAN).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_cluster_live_store() {
+    let prefix = switchyard_testkit::unique("t");
+    let url = redis_cluster_url();
+    let store = RedisLiveStore::connect(&url.as_str().into(), &prefix)
+        .await
+        .unwrap_or_else(|err| panic!("connecting to the redis cluster at {url} (REDIS_CLUSTER_URL): {err}"));
+    store.ping().await.expect("ping the redis cluster");
+    live_store_suite(Arc::new(store)).await;
 }
 
 async fn live_store_suite(store: Arc<dyn LiveStore>) {

@@ -19,12 +19,12 @@ use std::{collections::BTreeMap, collections::HashMap, time::Duration};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use redis::{Script, ScriptInvocation, Value, aio::ConnectionManager};
+use redis::{Script, ScriptInvocation, Value};
 use serde::Serialize;
 
 use switchyard_kit::{
     Secret,
-    store::{KeyPrefix, REDIS_COMMAND_TIMEOUT, REDIS_CONNECT_TIMEOUT, bounded, connect_redis, ping_redis},
+    store::{KeyPrefix, REDIS_COMMAND_TIMEOUT, REDIS_CONNECT_TIMEOUT, RedisConnection, bounded, ping_redis},
 };
 
 use super::{AppendOutcome, LiveStore, StoreError, TurnOutcome, TurnUpdate};
@@ -158,10 +158,11 @@ struct ScriptReply {
     messages: Vec<String>,
 }
 
-/// The Redis live store. Cheap to share: one `ConnectionManager` multiplexes every request and
-/// reconnects by itself.
+/// The Redis live store, on one Redis or a Redis Cluster (`REDIS_URL`). Cheap to share: one
+/// connection multiplexes every request and reconnects by itself. Both keys of a session share
+/// the hash tag `{<tenant>:<session>}`, so every script stays in one slot on a cluster.
 pub struct RedisLiveStore {
-    conn: ConnectionManager,
+    conn: RedisConnection,
     key_prefix: String,
     create: Script,
     load: Script,
@@ -181,7 +182,7 @@ impl RedisLiveStore {
     /// [`KeyPrefix`]), so several deployments or tests can share one Redis.
     pub async fn connect(url: &Secret, key_prefix: &str) -> Result<Self, StoreError> {
         let key_prefix = KeyPrefix::parse(key_prefix)?;
-        let mut conn = connect_redis(url).await?;
+        let mut conn = RedisConnection::connect(url).await?;
         let store = Self {
             key_prefix: key_prefix.to_string(),
             create: Script::new(CREATE_LUA),
