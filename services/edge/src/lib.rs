@@ -4,24 +4,21 @@
 //!   descriptor set (so the REST API cannot drift from the protos); `openapi` describes the
 //!   same routes.
 //! - `rest` adds Server-Sent Events for streams and the streamed processing of
-//!   docs/requirements.md#sessions-endpoints; `openai` speaks OpenAI's chat completions,
-//!   `responses` OpenAI's responses and `anthropic` Anthropic's messages; `console` is a
-//!   small page for trying it all.
+//!   docs/requirements.md#sessions-endpoints; `llm_api` speaks the LLM vendors' APIs
+//!   (OpenAI's chat completions and responses, Anthropic's messages); `console` is a small
+//!   page for trying it all.
 //! - `auth` turns API keys and JWTs into the tenant and user the services see; `limit` caps
 //!   each credential's rate.
 
-pub mod anthropic;
 pub mod auth;
 pub mod chat;
 pub mod config;
 pub mod console;
-pub mod conversation;
 pub mod error;
 pub mod health;
 pub mod limit;
-pub mod openai;
+pub mod llm_api;
 pub mod openapi;
-pub mod responses;
 pub mod rest;
 pub mod transcode;
 pub mod upstream;
@@ -49,6 +46,7 @@ use crate::{
     auth::{Authenticator, Caller, JwtVerifier, KeyStore},
     error::ApiError,
     limit::RateLimit,
+    llm_api::{anthropic, openai, responses},
     transcode::rules::RouteTable,
     upstream::Upstreams,
 };
