@@ -40,7 +40,7 @@ fn row(name: &str, subject: &Histogram<u64>, baseline: &Histogram<u64>) {
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let redis_url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
-    let conn = switchyard_kit::store::connect_redis(&Secret::new(&redis_url))
+    let conn = switchyard_kit::store::RedisConnection::connect(&Secret::new(&redis_url))
         .await
         .unwrap_or_else(|err| panic!("redis at {redis_url} (set REDIS_URL): {err}"));
     let prefix = format!("sy-bench-cache-{}", std::process::id());

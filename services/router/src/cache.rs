@@ -18,10 +18,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use redis::{AsyncCommands, aio::ConnectionManager};
+use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use switchyard_kit::store::{KeyPrefix, REDIS_COMMAND_TIMEOUT, StoreError, bounded};
+use switchyard_kit::store::{KeyPrefix, REDIS_COMMAND_TIMEOUT, RedisConnection, StoreError, bounded};
 
 use crate::{
     analytics::{AnalyticsStore, Correction},
@@ -135,9 +135,10 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
-/// Where exact-message decisions live.
+/// Where exact-message decisions live. In Redis each entry is one key, read and written by
+/// single-key GET/SET EX/DEL, so one Redis or a Redis Cluster (`REDIS_URL`) takes it alike.
 enum Exact {
-    Redis { conn: ConnectionManager, prefix: KeyPrefix },
+    Redis { conn: RedisConnection, prefix: KeyPrefix },
     Memory(Mutex<HashMap<String, (CachedRoute, Instant)>>),
 }
 
@@ -174,8 +175,8 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl RoutingCache {
-    /// Exact decisions in Redis under `prefix`.
-    pub fn redis(settings: CacheSettings, conn: ConnectionManager, prefix: KeyPrefix) -> Self {
+    /// Exact decisions in Redis (one Redis or a Redis Cluster) under `prefix`.
+    pub fn redis(settings: CacheSettings, conn: RedisConnection, prefix: KeyPrefix) -> Self {
         Self::with(settings, Exact::Redis { conn, prefix })
     }
 

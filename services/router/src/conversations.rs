@@ -1,8 +1,10 @@
 //! Stateless callers' conversations. A caller that names no session but sends a conversation
 //! key (the edge derives one from the tenant, the system prompt and the first user message)
 //! gets the same session for the same key, per tenant, so the role and the model stick across
-//! its requests. The mapping lives in Redis when the router has one (shared by replicas), in
-//! memory otherwise, with the session retention as its TTL, renewed on every use.
+//! its requests. The mapping lives in Redis when the router has one (shared by replicas; one
+//! Redis or a Redis Cluster: every entry is one key, read and written by single-key
+//! GET/GETEX/SET, so no command spans two slots), in memory otherwise, with the session
+//! retention as its TTL, renewed on every use.
 //!
 //! Beside the keys, the persona a caller's tool loop started with (the role's prompt with its
 //! transition context), so the turns that continue the loop are asked in exactly the same words.
@@ -13,11 +15,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use redis::{AsyncCommands, aio::ConnectionManager};
+use redis::AsyncCommands;
 use sha2::{Digest, Sha256};
 use switchyard_kit::{
     SessionId,
-    store::{KeyPrefix, REDIS_COMMAND_TIMEOUT, StoreError, bounded},
+    store::{KeyPrefix, REDIS_COMMAND_TIMEOUT, RedisConnection, StoreError, bounded},
 };
 
 /// Keys held in memory at most; past it, expired ones go, then the oldest.
@@ -30,7 +32,7 @@ pub struct ConversationKeys {
 
 enum Store {
     Memory { keys: Mutex<HashMap<String, (SessionId, Instant)>>, loops: Mutex<HashMap<String, (String, Instant)>> },
-    Redis { conn: ConnectionManager, prefix: KeyPrefix },
+    Redis { conn: RedisConnection, prefix: KeyPrefix },
 }
 
 /// The persona a tool loop started with, for the role it started in.
@@ -45,7 +47,7 @@ impl ConversationKeys {
         Self { ttl, store: Store::Memory { keys: Mutex::default(), loops: Mutex::default() } }
     }
 
-    pub fn redis(ttl: Duration, conn: ConnectionManager, prefix: KeyPrefix) -> Self {
+    pub fn redis(ttl: Duration, conn: RedisConnection, prefix: KeyPrefix) -> Self {
         Self { ttl, store: Store::Redis { conn, prefix } }
     }
 

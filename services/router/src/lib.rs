@@ -74,7 +74,7 @@ pub async fn open_stores(config: &RouterConfig) -> anyhow::Result<Stores> {
             );
             let cache = match redis_url {
                 Some(url) if config.cache_routing => {
-                    let conn = switchyard_kit::store::connect_redis(&url)
+                    let conn = switchyard_kit::store::RedisConnection::connect(&url)
                         .await
                         .with_context(|| format!("opening Redis at {}", url.url_without_credentials()))?;
                     let prefix = switchyard_kit::store::KeyPrefix::parse(&args.redis_prefix)?;
@@ -88,12 +88,13 @@ pub async fn open_stores(config: &RouterConfig) -> anyhow::Result<Stores> {
 }
 
 /// Where stateless callers' conversation keys are kept: Redis when one is configured (shared
-/// by replicas), memory otherwise.
+/// by replicas; `REDIS_URL` may be `redis://…` or `redis+cluster://HOST:PORT[,…]`), memory
+/// otherwise.
 pub async fn open_conversations(config: &RouterConfig) -> anyhow::Result<Arc<ConversationKeys>> {
     let args = config.stores.store_args();
     match (&args.redis_url, args.in_memory) {
         (Some(url), false) => {
-            let conn = switchyard_kit::store::connect_redis(url)
+            let conn = switchyard_kit::store::RedisConnection::connect(url)
                 .await
                 .with_context(|| format!("opening Redis at {}", url.url_without_credentials()))?;
             let prefix = switchyard_kit::store::KeyPrefix::parse(&args.redis_prefix)?;

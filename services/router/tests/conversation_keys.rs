@@ -1,12 +1,19 @@
 //! The conversation-key store answers alike in memory (`switchyard dev`) and in Redis (shared
 //! by replicas): the first session claimed for a key wins, keys are per tenant, a gone
-//! session is replaced, and an entry lives for the TTL from its last use.
+//! session is replaced, and an entry lives for the TTL from its last use. The Redis store runs
+//! on one Redis and on the real three-primary Redis Cluster (`REDIS_CLUSTER_URL`), opened as the
+//! router opens it (`open_conversations`): every entry is one key, read and written by
+//! single-key GET/GETEX/SET, so a cluster takes it as it is.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
-use switchyard_kit::{Secret, SessionId, store::connect_redis};
-use switchyard_router::conversations::{ConversationKeys, LoopPersona};
-use switchyard_testkit::{KeyPrefix, redis_url};
+use switchyard_kit::{Secret, SessionId};
+use switchyard_router::{
+    RouterConfig,
+    conversations::{ConversationKeys, LoopPersona},
+    open_conversations,
+};
+use switchyard_testkit::{KeyPrefix, redis_cluster_url, redis_url};
 
 fn id(text: &str) -> SessionId {
     SessionId::parse(text).expect("session id")
@@ -42,14 +49,15 @@ async fn expires(keys: &ConversationKeys) {
     assert_eq!(keys.session("acme", "short").await.expect("read"), None);
 }
 
-async fn redis_keys(ttl: Duration) -> (ConversationKeys, KeyPrefix) {
-    let url = Secret::new(redis_url());
-    let conn = connect_redis(&url)
-        .await
-        .unwrap_or_else(|err| panic!("redis at {} (set REDIS_URL): {err}", url.url_without_credentials()));
-    let prefix = KeyPrefix::new("router-conv");
-    let parsed = switchyard_kit::store::KeyPrefix::parse(prefix.as_str()).expect("prefix");
-    (ConversationKeys::redis(ttl, conn, parsed), prefix)
+/// The conversation keys the router opens on `url` (REDIS_URL) under `prefix`.
+async fn redis_keys(url: &str, prefix: &str, ttl: Duration) -> Arc<ConversationKeys> {
+    let mut config =
+        RouterConfig::in_memory("127.0.0.1:0".parse().expect("address"), "http://127.0.0.1:1", "http://127.0.0.1:1");
+    config.stores.in_memory = false;
+    config.stores.redis_url = Some(Secret::new(url));
+    config.stores.redis_prefix = prefix.to_owned();
+    config.conversation_ttl = ttl;
+    open_conversations(&config).await.unwrap_or_else(|err| panic!("opening the conversation keys on {url}: {err:#}"))
 }
 
 #[tokio::test]
@@ -60,8 +68,16 @@ async fn in_memory() {
 
 #[tokio::test]
 async fn in_redis() {
-    let (keys, _prefix) = redis_keys(Duration::from_secs(60)).await;
-    behaves(&keys).await;
-    let (keys, _prefix) = redis_keys(Duration::from_secs(1)).await;
-    expires(&keys).await;
+    let prefix = KeyPrefix::new("router-conv");
+    behaves(&*redis_keys(&redis_url(), prefix.as_str(), Duration::from_secs(60)).await).await;
+    expires(&*redis_keys(&redis_url(), prefix.as_str(), Duration::from_secs(1)).await).await;
+}
+
+/// Its keys expire with their TTL (a minute at most): no SCAN across the cluster to clean up.
+#[tokio::test]
+async fn in_redis_cluster() {
+    let prefix = switchyard_testkit::unique("router-conv");
+    let url = redis_cluster_url();
+    behaves(&*redis_keys(&url, &prefix, Duration::from_secs(60)).await).await;
+    expires(&*redis_keys(&url, &prefix, Duration::from_secs(1)).await).await;
 }

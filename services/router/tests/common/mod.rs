@@ -149,7 +149,7 @@ impl Suite {
         );
         let cache = if redis_cache {
             let url = Secret::new(switchyard_testkit::redis_url());
-            let conn = switchyard_kit::store::connect_redis(&url)
+            let conn = switchyard_kit::store::RedisConnection::connect(&url)
                 .await
                 .unwrap_or_else(|err| panic!("redis at {} (set REDIS_URL): {err}", url.url_without_credentials()));
             let prefix = switchyard_kit::store::KeyPrefix::parse(&config.stores.redis_prefix).expect("prefix");
