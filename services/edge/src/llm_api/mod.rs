@@ -3,7 +3,8 @@
 //! with its store of answers) and Anthropic's Messages (`anthropic`). Each reads its wire into
 //! the router's chat and writes the router's answer and events back in its own shapes and
 //! errors; what they share is here: the route or model a model name picks, the conversation a
-//! request belongs to (`conversation`), content parts (`content`) and JSON fields (`json`).
+//! request belongs to (`conversation`), content parts (`content`), the caller's tools and `tool_choice` (`tools`) and
+//! JSON fields (`json`).
 
 pub mod anthropic;
 pub(crate) mod content;
@@ -11,6 +12,7 @@ pub mod conversation;
 pub(crate) mod json;
 pub mod openai;
 pub mod responses;
+pub(crate) mod tools;
 
 use switchyard_proto::router::v1::{self as router, RouteType};
 

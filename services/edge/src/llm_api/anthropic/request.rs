@@ -1,15 +1,19 @@
 //! A Messages request read and checked, then turned into the router's chat request.
 
 use serde_json::{Map, Value};
-use switchyard_proto::router::v1::{self as router, content_part::Part, tool_choice::Choice};
+use switchyard_proto::router::v1::{self as router, content_part::Part};
 
 use super::{
-    content::{block_type, conversation_message, message_text, text_block},
+    content::{conversation_message, message_text, text_block},
     fields::{Fields, Origin},
 };
 use crate::{
     error::ApiError,
-    llm_api::{conversation::Conversation, route_or_model},
+    llm_api::{
+        conversation::Conversation,
+        route_or_model,
+        tools::{MESSAGES, client_tools, tool_choice},
+    },
 };
 
 pub(super) type Object = Map<String, Value>;
@@ -71,16 +75,19 @@ impl MessagesRequest {
                 origins.push(origin);
             }
         }
-        let tools = match body.get("tools") {
-            None | Some(Value::Null) => Vec::new(),
-            Some(Value::Array(tools)) => {
-                tools.iter().enumerate().map(|(i, tool)| client_tool(tool, i)).collect::<Result<_, _>>()?
+        // Anthropic's server tools (`web_search_…`, `bash_…`, `text_editor_…`) run at Anthropic;
+        // here only the caller's own tools can be called.
+        let tools = client_tools(body.get("tools"), &MESSAGES)?;
+        let tool_choice = tool_choice(body.get("tool_choice"), &tools, &MESSAGES)?;
+        let parallel_tool_calls = match body
+            .get("tool_choice")
+            .and_then(|choice| choice.get("disable_parallel_tool_use"))
+        {
+            None | Some(Value::Null) => None,
+            Some(Value::Bool(disable)) => Some(!disable),
+            Some(_) => {
+                return Err(ApiError::bad_request("tool_choice.disable_parallel_tool_use", "must be true or false"));
             }
-            Some(_) => return Err(ApiError::bad_request("tools", "must be an array")),
-        };
-        let (tool_choice, parallel_tool_calls) = match body.get("tool_choice") {
-            None | Some(Value::Null) => (None, None),
-            Some(choice) => tool_choice(choice)?,
         };
         let temperature = match body.get("temperature") {
             None | Some(Value::Null) => None,
@@ -262,59 +269,10 @@ pub(super) fn required_str<'a>(object: &'a Object, key: &str, field: &str) -> Re
     optional_str(object, key, field)?.ok_or_else(|| ApiError::bad_request(field, "is required"))
 }
 
-pub(super) fn client_tool(tool: &Value, index: usize) -> Result<router::ClientTool, ApiError> {
-    let field = format!("tools[{index}]");
-    let tool = object(tool, &field)?;
-    // Anthropic's server tools (`web_search_…`, `bash_…`, `text_editor_…`) run at Anthropic;
-    // here only the caller's own tools can be called.
-    if let Some(kind) = optional_str(tool, "type", &format!("{field}.type"))?
-        && kind != "custom"
-    {
-        return Err(ApiError::bad_request(
-            format!("{field}.type"),
-            format!("only the caller's own (`custom`) tools are supported, not `{kind}`"),
-        ));
-    }
-    let name = required_str(tool, "name", &format!("{field}.name"))?.to_owned();
-    let description = optional_str(tool, "description", &format!("{field}.description"))?.unwrap_or_default();
-    let parameters_json = match tool.get("input_schema") {
-        Some(schema @ Value::Object(_)) => schema.to_string(),
-        None | Some(Value::Null) => return Err(ApiError::bad_request(format!("{field}.input_schema"), "is required")),
-        Some(_) => return Err(ApiError::bad_request(format!("{field}.input_schema"), "must be a JSON Schema object")),
-    };
-    Ok(router::ClientTool { name, description: description.to_owned(), parameters_json })
-}
-
-/// `tool_choice` and the parallel-calls switch inside it.
-pub(super) fn tool_choice(choice: &Value) -> Result<(Option<router::ToolChoice>, Option<bool>), ApiError> {
-    let (choice, kind) = block_type(choice, "tool_choice")?;
-    let parallel = match choice.get("disable_parallel_tool_use") {
-        None | Some(Value::Null) => None,
-        Some(Value::Bool(disable)) => Some(!disable),
-        Some(_) => {
-            return Err(ApiError::bad_request("tool_choice.disable_parallel_tool_use", "must be true or false"));
-        }
-    };
-    let mode = |mode: router::ToolChoiceMode| Choice::Mode(mode as i32);
-    let choice = match kind {
-        "auto" => mode(router::ToolChoiceMode::Auto),
-        "any" => mode(router::ToolChoiceMode::Required),
-        "none" => mode(router::ToolChoiceMode::None),
-        "tool" => Choice::Function(required_str(choice, "name", "tool_choice.name")?.to_owned()),
-        other => {
-            return Err(ApiError::bad_request(
-                "tool_choice.type",
-                format!("must be `auto`, `any`, `tool` or `none`, not `{other}`"),
-            ));
-        }
-    };
-    Ok((Some(router::ToolChoice { choice: Some(choice) }), parallel))
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
-    use switchyard_proto::router::v1::RouteType;
+    use switchyard_proto::router::v1::{RouteType, tool_choice::Choice};
 
     use super::*;
 
@@ -444,7 +402,8 @@ mod tests {
 
     #[test]
     fn tool_choice_modes() {
-        let choice = |value: Value| tool_choice(&value).unwrap().0.unwrap().choice.unwrap();
+        let tools = [router::ClientTool { name: "t".into(), ..Default::default() }];
+        let choice = |value: Value| tool_choice(Some(&value), &tools, &MESSAGES).unwrap().unwrap().choice.unwrap();
         assert_eq!(choice(json!({"type": "any"})), Choice::Mode(router::ToolChoiceMode::Required as i32));
         assert_eq!(choice(json!({"type": "auto"})), Choice::Mode(router::ToolChoiceMode::Auto as i32));
         assert_eq!(choice(json!({"type": "none"})), Choice::Mode(router::ToolChoiceMode::None as i32));

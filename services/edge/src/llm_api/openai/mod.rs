@@ -11,7 +11,6 @@ mod content;
 mod error;
 mod request;
 mod stream;
-mod tools;
 
 use std::sync::Arc;
 

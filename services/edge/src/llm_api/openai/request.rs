@@ -3,16 +3,14 @@
 use serde_json::{Map, Value};
 use switchyard_proto::router::v1::{self as router, content_part, response_format};
 
-use super::{
-    content::{text_content, user_content},
-    tools::{tool_choice, tools},
-};
+use super::content::{text_content, user_content};
 use crate::{
     error::ApiError,
     llm_api::{
         content::message_text,
         json::{bool_field, check_name, number, string, u32_field},
         route_or_model,
+        tools::{CHAT_COMPLETIONS, client_tools, tool_choice},
     },
 };
 
@@ -48,7 +46,7 @@ pub(super) fn to_completion(body: &Value) -> Result<Completion, ApiError> {
         }
     }
     let (force_route, model) = route_or_model(&model_name);
-    let tools = tools(object)?;
+    let tools = client_tools(object.get("tools"), &CHAT_COMPLETIONS)?;
     let (message, history) = conversation(object)?;
     let include_usage = match object.get("stream_options").filter(|v| !v.is_null()) {
         None => false,
@@ -63,7 +61,7 @@ pub(super) fn to_completion(body: &Value) -> Result<Completion, ApiError> {
         max_tokens: u32_field(object, "max_completion_tokens")?.or(u32_field(object, "max_tokens")?),
         temperature: number(object, "temperature")?,
         history,
-        tool_choice: tool_choice(object, &tools)?,
+        tool_choice: tool_choice(object.get("tool_choice"), &tools, &CHAT_COMPLETIONS)?,
         parallel_tool_calls: bool_field(object, "parallel_tool_calls", "")?,
         response_format: response_format(object)?,
         stop: stop(object)?,

@@ -2,13 +2,14 @@
 //! `text.format`, and what the response object repeats of it.
 
 use serde_json::{Map, Value, json};
-use switchyard_proto::router::v1::{self as router, ToolChoiceMode, content_part, response_format, tool_choice};
+use switchyard_proto::router::v1::{self as router, content_part, response_format};
 
 use crate::{
     error::ApiError,
     llm_api::{
         content::{part_kind, part_text},
         json::{bool_field, check_name, number, string, u32_field},
+        tools::{RESPONSES, client_tools, tool_choice},
     },
 };
 
@@ -71,8 +72,8 @@ pub(super) fn parse(body: &Value) -> Result<Parsed, ApiError> {
         Some(_) => return Err(ApiError::bad_request("instructions", "must be a string")),
     };
     let (items, origins) = input(object)?;
-    let tools = tools(object)?;
-    let tool_choice = choice(object, &tools)?;
+    let tools = client_tools(object.get("tools"), &RESPONSES)?;
+    let tool_choice = tool_choice(object.get("tool_choice"), &tools, &RESPONSES)?;
     let metadata = match object.get("metadata") {
         None | Some(Value::Null) => Value::Null,
         Some(Value::Object(entries)) => {
@@ -339,95 +340,6 @@ pub(super) fn text_parts(parts: &[Value], field: &str) -> Result<String, ApiErro
         }
     }
     Ok(texts.join("\n"))
-}
-
-/// `tools`: function tools in Responses' flat shape, `{"type": "function", "name",
-/// "description", "parameters", "strict"}`; the built-in tools (web_search, file_search…) are
-/// OpenAI's own and refused.
-pub(super) fn tools(object: &Map<String, Value>) -> Result<Vec<router::ClientTool>, ApiError> {
-    let tools = match object.get("tools") {
-        None | Some(Value::Null) => return Ok(Vec::new()),
-        Some(Value::Array(tools)) => tools,
-        Some(_) => return Err(ApiError::bad_request("tools", "must be an array of tools")),
-    };
-    let mut out: Vec<router::ClientTool> = Vec::with_capacity(tools.len());
-    for (index, tool) in tools.iter().enumerate() {
-        let at = |field: &str| format!("tools[{index}]{field}");
-        let tool = tool.as_object().ok_or_else(|| ApiError::bad_request(at(""), "must be a tool object"))?;
-        match tool.get("type") {
-            Some(Value::String(kind)) if kind == "function" => {}
-            Some(Value::String(kind)) => {
-                return Err(ApiError::bad_request(
-                    at(".type"),
-                    format!("tools of type `{kind}` are not supported; send `function` tools"),
-                ));
-            }
-            _ => return Err(ApiError::bad_request(at(".type"), "is required (`function`)")),
-        }
-        let name = match tool.get("name") {
-            Some(Value::String(name)) => name.clone(),
-            _ => return Err(ApiError::bad_request(at(".name"), "is required (a string)")),
-        };
-        check_name(&name, &at(".name"))?;
-        if out.iter().any(|t| t.name == name) {
-            return Err(ApiError::bad_request(at(".name"), format!("`{name}` is defined twice")));
-        }
-        let description = match tool.get("description") {
-            None | Some(Value::Null) => String::new(),
-            Some(Value::String(description)) => description.clone(),
-            Some(_) => return Err(ApiError::bad_request(at(".description"), "must be a string")),
-        };
-        let parameters_json = match tool.get("parameters") {
-            None | Some(Value::Null) => String::new(),
-            Some(parameters @ Value::Object(_)) => parameters.to_string(),
-            Some(_) => return Err(ApiError::bad_request(at(".parameters"), "must be a JSON Schema object")),
-        };
-        bool_field(tool, "strict", &at("."))?;
-        out.push(router::ClientTool { name, description, parameters_json });
-    }
-    Ok(out)
-}
-
-/// `tool_choice`: `auto`, `none`, `required`, or `{"type": "function", "name"}` naming one of
-/// the request's tools.
-pub(super) fn choice(
-    object: &Map<String, Value>,
-    tools: &[router::ClientTool],
-) -> Result<Option<router::ToolChoice>, ApiError> {
-    let mode = |mode: ToolChoiceMode| tool_choice::Choice::Mode(mode as i32);
-    let choice = match object.get("tool_choice") {
-        None | Some(Value::Null) => return Ok(None),
-        Some(Value::String(choice)) => match choice.as_str() {
-            "auto" => mode(ToolChoiceMode::Auto),
-            "none" => mode(ToolChoiceMode::None),
-            "required" if tools.is_empty() => {
-                return Err(ApiError::bad_request("tool_choice", "`required` needs `tools`"));
-            }
-            "required" => mode(ToolChoiceMode::Required),
-            other => {
-                return Err(ApiError::bad_request(
-                    "tool_choice",
-                    format!("`{other}` is not `auto`, `none`, `required` or a function"),
-                ));
-            }
-        },
-        Some(Value::Object(choice)) => {
-            if choice.get("type").and_then(Value::as_str) != Some("function") {
-                return Err(ApiError::bad_request("tool_choice.type", "must be `function`"));
-            }
-            let name = choice.get("name").and_then(Value::as_str);
-            let name = name.ok_or_else(|| ApiError::bad_request("tool_choice.name", "is required (a string)"))?;
-            if !tools.iter().any(|tool| tool.name == name) {
-                return Err(ApiError::bad_request(
-                    "tool_choice.name",
-                    format!("`{name}` is not one of the request's tools"),
-                ));
-            }
-            tool_choice::Choice::Function(name.to_owned())
-        }
-        Some(_) => return Err(ApiError::bad_request("tool_choice", "must be a string or an object")),
-    };
-    Ok(Some(router::ToolChoice { choice: Some(choice) }))
 }
 
 /// `text.format`: `text` (the default), `json_object`, or `json_schema` with its `name`,
