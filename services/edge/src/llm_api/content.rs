@@ -37,3 +37,17 @@ pub(crate) fn part_text(part: &Map<String, Value>, field: &str) -> Result<String
         _ => Err(ApiError::bad_request(field, "is required (a string)")),
     }
 }
+
+/// Content parts as a message's content: text alone as plain content (the parts joined by
+/// newlines), anything with an image as the parts themselves, in order.
+pub(crate) fn put_parts(message: &mut router::ChatMessage, parts: Vec<router::ContentPart>) {
+    if parts.iter().all(|p| matches!(p.part, Some(content_part::Part::Text(_)))) {
+        let texts = parts.into_iter().filter_map(|p| match p.part {
+            Some(content_part::Part::Text(text)) => Some(text),
+            _ => None,
+        });
+        message.content = texts.collect::<Vec<_>>().join("\n");
+    } else {
+        message.parts = parts;
+    }
+}

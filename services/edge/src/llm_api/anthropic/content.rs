@@ -7,7 +7,7 @@ use super::{
     fields::Origin,
     request::{Object, object, required_str},
 };
-use crate::error::ApiError;
+use crate::{error::ApiError, llm_api::content::put_parts};
 
 /// The `type` of a content block.
 pub(super) fn block_type<'a>(block: &'a Value, field: &str) -> Result<(&'a Object, &'a str), ApiError> {
@@ -52,35 +52,8 @@ pub(super) fn image_part(block: &Object, field: &str) -> Result<router::ContentP
 /// Text and image blocks as the router's parts (text alone as plain content).
 pub(super) fn content_message(role: router::ChatRole, parts: Vec<router::ContentPart>) -> router::ChatMessage {
     let mut message = router::ChatMessage { role: role as i32, ..Default::default() };
-    if parts.iter().all(|p| matches!(p.part, Some(Part::Text(_)))) {
-        message.content = parts
-            .into_iter()
-            .filter_map(|p| match p.part {
-                Some(Part::Text(text)) => Some(text),
-                _ => None,
-            })
-            .collect::<Vec<_>>()
-            .join("\n");
-    } else {
-        message.parts = parts;
-    }
+    put_parts(&mut message, parts);
     message
-}
-
-/// A message's text: its content, or its text parts joined.
-pub(super) fn message_text(message: &router::ChatMessage) -> String {
-    if message.parts.is_empty() {
-        return message.content.clone();
-    }
-    let texts: Vec<&str> = message
-        .parts
-        .iter()
-        .filter_map(|p| match &p.part {
-            Some(Part::Text(text)) => Some(text.as_str()),
-            _ => None,
-        })
-        .collect();
-    texts.join("\n")
 }
 
 /// One Anthropic message as the router's messages: a user message's `tool_result` blocks are

@@ -4,12 +4,13 @@ use serde_json::{Map, Value};
 use switchyard_proto::router::v1::{self as router, content_part::Part};
 
 use super::{
-    content::{conversation_message, message_text, text_block},
+    content::{conversation_message, text_block},
     fields::{Fields, Origin},
 };
 use crate::{
     error::ApiError,
     llm_api::{
+        content::message_text,
         conversation::Conversation,
         route_or_model,
         tools::{MESSAGES, client_tools, tool_choice},

@@ -1,13 +1,13 @@
 //! A chat completions request read into the router's chat request.
 
 use serde_json::{Map, Value};
-use switchyard_proto::router::v1::{self as router, content_part, response_format};
+use switchyard_proto::router::v1::{self as router, response_format};
 
 use super::content::{text_content, user_content};
 use crate::{
     error::ApiError,
     llm_api::{
-        content::message_text,
+        content::{message_text, put_parts},
         json::{bool_field, check_name, number, string, u32_field},
         route_or_model,
         tools::{CHAT_COMPLETIONS, client_tools, tool_choice},
@@ -122,18 +122,7 @@ pub(super) fn chat_message(message: &Value, index: usize) -> Result<router::Chat
         "user" => {
             chat.role = router::ChatRole::User as i32;
             let parts = user_content(content, &at("content"))?;
-            if parts.iter().all(|p| matches!(p.part, Some(content_part::Part::Text(_)))) {
-                chat.content = parts
-                    .into_iter()
-                    .filter_map(|p| match p.part {
-                        Some(content_part::Part::Text(text)) => Some(text),
-                        _ => None,
-                    })
-                    .collect::<Vec<_>>()
-                    .join("\n");
-            } else {
-                chat.parts = parts;
-            }
+            put_parts(&mut chat, parts);
         }
         "assistant" => {
             chat.role = router::ChatRole::Assistant as i32;
@@ -280,7 +269,7 @@ pub(super) fn stop(object: &Map<String, Value>) -> Result<Vec<String>, ApiError>
 #[cfg(test)]
 mod tests {
     use serde_json::json;
-    use switchyard_proto::router::v1::{RouteType, ToolChoiceMode, tool_choice};
+    use switchyard_proto::router::v1::{RouteType, ToolChoiceMode, content_part, tool_choice};
 
     use super::*;
 

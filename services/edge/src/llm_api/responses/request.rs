@@ -7,7 +7,7 @@ use switchyard_proto::router::v1::{self as router, content_part, response_format
 use crate::{
     error::ApiError,
     llm_api::{
-        content::{part_kind, part_text},
+        content::{part_kind, part_text, put_parts},
         json::{bool_field, check_name, number, string, u32_field},
         tools::{RESPONSES, client_tools, tool_choice},
     },
@@ -307,15 +307,7 @@ pub(super) fn input_message(item: &Map<String, Value>, at: &str) -> Result<route
         };
         content.push(router::ContentPart { part: Some(piece) });
     }
-    if content.iter().all(|p| matches!(p.part, Some(content_part::Part::Text(_)))) {
-        let texts = content.into_iter().filter_map(|p| match p.part {
-            Some(content_part::Part::Text(text)) => Some(text),
-            _ => None,
-        });
-        message.content = texts.collect::<Vec<_>>().join("\n");
-    } else {
-        message.parts = content;
-    }
+    put_parts(&mut message, content);
     Ok(message)
 }
 
