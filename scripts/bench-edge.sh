@@ -15,8 +15,8 @@
 # Usage: scripts/bench-edge.sh [RATE] [DURATION]   (defaults: 50 5s; BENCH_ROUNDS=3 rounds)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/switchyard-target}"
-export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}"
+# shellcheck source=scripts/lib/bench.sh
+source scripts/lib/bench.sh
 rate="${1:-50}"
 duration="${2:-5s}"
 rounds="${BENCH_ROUNDS:-3}"
@@ -27,50 +27,13 @@ router_port="${BENCH_ROUTER_PORT:-50293}"
 edge_port="${BENCH_EDGE_PORT:-50294}"
 schema="bench_edge_$$"
 
-cargo build --quiet --release --locked -p switchyard-triggers -p switchyard-sessions -p switchyard-router \
-  -p switchyard-edge -p switchyard-loadgen -p switchyard-testkit --bins
-bin="$CARGO_TARGET_DIR/release"
+bench_build
 results="$(mktemp)"
-pids=()
-cleanup() {
-  kill "${pids[@]}" 2>/dev/null || true
-  psql "$DATABASE_URL" -qc "DROP SCHEMA IF EXISTS $schema CASCADE" >/dev/null 2>&1 || true
-  rm -f "$results"
-}
-trap cleanup EXIT
-
-"$bin/switchyard-scripted-llm" "127.0.0.1:$llm_port" >/dev/null 2>&1 &
-llm=$!
-pids+=("$llm")
-"$bin/switchyard-triggers" --in-memory --listen "127.0.0.1:$triggers_port" >/dev/null 2>&1 &
-triggers=$!
-pids+=("$triggers")
-"$bin/switchyard-sessions" --in-memory --listen "127.0.0.1:$sessions_port" \
-  --triggers-url "http://127.0.0.1:$triggers_port" >/dev/null 2>&1 &
-sessions=$!
-pids+=("$sessions")
-OPENAI_BASE_URL="http://127.0.0.1:$llm_port/v1" "$bin/switchyard-router" --listen "127.0.0.1:$router_port" \
-  --sessions-url "http://127.0.0.1:$sessions_port" --db-schema "$schema" >/dev/null 2>&1 &
-router=$!
-pids+=("$router")
-# In-memory stores: no Postgres for keys (open), no Redis for the Responses store.
-env -u DATABASE_URL -u REDIS_URL "$bin/switchyard-edge" --listen "127.0.0.1:$edge_port" --open --rate-limit 0 \
-  --router-url "http://127.0.0.1:$router_port" --sessions-url "http://127.0.0.1:$sessions_port" \
-  --triggers-url "http://127.0.0.1:$triggers_port" >/dev/null 2>&1 &
-edge=$!
-pids+=("$edge")
-
+scratch+=("$results")
+trap bench_cleanup EXIT
+bench_start_stack
 edge_url="http://127.0.0.1:$edge_port"
-ready=""
-for _ in $(seq 150); do
-  if "$bin/switchyard-loadgen" http-chat --target "$edge_url" --connections 1 --duration 100ms --warmup 0s \
-    >/dev/null 2>&1; then
-    ready=1
-    break
-  fi
-  sleep 0.2
-done
-[[ -n "$ready" ]] || { echo "the edge did not become ready" >&2; exit 1; }
+bench_wait_chat "the edge" "$edge_url" 30
 
 cpu=(--cpu-of "edge=$edge" --cpu-of "router=$router" --cpu-of "sessions=$sessions" --cpu-of "triggers=$triggers"
   --cpu-of "vendor=$llm")

@@ -1,0 +1,89 @@
+# Shared by scripts/bench-edge.sh and scripts/bench-peers.sh (sourced, not run): the release
+# build, Switchyard's stack behind the scripted vendor, and the clean-up of what was started.
+# The sourcing script sets, before calling these: llm_port, triggers_port, sessions_port,
+# router_port, edge_port and schema (the router's analytics schema in DATABASE_URL, dropped at
+# the end); `bench_start_stack` sets llm, triggers, sessions, router and edge to their PIDs.
+
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/switchyard-target}"
+export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}"
+bin="$CARGO_TARGET_DIR/release"
+# Every process started, stopped by bench_cleanup; files and folders it removes.
+pids=()
+scratch=()
+
+# BENCH_SKIP_BUILD=1: run the release binaries already in CARGO_TARGET_DIR (a rebuild on a
+# shared tree may take long; the binaries are then those of the last build, not the tree's).
+bench_build() {
+  [[ "${BENCH_SKIP_BUILD:-}" == 1 ]] && return 0
+  cargo build --quiet --release --locked -p switchyard-triggers -p switchyard-sessions -p switchyard-router \
+    -p switchyard-edge -p switchyard-loadgen -p switchyard-testkit --bins
+}
+
+bench_cleanup() {
+  kill "${pids[@]}" 2>/dev/null || true
+  if [[ -n "${schema:-}" ]]; then
+    psql "$DATABASE_URL" -qc "DROP SCHEMA IF EXISTS $schema CASCADE" >/dev/null 2>&1 || true
+  fi
+  rm -rf "${scratch[@]}"
+}
+
+# The scripted OpenAI-compatible vendor that answers at once, triggers and sessions in memory,
+# the router (analytics in the real Postgres, as scripts/bench-router.sh) and the edge (open, no
+# rate limit, in-memory stores), each a release binary on loopback.
+bench_start_stack() {
+  "$bin/switchyard-scripted-llm" "127.0.0.1:$llm_port" >/dev/null 2>&1 &
+  llm=$!
+  pids+=("$llm")
+  "$bin/switchyard-triggers" --in-memory --listen "127.0.0.1:$triggers_port" >/dev/null 2>&1 &
+  triggers=$!
+  pids+=("$triggers")
+  "$bin/switchyard-sessions" --in-memory --listen "127.0.0.1:$sessions_port" \
+    --triggers-url "http://127.0.0.1:$triggers_port" >/dev/null 2>&1 &
+  sessions=$!
+  pids+=("$sessions")
+  OPENAI_BASE_URL="http://127.0.0.1:$llm_port/v1" "$bin/switchyard-router" --listen "127.0.0.1:$router_port" \
+    --sessions-url "http://127.0.0.1:$sessions_port" --db-schema "$schema" >/dev/null 2>&1 &
+  router=$!
+  pids+=("$router")
+  # In-memory stores: no Postgres for keys (open), no Redis for the Responses store.
+  env -u DATABASE_URL -u REDIS_URL "$bin/switchyard-edge" --listen "127.0.0.1:$edge_port" --open --rate-limit 0 \
+    --router-url "http://127.0.0.1:$router_port" --sessions-url "http://127.0.0.1:$sessions_port" \
+    --triggers-url "http://127.0.0.1:$triggers_port" >/dev/null 2>&1 &
+  edge=$!
+  pids+=("$edge")
+}
+
+# Waits until one chat completion through ORIGIN (`http://host:port`) answers, for up to
+# SECONDS (default 30); extra arguments go to the load generator's http-chat (a path, headers).
+# WHAT names the server in the error.
+bench_wait_chat() {
+  local what="$1" origin="$2" seconds="${3:-30}"
+  shift 3 || shift $#
+  local _
+  for _ in $(seq $((seconds * 5))); do
+    if "$bin/switchyard-loadgen" http-chat --target "$origin" "$@" --connections 1 --duration 100ms --warmup 0s \
+      >/dev/null 2>&1; then
+      return 0
+    fi
+    sleep 0.2
+  done
+  echo "$what did not become ready (no chat completion answered at $origin in ${seconds}s)" >&2
+  return 1
+}
+
+# The PID and every descendant of it, now (a server's worker processes).
+bench_tree() {
+  ps -e -o pid=,ppid= | awk -v root="$1" '
+    { parent[$1] = $2 }
+    END {
+      print root; found[root] = 1
+      do { more = 0; for (p in parent) if (!(p in found) && (parent[p] in found)) { found[p] = 1; print p; more = 1 } } while (more)
+    }'
+}
+
+# The CPU line of a report: model, cores, the vector extensions a speed claim depends on, load.
+bench_cpu_line() {
+  local flags
+  flags=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -xE 'avx2|fma|f16c|avx512f|avx512vl|avx512_bf16' | xargs)
+  echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, flags $flags, load $(cut -d' ' -f1-3 /proc/loadavg)"
+}
