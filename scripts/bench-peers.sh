@@ -199,8 +199,12 @@ for round in $(seq "$rounds"); do
     read -r -a args <<<"${entry#*|}"
     extra=()
     [[ "$name" == Portkey* ]] && extra=("${portkey_headers[@]}")
-    report=$("$bin/switchyard-loadgen" "${args[@]}" "${extra[@]}" "${cpu[@]}" --rate "$rate" --concurrency 64 \
-      --duration "$duration" --json)
+    # A case that fails as a whole (no call succeeded: a gateway that cannot keep up) is kept as
+    # its error, and the run goes on.
+    if ! report=$("$bin/switchyard-loadgen" "${args[@]}" "${extra[@]}" "${cpu[@]}" --rate "$rate" --concurrency 64 \
+      --duration "$duration" --json 2>"$work/error"); then
+      report=$(python3 -c 'import json, sys; print(json.dumps({"failed": sys.argv[1]}))' "$(tail -n 3 "$work/error")")
+    fi
     printf '%s\t%s\t%s\n' "$round" "$name" "$report" >>"$results"
   done
 done
@@ -210,10 +214,14 @@ echo "scripts/bench-peers.sh $rate $duration  ($rounds rounds interleaved; LiteL
 python3 - "$results" <<'PY'
 import json, statistics, sys
 
-runs = {}
+runs, failed = {}, {}
 for line in open(sys.argv[1]):
     round_, name, report = line.rstrip("\n").split("\t", 2)
-    runs.setdefault(name, []).append(json.loads(report))
+    report = json.loads(report)
+    if "failed" in report:
+        failed.setdefault(name, []).append(f"round {round_}: {report['failed']}")
+    else:
+        runs.setdefault(name, []).append(report)
 
 GATEWAYS = {
     "Switchyard": lambda p: p in ("edge", "router", "sessions", "triggers"),
@@ -222,9 +230,13 @@ GATEWAYS = {
 }
 
 def med(name, key):
+    if name not in runs:
+        return float("nan")
     return statistics.median(r["latency_ms"][key] for r in runs[name])
 
 def cpu(name, gateway):
+    if name not in runs:
+        return float("nan")
     return statistics.median(sum(v for p, v in r["cpu_ms_per_call"].items() if GATEWAYS[gateway](p))
                              for r in runs[name])
 
@@ -232,7 +244,7 @@ def vendor_cpu(name):
     return statistics.median(r["cpu_ms_per_call"].get("vendor", 0.0) for r in runs[name])
 
 def errors(name):
-    return sum(r["errors_total"] + (r["unsent"] or 0) for r in runs[name])
+    return sum(r["errors_total"] + (r["unsent"] or 0) for r in runs.get(name, []))
 
 def rate(name):
     return statistics.median(r["achieved_rate"] or 0.0 for r in runs[name])
@@ -261,4 +273,8 @@ for gateway in GATEWAYS:
           f"{med(stream_case, 'p99') - med(base_stream, 'p99'):+.1f} ms | "
           f"{cpu(json_case, gateway):.2f} / {cpu(stream_case, gateway):.2f} ms | "
           f"{errors(json_case)} / {errors(stream_case)} |")
+for name, messages in failed.items():
+    print(f"\n**{name}: {len(messages)} round(s) failed as a whole** (no medians from them):")
+    for message in messages:
+        print(f"- {message}")
 PY
