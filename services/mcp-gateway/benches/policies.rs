@@ -26,6 +26,7 @@ use switchyard_mcp_gateway::{
 };
 use switchyard_models::Embedder;
 use switchyard_testkit::{
+    catalogue::base_tools,
     eventually,
     latency::{ms, sequential},
     mcp::{Client, FixtureServer, tool},
@@ -38,11 +39,7 @@ const SAMPLES: usize = 500;
 /// The gateway bench's 1,000 tools: MetaTool's 199 (tests/data/README.md), each in five
 /// variants, every one taking an `input`.
 fn tools() -> Vec<rmcp::model::Tool> {
-    let base: Vec<(String, String)> = include_str!("../tests/data/metatool-tools.jsonl")
-        .lines()
-        .map(|line| serde_json::from_str::<serde_json::Value>(line).expect("json"))
-        .map(|v| (v["name"].as_str().unwrap_or("").to_owned(), v["description"].as_str().unwrap_or("").to_owned()))
-        .collect();
+    let base = base_tools(include_str!("../tests/data/metatool-tools.jsonl"));
     let variants = ["", " Works offline.", " For teams.", " Free tier available.", " Supports exports."];
     (0..TOOLS)
         .map(|i| {
