@@ -55,6 +55,20 @@ fn session_key<T>(request: &Request<T>, session_id: &str) -> Result<SessionKey, 
     Ok(Identity::of(request).session(id))
 }
 
+/// The most tools one `SetContext` or `ListTools` answer carries.
+const MAX_TOOLS_LIMIT: u32 = 1000;
+
+/// A request's `limit` of tools: `None` (the configured top-k) for 0.
+fn tools_limit(limit: u32) -> Result<Option<usize>, Status> {
+    if limit > MAX_TOOLS_LIMIT {
+        return Err(status(GatewayError::invalid(
+            "limit",
+            format!("must be at most {MAX_TOOLS_LIMIT} (0 means the configured top-k)"),
+        )));
+    }
+    Ok((limit > 0).then_some(limit as usize))
+}
+
 fn context_message(key: &SessionKey, context: &SessionContext) -> pb::SessionContext {
     pb::SessionContext {
         session_id: key.id.to_string(),
@@ -126,11 +140,12 @@ impl McpGatewayService for GatewayGrpc {
         request: Request<pb::SetContextRequest>,
     ) -> Result<Response<pb::SetContextResponse>, Status> {
         let key = session_key(&request, &request.get_ref().session_id)?;
+        let limit = tools_limit(request.get_ref().limit)?;
         let subject = subject(&request)?;
         let request = request.into_inner();
         let (context, list) = self
             .gateway
-            .set_context_as(&subject, &key, &request.query, request.intent.as_deref())
+            .set_context_limited(&subject, &key, &request.query, request.intent.as_deref(), limit)
             .await
             .map_err(status)?;
         Ok(Response::new(pb::SetContextResponse {
@@ -144,11 +159,7 @@ impl McpGatewayService for GatewayGrpc {
         request: Request<pb::ListToolsRequest>,
     ) -> Result<Response<pb::ListToolsResponse>, Status> {
         let key = session_key(&request, &request.get_ref().session_id)?;
-        let limit = request.get_ref().limit;
-        if limit > 1000 {
-            return Err(status(GatewayError::invalid("limit", "must be at most 1000 (0 means the configured top-k)")));
-        }
-        let limit = (limit > 0).then_some(limit as usize);
+        let limit = tools_limit(request.get_ref().limit)?;
         let subject = subject(&request)?;
         let list = self.gateway.list_tools_as(&subject, Some(&key), limit).await.map_err(status)?;
         Ok(Response::new(list_message(list)))

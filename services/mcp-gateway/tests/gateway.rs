@@ -332,6 +332,7 @@ async fn grpc_api_sets_context_lists_scores_and_calls() {
             session_id: "g1".into(),
             query: "What should I wear today?".into(),
             intent: Some("fashion advice".into()),
+            limit: 0,
         })
         .await
         .unwrap()
@@ -341,6 +342,26 @@ async fn grpc_api_sets_context_lists_scores_and_calls() {
     assert_eq!(context.current_intent.as_deref(), Some("fashion advice"));
     assert_eq!(set.tools.len(), 8, "the configured top-k");
     assert_eq!(set.tools[0].tool.as_ref().unwrap().name, "meta__AbleStyle");
+    // With a `limit`, the answer carries that many, ranked as ListTools ranks them: a caller
+    // with its own top-k needs no second call.
+    let set_context = |limit: u32| pb::SetContextRequest {
+        session_id: "g1".into(),
+        query: "What should I wear today?".into(),
+        intent: Some("fashion advice".into()),
+        limit,
+    };
+    let three = grpc.set_context(set_context(3)).await.unwrap().into_inner();
+    let names = |tools: &[pb::ScoredTool]| -> Vec<String> {
+        tools.iter().map(|t| t.tool.as_ref().unwrap().name.clone()).collect()
+    };
+    assert_eq!(names(&three.tools), names(&set.tools[..3]), "the configured top-k's first three");
+    let twenty = grpc.set_context(set_context(20)).await.unwrap().into_inner();
+    assert_eq!(twenty.tools.len(), 20, "over the configured top-k when asked");
+    let all = grpc.set_context(set_context(1000)).await.unwrap().into_inner();
+    assert_eq!(all.tools.len(), 200, "at most the catalog");
+    let status = grpc.set_context(set_context(1001)).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(status.message().starts_with("limit") && status.message().contains("1000"), "{status:?}");
 
     let listed =
         grpc.list_tools(pb::ListToolsRequest { session_id: "g1".into(), limit: 3 }).await.unwrap().into_inner();
@@ -373,18 +394,18 @@ async fn grpc_api_sets_context_lists_scores_and_calls() {
 
     // Bad input: named fields and the right codes.
     let status = grpc
-        .set_context(pb::SetContextRequest { session_id: "g1".into(), query: " ".into(), intent: None })
+        .set_context(pb::SetContextRequest { session_id: "g1".into(), query: " ".into(), intent: None, limit: 0 })
         .await
         .unwrap_err();
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
     assert!(status.message().starts_with("query"), "{status:?}");
     let status = grpc
-        .set_context(pb::SetContextRequest { session_id: String::new(), query: "x".into(), intent: None })
+        .set_context(pb::SetContextRequest { session_id: String::new(), query: "x".into(), intent: None, limit: 0 })
         .await
         .unwrap_err();
     assert!(status.message().starts_with("session_id"), "{status:?}");
     let status = grpc
-        .set_context(pb::SetContextRequest { session_id: "g1".into(), query: "q".repeat(9000), intent: None })
+        .set_context(pb::SetContextRequest { session_id: "g1".into(), query: "q".repeat(9000), intent: None, limit: 0 })
         .await
         .unwrap_err();
     assert!(status.message().contains("over the limit"), "{status:?}");

@@ -376,7 +376,8 @@ impl GatewayClient {
     }
 
     /// Stores the turn's context (`set_context`, docs/requirements.md#mcp-set-context) and
-    /// returns the tools relevant to it, best first.
+    /// returns the `limit` tools relevant to it, best first: one call, the ranked tools come
+    /// back with the context.
     pub async fn tools_for(
         &self,
         identity: &Identity,
@@ -385,27 +386,22 @@ impl GatewayClient {
         intent: &str,
         limit: u32,
     ) -> Result<Vec<AgentTool>, Status> {
-        let mut client = self.client.clone();
-        client
+        let set = self
+            .client
+            .clone()
             .set_context(request(
                 mcp::SetContextRequest {
                     session_id: session_id.to_string(),
                     query: query.to_owned(),
                     intent: (!intent.is_empty()).then(|| intent.to_owned()),
+                    limit,
                 },
-                identity,
-                CALL_TIMEOUT,
-            ))
-            .await?;
-        let listed = client
-            .list_tools(request(
-                mcp::ListToolsRequest { session_id: session_id.to_string(), limit },
                 identity,
                 CALL_TIMEOUT,
             ))
             .await?
             .into_inner();
-        Ok(listed
+        Ok(set
             .tools
             .into_iter()
             .filter_map(|scored| scored.tool)

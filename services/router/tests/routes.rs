@@ -161,7 +161,7 @@ fn agent_script(request: &Recorded) -> Reply {
 #[tokio::test]
 async fn add_17_and_25_goes_to_the_mcp_agent_which_calls_get_sum() {
     let llm = ScriptedLlm::start(agent_script).await;
-    let suite = Suite::with(llm, Options { gateway: true, ..Options::default() }).await;
+    let suite = Suite::with(llm, Options { gateway: true, count_gateway_calls: true, ..Options::default() }).await;
     let mut client = suite.client().await;
 
     let events = collect_stream(&mut client, stream_request("add 17 and 25")).await;
@@ -199,6 +199,11 @@ async fn add_17_and_25_goes_to_the_mcp_agent_which_calls_get_sum() {
     let results = last.tool_results();
     assert!(results[0].contains("not valid JSON"), "{results:?}");
     assert!(results[1].contains("42"), "{results:?}");
+
+    // One gateway call opens the turn: SetContext answers with the ranked tools (no ListTools
+    // after it); then the one well-formed tool call.
+    let calls = suite.gateway_calls.as_ref().expect("counted").methods();
+    assert_eq!(calls, ["SetContext", "CallTool"], "the gateway calls of one agent turn");
 }
 
 #[tokio::test]

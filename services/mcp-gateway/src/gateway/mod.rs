@@ -220,6 +220,19 @@ impl Gateway {
         query: &str,
         intent: Option<&str>,
     ) -> Result<(SessionContext, ToolList), GatewayError> {
+        self.set_context_limited(subject, key, query, intent, None).await
+    }
+
+    /// [`Self::set_context_as`] with the ranked tools cut at `limit` (the configured top-k
+    /// when `None`), so a caller with its own top-k needs no `list_tools` after it.
+    pub async fn set_context_limited(
+        &self,
+        subject: &Subject,
+        key: &SessionKey,
+        query: &str,
+        intent: Option<&str>,
+        limit: Option<usize>,
+    ) -> Result<(SessionContext, ToolList), GatewayError> {
         let query = query.trim();
         if query.is_empty() {
             return Err(GatewayError::invalid("query", "is required and must not be empty"));
@@ -242,7 +255,7 @@ impl Gateway {
             intent: intent.map(str::to_owned),
             at: now,
         });
-        let tools = self.filtered(subject, key, &context, None).await?;
+        let tools = self.filtered(subject, key, &context, limit).await?;
         Ok((context, tools))
     }
 

@@ -3,6 +3,8 @@
 //! scripted LLM vendor — a real HTTP server speaking the OpenAI and Anthropic wire formats.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod gateway_calls;
+
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use switchyard_kit::Secret;
@@ -32,6 +34,9 @@ pub fn loopback() -> SocketAddr {
 pub struct Options {
     /// Run the MCP gateway with server-everything (stdio) behind it.
     pub gateway: bool,
+    /// With `gateway`: the router reaches it through a hop that counts its calls
+    /// ([`Suite::gateway_calls`]).
+    pub count_gateway_calls: bool,
     pub default_model: &'static str,
     pub fallback_models: Vec<&'static str>,
     /// Load the fast router (MiniLM from the workspace's models/); off by default, so a slow
@@ -46,6 +51,7 @@ impl Default for Options {
     fn default() -> Self {
         Self {
             gateway: false,
+            count_gateway_calls: false,
             default_model: "openai/gpt-4o-mini",
             fallback_models: Vec::new(),
             fast_router: false,
@@ -60,6 +66,9 @@ pub struct Suite {
     pub router: Served,
     pub sessions: Served,
     pub gateway: Option<Served>,
+    /// The router's calls to the gateway, when the options asked for them to be counted.
+    pub gateway_calls: Option<gateway_calls::GatewayCalls>,
+    counting_hop: Option<Served>,
     triggers: Served,
     pub schema: Schema,
     /// The router's configuration, for a second replica.
@@ -109,8 +118,15 @@ impl Suite {
         };
         // A gateway that is not running: calls to it fail as a real outage does.
         let down = gateway.is_none().then(closed_port);
-        let gateway_url =
+        let mut gateway_url =
             gateway.as_ref().map_or_else(|| down.as_ref().map(ClosedPort::url).unwrap_or_default(), Served::url);
+        let (counting_hop, gateway_calls) = if options.count_gateway_calls {
+            let (hop, calls) = gateway_calls::serve(&gateway_url).await;
+            gateway_url = hop.url();
+            (Some(hop), Some(calls))
+        } else {
+            (None, None)
+        };
 
         let mut config = RouterConfig::in_memory(loopback(), &sessions.url(), &gateway_url);
         config.providers = ProviderArgs {
@@ -136,7 +152,19 @@ impl Suite {
 
         let schema = Schema::new("router_test");
         let router = Self::replica(&config, &schema, options.redis_cache).await;
-        Self { llm, router, sessions, gateway, triggers, schema, config, redis_cache: prefix, _down: down }
+        Self {
+            llm,
+            router,
+            sessions,
+            gateway,
+            gateway_calls,
+            counting_hop,
+            triggers,
+            schema,
+            config,
+            redis_cache: prefix,
+            _down: down,
+        }
     }
 
     /// A router on `config` with its analytics in `schema` (and, for `redis_cache`, its exact
