@@ -7,7 +7,7 @@ pub mod keys;
 use std::net::{IpAddr, SocketAddr};
 
 use anyhow::Context;
-use switchyard_edge::{EdgeConfig, EdgeServer, upstream::UpstreamUrls};
+use switchyard_edge::{EdgeConfig, EdgeServer, clients::UpstreamUrls};
 use switchyard_llm::{ModelRef, ProviderArgs};
 use switchyard_mcp_gateway::{GatewayConfig, GatewayServer};
 use switchyard_router::{RouterConfig, RouterServer};

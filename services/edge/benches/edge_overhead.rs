@@ -21,7 +21,7 @@ use std::{
 };
 
 use hdrhistogram::Histogram;
-use switchyard_edge::{EdgeConfig, EdgeServer, auth::Authenticator, upstream::UpstreamUrls};
+use switchyard_edge::{EdgeConfig, EdgeServer, auth::Authenticator, clients::UpstreamUrls};
 use switchyard_proto::sessions::v1::{
     CreateSessionRequest, ProcessQueryRequest, session_service_client::SessionServiceClient,
 };

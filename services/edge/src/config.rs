@@ -5,7 +5,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 use clap::Args;
 use switchyard_kit::{Secret, config::parse_duration, http_server::HttpLimits};
 
-use crate::{auth::JwtConfig, upstream::UpstreamUrls};
+use crate::{auth::JwtConfig, clients::UpstreamUrls};
 
 #[derive(Debug, Clone, Args)]
 pub struct EdgeConfig {

@@ -26,9 +26,9 @@ use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus,
 use crate::{
     Edge,
     auth::{KeyStore, KeyStoreHealth},
+    clients::Upstreams,
     error::axum_json,
     transcode::rules::Upstream,
-    upstream::Upstreams,
 };
 
 const CACHE_FOR: Duration = Duration::from_secs(2);

@@ -12,6 +12,7 @@
 
 pub mod auth;
 pub mod chat;
+pub mod clients;
 pub mod config;
 pub mod console;
 pub mod error;
@@ -21,7 +22,6 @@ pub mod llm_api;
 pub mod openapi;
 pub mod rest;
 pub mod transcode;
-pub mod upstream;
 
 use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
@@ -44,11 +44,11 @@ pub use config::EdgeConfig;
 
 use crate::{
     auth::{Authenticator, Caller, JwtVerifier, KeyStore},
+    clients::Upstreams,
     error::ApiError,
     limit::RateLimit,
     llm_api::{anthropic, openai, responses},
     transcode::rules::RouteTable,
-    upstream::Upstreams,
 };
 
 /// Everything a request handler needs.

@@ -24,12 +24,12 @@ use switchyard_proto::router::v1 as router;
 use crate::{
     Edge,
     chat::{completion_json, context_json},
+    clients,
     error::{ApiError, axum_json},
     transcode::{
         message::{self, to_json},
         rules::{HttpRoute, Lookup, ResponseShape},
     },
-    upstream,
 };
 
 /// Any request the other routes did not take: an annotated RPC, or 404/405.
@@ -79,7 +79,7 @@ async fn transcode_inner(
     let bytes = edge.read_json_body(headers, body).await?;
     let request = message::request(route, &bytes, &bindings, uri.query())?;
     if route.rpc.method.is_server_streaming() {
-        let request = upstream::request(request, &caller, None);
+        let request = clients::request(request, &caller, None);
         let stream = edge
             .upstreams
             .server_streaming(route.rpc.upstream, route.rpc.grpc_path.clone(), route.rpc.method.output(), request)
@@ -89,7 +89,7 @@ async fn transcode_inner(
             client_stream(stream, edge.shutdown.clone(), |message| vec![event_of(&message)], error_event, None);
         return Ok(sse(events));
     }
-    let request = upstream::request(request, &caller, Some(edge.request_timeout));
+    let request = clients::request(request, &caller, Some(edge.request_timeout));
     let response = edge
         .upstreams
         .unary(route.rpc.upstream, route.rpc.grpc_path.clone(), route.rpc.method.output(), request)
@@ -253,7 +253,7 @@ pub async fn process_stream(State(edge): State<Arc<Edge>>, headers: HeaderMap, b
                 rpc.upstream,
                 rpc.grpc_path.clone(),
                 rpc.method.output(),
-                upstream::request(request, &caller, None),
+                clients::request(request, &caller, None),
             )
             .await
             .map_err(|status| ApiError::from_status(&status))?;

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use switchyard_edge::{EdgeConfig, EdgeServer, auth::Authenticator, upstream::UpstreamUrls};
+use switchyard_edge::{EdgeConfig, EdgeServer, auth::Authenticator, clients::UpstreamUrls};
 use switchyard_kit::Secret;
 use switchyard_testkit::{ClosedPort, KeyPrefix, Served, closed_port, proxy::TcpProxy, redis};
 

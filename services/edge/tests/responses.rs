@@ -256,7 +256,7 @@ async fn with_redis_a_stored_response_is_continued_and_retrieved_through_another
     };
     let stack = Stack::start(ScriptedLlm::start(weather_vendor).await, options).await;
     // A second edge replica in front of the same services, sharing the Redis.
-    let urls = switchyard_edge::upstream::UpstreamUrls {
+    let urls = switchyard_edge::clients::UpstreamUrls {
         router: stack.router.url(),
         sessions: stack.sessions.url(),
         triggers: stack.triggers.url(),

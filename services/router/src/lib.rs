@@ -8,9 +8,9 @@
 
 pub mod analytics;
 pub mod cache;
+pub mod clients;
 pub mod config;
 pub mod conversations;
-pub mod downstream;
 pub mod error;
 pub mod events;
 pub mod fast;
@@ -36,8 +36,8 @@ pub use turn::Router;
 use crate::{
     analytics::{AnalyticsStore, DecisionSink, MemoryAnalytics, PostgresAnalytics, Recorder},
     cache::{Learning, RoutingCache},
+    clients::{GatewayClient, SessionsClient},
     conversations::ConversationKeys,
-    downstream::{GatewayClient, SessionsClient},
     fast::FastPath,
     metrics::Metrics,
     models::Models,

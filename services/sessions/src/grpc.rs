@@ -15,11 +15,11 @@ use switchyard_proto::{
 use tonic::{Request, Response, Status};
 
 use crate::{
+    clients::{kind_from_proto, kind_to_proto},
     domain::{LiveSession, Message, MessageRole, Role, SessionStatus, SwitchEvent, SwitchReason},
     error::SessionsError,
     roles::{RoleCatalog, RoleInput},
     switching::{ContextSwitcher, NewMessage, NewSession, Turn},
-    triggers::{kind_from_proto, kind_to_proto},
 };
 
 fn status(err: SessionsError) -> Status {

@@ -6,6 +6,7 @@
 //! `ContextSwitcher` (the context-switching core) and `RoleCatalog` are the service; `grpc`
 //! adapts them to `switchyard.sessions.v1`.
 
+pub mod clients;
 pub mod config;
 pub mod defaults;
 pub mod domain;
@@ -17,7 +18,6 @@ pub mod roles;
 pub mod store;
 pub mod switching;
 pub mod transition;
-pub mod triggers;
 
 use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
@@ -31,6 +31,7 @@ pub use config::SessionsConfig;
 pub use switching::ContextSwitcher;
 
 use crate::{
+    clients::TriggersClient,
     roles::RoleCatalog,
     store::{
         LiveStore, RecordStore, RoleStore,
@@ -38,7 +39,6 @@ use crate::{
         postgres::PostgresStore,
         redis::RedisLiveStore,
     },
-    triggers::TriggersClient,
 };
 
 /// The three stores the service runs on.

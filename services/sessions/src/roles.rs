@@ -23,12 +23,12 @@ use switchyard_kit::{
 };
 
 use crate::{
+    clients::{TriggersClient, TriggersError, registry_id},
     defaults,
     domain::{CustomTrigger, Role, RoleId, TenantId, TriggerKind, parse_role_id},
     error::SessionsError,
     paging::{self, ROLES_PAGE},
     store::RoleStore,
-    triggers::{TriggersClient, TriggersError, registry_id},
 };
 
 /// A role as a caller submits it, before validation.

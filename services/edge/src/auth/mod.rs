@@ -1,6 +1,6 @@
 //! Who is calling. Every API request carries an API key or a JWT bearer token; the tenant and
 //! user come from the credential alone and reach the services as `x-tenant-id` /
-//! `x-user-id`, with `x-switchyard-admin` for an administrator (see `upstream::request`): a
+//! `x-user-id`, with `x-switchyard-admin` for an administrator (see `clients::request`): a
 //! caller's own identity headers are never read.
 //! Open mode, for `switchyard dev`, lets requests without a credential through as the default
 //! tenant.

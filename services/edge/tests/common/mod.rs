@@ -11,7 +11,7 @@ use serde_json::Value;
 use switchyard_edge::{
     EdgeConfig, EdgeServer,
     auth::{Authenticator, JwtConfig, JwtVerifier, KeyStore},
-    upstream::UpstreamUrls,
+    clients::UpstreamUrls,
 };
 use switchyard_kit::{Secret, TenantId, UserId};
 use switchyard_llm::{ModelRef, ProviderArgs};

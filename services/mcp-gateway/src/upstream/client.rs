@@ -1,4 +1,4 @@
-//! Our side of each downstream connection: the handler that hears a server's `list_changed`
+//! Our side of each upstream connection: the handler that hears a server's `list_changed`
 //! notifications, relays what it sends during a call to the calling client (progress, log
 //! messages, sampling, elicitation and roots requests — see `relay`), passes its resource
 //! updates to the sessions subscribed to them (`subscriptions`), and the listing of what the
@@ -131,7 +131,7 @@ impl ClientHandler for UpstreamClient {
             }
         }
         // Sessions whose connection closed without unsubscribing: drop them, and the
-        // downstream subscription with the last of them.
+        // upstream subscription with the last of them.
         for session in gone {
             if self.subscriptions.remove(&self.server, &params.uri, &session) {
                 unsubscribe(&self.server, &context.peer, &params.uri, &self.subscriptions).await;
@@ -198,7 +198,7 @@ pub(super) async fn refresh(
     Ok(())
 }
 
-/// Makes `renewed` downstream subscriptions of `server` again on `peer` (the URIs clients are
+/// Makes `renewed` upstream subscriptions of `server` again on `peer` (the URIs clients are
 /// subscribed to, as [`Subscriptions::renew`] hands them back).
 pub(super) async fn resubscribe(server: &str, peer: &Peer<RoleClient>, renewed: Vec<(String, Arc<Downstream>)>) {
     for (uri, downstream) in renewed {
@@ -215,7 +215,7 @@ pub(super) async fn resubscribe(server: &str, peer: &Peer<RoleClient>, renewed: 
 /// the URI by the end has it made again.
 pub(super) async fn unsubscribe(server: &str, peer: &Peer<RoleClient>, uri: &str, subscriptions: &Subscriptions) {
     if let Err(err) = within(peer.unsubscribe(UnsubscribeRequestParams::new(uri))).await {
-        tracing::warn!(server, uri, error = %err, "ending a resource subscription downstream");
+        tracing::warn!(server, uri, error = %err, "ending a resource subscription upstream");
     }
     resubscribe(server, peer, subscriptions.renew(server, Some(uri))).await;
 }

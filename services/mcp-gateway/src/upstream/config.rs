@@ -1,4 +1,4 @@
-//! Where the downstream MCP servers come from: a config file (TOML, or JSON in the
+//! Where the upstream MCP servers come from: a config file (TOML, or JSON in the
 //! `mcpServers` shape desktop MCP clients use) and the repeatable `--server` flag.
 //!
 //! ```toml
@@ -22,7 +22,7 @@ use serde::Deserialize;
 /// Longest server name: it prefixes every tool name, and a tool name is at most 64 characters.
 pub const MAX_SERVER_NAME: usize = 24;
 
-/// How the gateway reaches one downstream server.
+/// How the gateway reaches one upstream server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Transport {
     /// A child process speaking MCP over stdin/stdout.
@@ -40,7 +40,7 @@ impl Transport {
     }
 }
 
-/// One downstream server, validated.
+/// One upstream server, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UpstreamSpec {
     pub name: String,

@@ -87,7 +87,7 @@ impl Listing {
     }
 }
 
-/// One downstream server and its live connection.
+/// One upstream server and its live connection.
 pub struct Upstream {
     pub spec: UpstreamSpec,
     status: Mutex<ServerStatus>,
@@ -145,7 +145,7 @@ impl Upstream {
     }
 }
 
-/// All downstream servers. `changed` ticks whenever any listing changes.
+/// All upstream servers. `changed` ticks whenever any listing changes.
 pub struct Upstreams {
     servers: Vec<Arc<Upstream>>,
     changed: tokio::sync::watch::Sender<u64>,
@@ -158,7 +158,7 @@ pub struct Upstreams {
 impl Upstreams {
     /// Starts a supervisor for each server; they run until `shutdown` is cancelled.
     pub fn start(specs: Vec<UpstreamSpec>, backoff: Backoff, shutdown: CancellationToken) -> Arc<Self> {
-        // HTTPS to downstream servers needs the process's rustls provider (a no-op when the
+        // HTTPS to upstream servers needs the process's rustls provider (a no-op when the
         // binary installed it already).
         switchyard_kit::tls::install_crypto_provider();
         let (changed, _) = tokio::sync::watch::channel(0);
@@ -187,7 +187,7 @@ impl Upstreams {
         &self.subscriptions
     }
 
-    /// Ends the downstream subscriptions that no client holds any more (`(server, uri)`
+    /// Ends the upstream subscriptions that no client holds any more (`(server, uri)`
     /// pairs, as [`Subscriptions`] hands them back). A server that is down has lost them
     /// already.
     pub async fn release(&self, emptied: Vec<(String, String)>) {

@@ -1,4 +1,4 @@
-//! What a downstream server sends while a call runs goes to the client that made the call:
+//! What an upstream server sends while a call runs goes to the client that made the call:
 //! progress, log messages, and its requests to the client — sampling (`sampling/createMessage`),
 //! elicitation (`elicitation/create`) and roots (`roots/list`). The client is a [`Caller`] its
 //! front supplies, so no front's protocol reaches the gateway core.
@@ -47,7 +47,7 @@ use tokio::sync::Notify;
 /// The client a call is made for.
 #[async_trait]
 pub trait Caller: Send + Sync + 'static {
-    /// Passes on one progress notification; its token is the downstream one, for the caller
+    /// Passes on one progress notification; its token is the upstream one, for the caller
     /// to replace with its own.
     async fn progress(&self, params: ProgressNotificationParam);
     /// Passes on one log message.
@@ -62,7 +62,7 @@ pub trait Caller: Send + Sync + 'static {
 
 struct InFlight {
     server: String,
-    /// The downstream progress token, known once the request is sent.
+    /// The upstream progress token, known once the request is sent.
     token: Option<String>,
     caller: Arc<dyn Caller>,
     pending: Arc<Pending>,
@@ -277,7 +277,7 @@ impl Drop for CallGuard {
     }
 }
 
-/// A downstream connection whose notifications are routed as they are read, in order, before
+/// An upstream connection whose notifications are routed as they are read, in order, before
 /// anything read after them (the call's result above all) is handed on.
 pub(super) struct Tapped<T> {
     inner: T,

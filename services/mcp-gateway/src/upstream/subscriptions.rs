@@ -1,15 +1,15 @@
 //! Resource subscriptions (`resources/subscribe`, `resources/unsubscribe`): which client
-//! sessions want to hear when a downstream server's resource changes, so the server's
+//! sessions want to hear when an upstream server's resource changes, so the server's
 //! `notifications/resources/updated` reaches them — and only them.
 //!
-//! The gateway holds one downstream subscription per (server, URI), however many clients want
+//! The gateway holds one upstream subscription per (server, URI), however many clients want
 //! it ([`Downstream`]): the first subscriber makes it, those who come while it is being made
 //! wait for the outcome, and the last one to leave (unsubscribing, its session ending, or its
 //! connection found closed when an update is passed on) ends it. When a server reconnects its
 //! subscriptions are gone with the old connection, so the supervisor makes them again for every
 //! URI that still has subscribers ([`Subscriptions::renew`]).
 //!
-//! Subscriptions live in the process that took the subscribe request: downstream connections
+//! Subscriptions live in the process that took the subscribe request: upstream connections
 //! are per replica, and so are the clients' notification streams.
 
 use std::{
@@ -28,21 +28,21 @@ pub trait Subscriber: Send + Sync + 'static {
     async fn resource_updated(&self, params: ResourceUpdatedNotificationParam) -> bool;
 }
 
-/// One (server, URI)'s subscription on the downstream connection, shared by its subscribers.
+/// One (server, URI)'s subscription on the upstream connection, shared by its subscribers.
 #[derive(Default)]
 pub struct Downstream(tokio::sync::OnceCell<()>);
 
 impl Downstream {
-    /// Makes the downstream subscription with `subscribe` unless it is made already. Whoever
+    /// Makes the upstream subscription with `subscribe` unless it is made already. Whoever
     /// comes while it is being made waits for that attempt: on success they share it, on
     /// failure the next of them tries again. So no subscriber is told it is subscribed while
-    /// nothing is held downstream, and each one refused hears the server's own refusal.
+    /// nothing is held upstream, and each one refused hears the server's own refusal.
     pub async fn ensure<E>(&self, subscribe: impl Future<Output = Result<(), E>>) -> Result<(), E> {
         self.0.get_or_try_init(|| subscribe).await.map(|&()| ())
     }
 }
 
-/// The sessions subscribed to one (server, URI), by session key, and its downstream subscription.
+/// The sessions subscribed to one (server, URI), by session key, and its upstream subscription.
 #[derive(Default)]
 struct Entry {
     sessions: HashMap<String, Arc<dyn Subscriber>>,
@@ -63,7 +63,7 @@ impl Subscriptions {
     }
 
     /// Subscribes `session` to `uri` on `server` (again is a no-op). The caller then makes sure
-    /// of the URI's downstream subscription through the returned [`Downstream`], and takes the
+    /// of the URI's upstream subscription through the returned [`Downstream`], and takes the
     /// session off again ([`Subscriptions::remove`]) if that fails.
     pub fn add(&self, server: &str, uri: &str, session: &str, subscriber: Arc<dyn Subscriber>) -> Arc<Downstream> {
         let mut table = self.table();
@@ -73,7 +73,7 @@ impl Subscriptions {
     }
 
     /// Takes `session` off `uri` on `server`; true when that was the URI's last subscriber,
-    /// so the caller unsubscribes downstream. Not subscribed: false, nothing changes.
+    /// so the caller unsubscribes upstream. Not subscribed: false, nothing changes.
     pub fn remove(&self, server: &str, uri: &str, session: &str) -> bool {
         let mut table = self.table();
         let key = (server.to_owned(), uri.to_owned());
@@ -90,13 +90,13 @@ impl Subscriptions {
 
     /// Takes `session` off `uri` on whichever server it was subscribed (even one that no
     /// longer lists the resource); the (server, URI) pairs left without subscribers, to
-    /// unsubscribe downstream.
+    /// unsubscribe upstream.
     pub fn leave(&self, uri: &str, session: &str) -> Vec<(String, String)> {
         self.drop_session(session, |(_, subscribed)| subscribed == uri)
     }
 
     /// Drops every subscription of `session` (its session ended); the (server, URI) pairs
-    /// left without subscribers, to unsubscribe downstream.
+    /// left without subscribers, to unsubscribe upstream.
     pub fn end_session(&self, session: &str) -> Vec<(String, String)> {
         self.drop_session(session, |_| true)
     }
@@ -123,7 +123,7 @@ impl Subscriptions {
             .unwrap_or_default()
     }
 
-    /// Forgets the downstream subscriptions of `server` that still have subscribers — every
+    /// Forgets the upstream subscriptions of `server` that still have subscribers — every
     /// URI, or only `uri` — because they are gone (the server reconnected) or may have been
     /// undone (an unsubscribe crossed a new subscriber's subscribe). Each comes back not yet
     /// made, with its URI, for the caller to make again.
@@ -179,7 +179,7 @@ mod tests {
         assert!(uris(&subscriptions, "files").is_empty());
     }
 
-    /// Subscribing downstream counts once for every subscriber: a second session that comes
+    /// Subscribing upstream counts once for every subscriber: a second session that comes
     /// while the first one's attempt is under way waits for it, and when that attempt is
     /// refused it tries again itself instead of being told it holds a subscription nobody made.
     #[tokio::test]

@@ -9,7 +9,7 @@ use switchyard_llm::{Message, ToolCall, ToolChoice, ToolSpec, Usage};
 
 use super::{RouteAnswer, Scope};
 use crate::{
-    downstream::AgentTool,
+    clients::AgentTool,
     error::RouterError,
     events::{ToolActivity, TurnEvent},
     outcome::Metadata,

@@ -6,7 +6,7 @@ use switchyard_llm::Message;
 use switchyard_proto::sessions::v1 as sessions;
 
 use crate::{
-    downstream::SessionTurn,
+    clients::SessionTurn,
     limits::Limits,
     request::{Speaker, TurnRequest},
     route::RoutingContext,

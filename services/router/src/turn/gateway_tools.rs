@@ -18,8 +18,8 @@ use switchyard_llm::{FinishReason, Message, ToolCall, ToolChoice, ToolSpec, Usag
 
 use super::{RouteAnswer, Router, Scope, TurnContext, agent};
 use crate::{
+    clients::{AgentTool, SessionTurn},
     conversations::{HiddenSteps, LoopTools, StoredCall, StoredMessage, StoredTool},
-    downstream::{AgentTool, SessionTurn},
     error::RouterError,
     outcome::Metadata,
     request::TurnRequest,

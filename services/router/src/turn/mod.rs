@@ -23,9 +23,9 @@ use tracing::Instrument;
 use crate::{
     analytics::{DecisionRecord, Recorder},
     cache::{Learning, RoutingCache},
+    clients::{GatewayClient, SessionTurn, SessionsClient},
     config::GatewayToolsTenants,
     conversations::{ConversationKeys, LoopPersona},
-    downstream::{GatewayClient, SessionTurn, SessionsClient},
     error::RouterError,
     events::{Events, TurnEvent},
     fast::FastPath,

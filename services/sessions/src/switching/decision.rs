@@ -6,9 +6,9 @@
 use switchyard_proto::triggers::v1::{BestRoleReason, RoleMatch};
 
 use crate::{
+    clients::{Detection, TriggersError},
     domain::{Role, RoleId, SwitchReason},
     error::SessionsError,
-    triggers::{Detection, TriggersError},
 };
 
 /// What to do with a session's role for one turn.

@@ -19,13 +19,13 @@ use chrono::Utc;
 use switchyard_kit::Identity;
 
 use crate::{
+    clients::TriggersClient,
     domain::{LiveSession, Role, SessionId, SessionKey, SessionLimits, SessionStatus, SwitchEvent, TenantId},
     error::SessionsError,
     paging::{self, HISTORY_PAGE},
     recorder::{Durability, Recorder},
     roles::RoleCatalog,
     store::{AppendOutcome, LiveStore, Record, RecordStore},
-    triggers::TriggersClient,
 };
 
 use self::{hints::SessionHints, retry::Attempt};

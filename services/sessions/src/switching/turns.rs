@@ -13,11 +13,11 @@ use super::{
     retry::{self, Attempt},
 };
 use crate::{
+    clients::{Detection, TriggersError, registry_id},
     domain::{LiveSession, Message, Role, RoleId, SessionKey, SwitchEvent, SwitchReason, TenantId, excerpt},
     error::SessionsError,
     store::{Record, TurnOutcome, TurnUpdate},
     transition::{system_prompt, transition_context},
-    triggers::{Detection, TriggersError, registry_id},
 };
 
 /// Characters of the query kept with a switch event.

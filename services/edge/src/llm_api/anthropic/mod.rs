@@ -28,10 +28,10 @@ use self::{
 use crate::{
     Edge,
     auth::Caller,
+    clients,
     error::{ApiError, axum_json},
     llm_api::{conversation::Conversation, stream_request},
     rest::{self, parse_json, sse},
-    upstream,
 };
 
 /// Tokens counted for one image by `count_tokens`: Anthropic's own figure for an image at the
@@ -71,7 +71,7 @@ async fn answer(edge: &Edge, headers: &HeaderMap, body: Body) -> Result<Response
         let response = edge
             .upstreams
             .router()
-            .chat(upstream::request(chat, &caller, Some(edge.request_timeout)))
+            .chat(clients::request(chat, &caller, Some(edge.request_timeout)))
             .await
             .map_err(|status| fields.rename(ApiError::from_status(&status)))?
             .into_inner();
@@ -80,7 +80,7 @@ async fn answer(edge: &Edge, headers: &HeaderMap, body: Body) -> Result<Response
     let events = edge
         .upstreams
         .router()
-        .chat_stream(upstream::request(stream_request(chat), &caller, None))
+        .chat_stream(clients::request(stream_request(chat), &caller, None))
         .await
         .map_err(|status| fields.rename(ApiError::from_status(&status)))?
         .into_inner();

@@ -36,10 +36,10 @@ use super::{
 use crate::{
     Edge,
     chat::completion_json,
+    clients,
     error::{ApiError, axum_json},
     llm_api::conversation::Conversation,
     rest::{self, parse_json, sse},
-    upstream,
 };
 
 pub async fn models(State(edge): State<Arc<Edge>>, headers: HeaderMap) -> Response {
@@ -79,7 +79,7 @@ async fn complete(edge: &Edge, headers: &HeaderMap, body: Body) -> Result<Respon
         let response = edge
             .upstreams
             .router()
-            .chat(upstream::request(chat, &caller, Some(edge.request_timeout)))
+            .chat(clients::request(chat, &caller, Some(edge.request_timeout)))
             .await
             .map_err(|status| ApiError::from_status(&status))?
             .into_inner();
@@ -88,7 +88,7 @@ async fn complete(edge: &Edge, headers: &HeaderMap, body: Body) -> Result<Respon
     let events = edge
         .upstreams
         .router()
-        .chat_stream(upstream::request(stream_request(chat), &caller, None))
+        .chat_stream(clients::request(stream_request(chat), &caller, None))
         .await
         .map_err(|status| ApiError::from_status(&status))?
         .into_inner();

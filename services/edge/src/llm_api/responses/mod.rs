@@ -36,6 +36,7 @@ use self::{
 use crate::{
     Edge,
     chat::metadata_json,
+    clients,
     error::{ApiError, axum_json},
     llm_api::{
         content::{message_text, system_text},
@@ -43,7 +44,6 @@ use crate::{
         stream_request,
     },
     rest::{self, parse_json, sse},
-    upstream,
 };
 
 pub async fn create(State(edge): State<Arc<Edge>>, headers: HeaderMap, body: Body) -> Response {
@@ -113,7 +113,7 @@ async fn respond(edge: Arc<Edge>, headers: &HeaderMap, body: Body) -> Result<Res
         let response = edge
             .upstreams
             .router()
-            .chat(upstream::request(chat, &caller, Some(edge.request_timeout)))
+            .chat(clients::request(chat, &caller, Some(edge.request_timeout)))
             .await
             .map_err(named)?
             .into_inner();
@@ -129,7 +129,7 @@ async fn respond(edge: Arc<Edge>, headers: &HeaderMap, body: Body) -> Result<Res
     let events = edge
         .upstreams
         .router()
-        .chat_stream(upstream::request(stream_request(chat), &caller, None))
+        .chat_stream(clients::request(stream_request(chat), &caller, None))
         .await
         .map_err(named)?
         .into_inner();

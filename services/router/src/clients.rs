@@ -1,5 +1,5 @@
-//! The services the router calls: sessions (context switching, conversation memory, roles)
-//! and the MCP gateway (context, filtered tools, tool calls). Every call carries the caller's
+//! The router's clients of the other Switchyard services: sessions (context switching,
+//! conversation memory, roles) and the MCP gateway (context, filtered tools, tool calls). Every call carries the caller's
 //! tenant and user, and the current trace context (the kit's channels inject it).
 
 use std::{

@@ -1,4 +1,4 @@
-//! The sessions service's view of the triggers service: picking the best role for a query
+//! The sessions service's client of the triggers service: picking the best role for a query
 //! (with hysteresis towards the session's role) and keeping role registrations in step.
 
 use sha2::{Digest, Sha256};

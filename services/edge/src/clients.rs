@@ -1,4 +1,4 @@
-//! Calls to the services behind the edge: one lazily connecting, trace-propagating HTTP/2
+//! The edge's clients of the services behind it: one lazily connecting, trace-propagating HTTP/2
 //! channel per service, a codec for dynamic messages so any RPC of the descriptor set can be
 //! called without generated code, and the caller's identity put into the metadata — the only
 //! place `x-tenant-id`, `x-user-id` and `x-switchyard-admin` are ever set.
