@@ -16,8 +16,8 @@ pub mod events;
 pub mod fast;
 pub mod grpc;
 pub mod limits;
+pub mod llm_chain;
 pub mod metrics;
-pub mod models;
 pub mod outcome;
 pub mod request;
 pub mod route;
@@ -39,8 +39,8 @@ use crate::{
     clients::{GatewayClient, SessionsClient},
     conversations::ConversationKeys,
     fast::FastPath,
+    llm_chain::LlmChain,
     metrics::Metrics,
-    models::Models,
 };
 
 /// How often old analytics rows are pruned.
@@ -176,7 +176,7 @@ impl RouterServer {
             .log_routing_decisions
             .then(|| RecordBuffer::start(Arc::new(DecisionSink(store.clone())), config.recorder()));
         let router = Arc::new(Router {
-            models: Models::new(providers.clone()),
+            llm: LlmChain::new(providers.clone()),
             sessions: SessionsClient::new(&config.sessions_url)?,
             gateway: GatewayClient::new(&config.mcp_gateway_url)?,
             limits: config.limits(),

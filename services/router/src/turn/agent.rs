@@ -76,7 +76,7 @@ pub(super) async fn run(
         // The last step must answer with what the tools gave so far.
         let choice = if last_step { ToolChoice::None } else { ToolChoice::Auto };
         let call = scope.call(agent_prompt(&ctx.persona, &decision.reasoning), messages.clone(), specs.clone(), choice);
-        let mut answered = router.models.stream_answer(chain, call, events).await?;
+        let mut answered = router.llm.stream_answer(chain, call, events).await?;
         fallbacks += answered.fallbacks;
         if answered.completion.tool_calls.is_empty() || last_step {
             if last_step && !answered.completion.tool_calls.is_empty() {

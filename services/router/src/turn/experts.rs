@@ -142,7 +142,7 @@ pub(super) async fn run(
     let mut messages = ctx.conversation.clone();
     messages.push(Message::user(format!("{}\n\n---\nThe experts' answers:{perspectives}", ctx.message)));
     let call = scope.call(synthesis_prompt(&ctx.persona), messages, Vec::new(), ToolChoice::None);
-    let answered = router.models.stream_answer(chain, call, events).await?;
+    let answered = router.llm.stream_answer(chain, call, events).await?;
     Ok(RouteAnswer { answered, usage })
 }
 
@@ -160,12 +160,12 @@ async fn consult(scope: &Scope<'_>, experts: Vec<Role>) -> Vec<ExpertAnswer> {
                 .preferred_model
                 .as_deref()
                 .and_then(|m| m.parse::<ModelRef>().ok())
-                .filter(|m| router.models.providers().get(m).is_ok())
+                .filter(|m| router.llm.providers().get(m).is_ok())
                 .into_iter()
                 .collect();
             models.extend(chain.iter().filter(|m| !models.contains(m)).cloned().collect::<Vec<_>>());
             let call = scope.call(expert_prompt(&role), ctx.messages_with_user(), Vec::new(), ToolChoice::None);
-            let result = match tokio::time::timeout(timeout, router.models.complete(&models, call)).await {
+            let result = match tokio::time::timeout(timeout, router.llm.complete(&models, call)).await {
                 Ok(Ok(answered)) => Ok((answered.completion.content, answered.completion.usage)),
                 Ok(Err(err)) => Err(err.to_string()),
                 Err(_) => Err(format!("timed out after {timeout:?}")),

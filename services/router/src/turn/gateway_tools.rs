@@ -181,7 +181,7 @@ pub(super) async fn run(
         let mut call = scope.call(ctx.persona.clone(), messages.clone(), tools, choice);
         call.parallel_tool_calls = request.parallel_tool_calls;
         call.response_format = request.response_format.clone();
-        let mut answered = router.models.stream_client_answer_hiding(chain, call, events, &hidden).await?;
+        let mut answered = router.llm.stream_client_answer_hiding(chain, call, events, &hidden).await?;
         fallbacks += answered.fallbacks;
         let all_calls = answered.completion.tool_calls.clone();
         let (gateway_calls, callers_calls): (Vec<ToolCall>, Vec<ToolCall>) =

@@ -30,8 +30,8 @@ use crate::{
     events::{Events, TurnEvent},
     fast::FastPath,
     limits::Limits,
+    llm_chain::{Answered, LlmChain},
     metrics::Metrics,
-    models::{Answered, Models},
     outcome::{Metadata, TurnOutcome},
     request::TurnRequest,
     route::{Decision, Route},
@@ -45,7 +45,7 @@ pub const LOCAL_PROVIDER: &str = "local";
 
 /// Everything a turn needs, shared by all turns.
 pub struct Router {
-    pub(crate) models: Models,
+    pub(crate) llm: LlmChain,
     pub(crate) sessions: SessionsClient,
     pub(crate) gateway: GatewayClient,
     pub(crate) limits: Limits,
@@ -111,7 +111,7 @@ impl Scope<'_> {
     /// a handler that degraded to answering directly).
     async fn answer_directly(&self) -> Result<RouteAnswer, RouterError> {
         let call = self.call(self.ctx.persona.clone(), self.ctx.messages_with_user(), Vec::new(), ToolChoice::Auto);
-        let answered = self.router.models.stream_answer(self.chain, call, self.events).await?;
+        let answered = self.router.llm.stream_answer(self.chain, call, self.events).await?;
         Ok(RouteAnswer { answered, usage: Usage::default() })
     }
 
@@ -128,7 +128,7 @@ impl Scope<'_> {
         );
         call.parallel_tool_calls = request.parallel_tool_calls.filter(|_| !request.tools.is_empty());
         call.response_format = request.response_format.clone();
-        let answered = self.router.models.stream_client_answer(self.chain, call, self.events).await?;
+        let answered = self.router.llm.stream_client_answer(self.chain, call, self.events).await?;
         Ok(RouteAnswer { answered, usage: Usage::default() })
     }
 }
@@ -172,7 +172,7 @@ impl Router {
 
     /// Refuses a turn no configured provider could answer, before any work is done.
     fn check_models(&self, request: &TurnRequest) -> Result<(), RouterError> {
-        if self.models.providers().is_empty() {
+        if self.llm.providers().is_empty() {
             return Err(RouterError::FailedPrecondition(
                 "no LLM provider is configured: set OPENAI_API_KEY or OPENAI_BASE_URL, or ANTHROPIC_API_KEY or \
                  ANTHROPIC_BASE_URL"
@@ -180,12 +180,12 @@ impl Router {
             ));
         }
         if let Some(model) = &request.model
-            && self.models.providers().get(model).is_err()
+            && self.llm.providers().get(model).is_err()
         {
             return Err(RouterError::FailedPrecondition(format!(
                 "model: no provider `{}` is configured (configured: {})",
                 model.provider,
-                self.models.providers().names().collect::<Vec<_>>().join(", ")
+                self.llm.providers().names().collect::<Vec<_>>().join(", ")
             )));
         }
         // The local model answers text only: what it cannot do is refused, never made up.

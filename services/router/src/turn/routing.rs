@@ -21,7 +21,7 @@ use crate::{
     cache::{CachedRoute, Hit},
     error::RouterError,
     events::TurnEvent,
-    models::{Answered, Opened},
+    llm_chain::{Answered, Opened},
     outcome::Metadata,
     route::{Decision, Route, USE_MCP_AGENT, USE_MULTIAGENT, routing_prompt, routing_tools},
 };
@@ -240,7 +240,7 @@ async fn routing_call(
     let call = scope.call(prompt, ctx.messages_with_user(), routing_tools(), ToolChoice::Auto);
     // Kept even when the fast router overtakes it: if that says direct, this call (already
     // on its way) still gives the answer.
-    let mut opening = std::pin::pin!(router.models.open(chain, call));
+    let mut opening = std::pin::pin!(router.llm.open(chain, call));
     let mut overtaken = false;
     let opened = match deadline {
         None => opening.await,

@@ -1,5 +1,6 @@
-//! Model calls as the router makes them: over the model chain (the turn's model, then
-//! `UNIFIED_CHAT_FALLBACK_MODELS` in order), streaming text to the turn's events as it arrives.
+//! The LLM chain: model calls as the router makes them, over the turn's model then
+//! `UNIFIED_CHAT_FALLBACK_MODELS` in order, streaming text to the turn's events as it arrives.
+//! (Not to be confused with `crates/models`, the sentence encoder the fast router embeds with.)
 
 use std::collections::{HashMap, HashSet};
 
@@ -42,11 +43,11 @@ pub struct Opened {
 }
 
 #[derive(Clone)]
-pub struct Models {
+pub struct LlmChain {
     providers: Providers,
 }
 
-impl Models {
+impl LlmChain {
     pub fn new(providers: Providers) -> Self {
         Self { providers }
     }
@@ -86,7 +87,7 @@ impl Models {
         self.drive(chain, request, events, false).await
     }
 
-    /// [`Models::stream_answer`] for a turn with the caller's own tools: the model's calls of
+    /// [`LlmChain::stream_answer`] for a turn with the caller's own tools: the model's calls of
     /// them go to `events` too, as their arguments stream.
     pub async fn stream_client_answer(
         &self,
@@ -97,7 +98,7 @@ impl Models {
         self.drive(chain, request, events, true).await
     }
 
-    /// [`Models::stream_client_answer`] for a turn that offers the gateway's tools beside the
+    /// [`LlmChain::stream_client_answer`] for a turn that offers the gateway's tools beside the
     /// caller's: only calls of tools not in `hidden` (the gateway's, which the router runs) go
     /// to `events`, numbered among themselves, as the answer returns them.
     pub async fn stream_client_answer_hiding(
