@@ -128,7 +128,7 @@ async fn cached_decisions_skip_the_routing_call_within_a_tenant_only() {
     assert!(!metadata(&first).cache_hit);
     assert_eq!(routing_calls(&suite.llm), 1);
 
-    // The same message (normalised): an exact hit, from Redis.
+    // The same message (normalized): an exact hit, from Redis.
     let again = client.chat(as_tenant("acme", chat(&message.to_uppercase()))).await.expect("chat").into_inner();
     let meta = metadata(&again);
     assert!(meta.cache_hit, "{meta:?}");

@@ -1,7 +1,8 @@
-//! The routing cache's exact decisions answer alike in memory, in one Redis and on the real
-//! three-primary Redis Cluster (`REDIS_CLUSTER_URL`): an entry is per tenant, forgotten on
-//! demand, and gone after its TTL. Each entry is one key (`<prefix>:router:route:<digest>`)
-//! read and written by single-key GET/SET EX/DEL, so a cluster takes it as it is.
+//! One suite for every `DecisionStore` behind the routing cache: its exact decisions answer
+//! alike in memory, in one Redis and on the real three-primary Redis Cluster
+//! (`REDIS_CLUSTER_URL`): an entry is per tenant, forgotten on demand, and gone after its TTL.
+//! In Redis each entry is one key (`<prefix>:router:route:<digest>`) read and written by
+//! single-key GET/SET EX/DEL, so a cluster takes it as it is.
 // clippy.toml lets tests unwrap, but it does not see the suite's helper functions as tests.
 #![allow(clippy::unwrap_used, reason = "a panic in a test is the failure report")]
 
@@ -10,7 +11,10 @@ use std::time::Duration;
 use switchyard_kit::{Secret, store::RedisConnection};
 use switchyard_router::{
     RouterConfig,
-    cache::{CacheSettings, CachedRoute, HitKind, RoutingCache},
+    cache::{
+        CacheSettings, CachedRoute, DecisionStore, HitKind, RoutingCache, memory::MemoryDecisions,
+        redis::RedisDecisions,
+    },
     open_stores,
     route::Route,
 };
@@ -28,7 +32,7 @@ async fn behaves(cache: &RoutingCache) {
     assert_eq!(cache.exact("acme", "How do I sort a list?").await.unwrap(), None);
     let cached = route(Route::McpAgent, "needs the interpreter");
     cache.put("acme", "How do I sort a list?", None, &cached).await.unwrap();
-    // Normalised: case and whitespace do not matter.
+    // Normalized: case and whitespace do not matter.
     let hit = cache.exact("acme", "  how do I   SORT a list? ").await.unwrap().expect("an exact hit");
     assert_eq!(hit.cached, cached);
     assert_eq!(hit.kind, HitKind::Exact);
@@ -59,23 +63,32 @@ async fn expires(cache: &RoutingCache) {
     assert_eq!(cache.exact("acme", "short lived").await.unwrap(), None);
 }
 
-async fn redis_cache(url: &str, prefix: &str, ttl: Duration) -> RoutingCache {
+/// The whole suite on the stores `store` makes (one for each TTL the suite needs), each behind
+/// a routing cache.
+async fn suite<F, Fut>(store: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Box<dyn DecisionStore>>,
+{
+    behaves(&RoutingCache::with_store(settings(Duration::from_secs(60)), store().await)).await;
+    expires(&RoutingCache::with_store(settings(Duration::from_secs(1)), store().await)).await;
+}
+
+async fn redis_store(url: &str, prefix: &str) -> Box<dyn DecisionStore> {
     let conn = RedisConnection::connect(&Secret::new(url)).await.unwrap_or_else(|err| panic!("redis at {url}: {err}"));
-    let prefix = switchyard_kit::store::KeyPrefix::parse(prefix).unwrap();
-    RoutingCache::redis(settings(ttl), conn, prefix)
+    Box::new(RedisDecisions::new(conn, switchyard_kit::store::KeyPrefix::parse(prefix).unwrap()))
 }
 
 #[tokio::test]
 async fn in_memory() {
-    behaves(&RoutingCache::memory(settings(Duration::from_secs(60)))).await;
-    expires(&RoutingCache::memory(settings(Duration::from_secs(1)))).await;
+    suite(|| async { Box::new(MemoryDecisions::new(1024)) as Box<dyn DecisionStore> }).await;
 }
 
 #[tokio::test]
 async fn in_redis() {
     let prefix = KeyPrefix::new("router-cache");
-    behaves(&redis_cache(&redis_url(), prefix.as_str(), Duration::from_secs(60)).await).await;
-    expires(&redis_cache(&redis_url(), prefix.as_str(), Duration::from_secs(1)).await).await;
+    let url = redis_url();
+    suite(|| redis_store(&url, prefix.as_str())).await;
 }
 
 /// Its keys expire with their TTL (a minute at most): no SCAN across the cluster to clean up.
@@ -83,8 +96,7 @@ async fn in_redis() {
 async fn in_redis_cluster() {
     let prefix = switchyard_testkit::unique("router-cache");
     let url = redis_cluster_url();
-    behaves(&redis_cache(&url, &prefix, Duration::from_secs(60)).await).await;
-    expires(&redis_cache(&url, &prefix, Duration::from_secs(1)).await).await;
+    suite(|| redis_store(&url, &prefix)).await;
 }
 
 /// The router opens its stores on a cluster URL as it does on one Redis: REDIS_URL may be

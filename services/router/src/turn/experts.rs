@@ -17,12 +17,12 @@ const GENERAL_ASSISTANT: &str = "general-assistant";
 
 /// The role for one requested domain.
 pub fn resolve<'a>(domain: &str, roles: &'a [Role]) -> Option<&'a Role> {
-    let wanted = normalise(domain);
+    let wanted = normalize(domain);
     if wanted.is_empty() {
         return None;
     }
-    let by_id = || roles.iter().find(|r| normalise(&r.id) == wanted);
-    let by_domain = || roles.iter().find(|r| r.domains.iter().any(|d| normalise(d) == wanted));
+    let by_id = || roles.iter().find(|r| normalize(&r.id) == wanted);
+    let by_domain = || roles.iter().find(|r| r.domains.iter().any(|d| normalize(d) == wanted));
     // "technical" → technology, "legal" → legal-expert, "business" → a role whose name or
     // description says business: the longest shared stem wins, at least five letters long.
     let nearest = || {
@@ -37,7 +37,7 @@ pub fn resolve<'a>(domain: &str, roles: &'a [Role]) -> Option<&'a Role> {
     by_id().or_else(by_domain).or_else(nearest)
 }
 
-fn normalise(text: &str) -> String {
+fn normalize(text: &str) -> String {
     text.trim().to_lowercase().replace([' ', '_'], "-")
 }
 
@@ -190,7 +190,7 @@ mod tests {
         }
     }
 
-    fn catalogue() -> Vec<Role> {
+    fn catalog() -> Vec<Role> {
         vec![
             role("tech-expert", "Technology Expert", &["technology"]),
             role("finance-expert", "Finance Expert", &["finance"]),
@@ -201,7 +201,7 @@ mod tests {
 
     #[test]
     fn domains_resolve_by_id_then_trigger_domain_then_nearest_name() {
-        let roles = catalogue();
+        let roles = catalog();
         let id_of = |d: &str| resolve(d, &roles).map(|r| r.id.as_str());
         assert_eq!(id_of("legal-expert"), Some("legal-expert"));
         assert_eq!(id_of("Finance"), Some("finance-expert"));
@@ -212,7 +212,7 @@ mod tests {
 
     #[test]
     fn experts_are_unique_bounded_and_default_to_the_general_assistant() {
-        let roles = catalogue();
+        let roles = catalog();
         let domains: Vec<String> =
             ["technical", "technology", "creative", "finance", "legal"].iter().map(|d| (*d).to_owned()).collect();
         let ids: Vec<String> = experts_for(&domains, &roles, 3).into_iter().map(|r| r.id).collect();

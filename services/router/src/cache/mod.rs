@@ -10,24 +10,27 @@
 //! 3. the tenant's decisions by embedding similarity, in process (bounded per tenant, and the
 //!    number of tenants bounded, least recently used out first).
 //!
-//! Messages are compared normalised (trimmed, lower case, whitespace collapsed).
+//! Messages are compared normalized (trimmed, lower case, whitespace collapsed). The exact
+//! lookup's backends are [`DecisionStore`]s, one file each: [`redis`] and [`memory`].
 
 use std::{
     collections::{HashMap, VecDeque},
     sync::{Arc, Mutex},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
-use redis::AsyncCommands;
+use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
-use switchyard_kit::store::{KeyPrefix, REDIS_COMMAND_TIMEOUT, RedisConnection, StoreError, bounded};
+use switchyard_kit::store::{KeyPrefix, RedisConnection, StoreError};
 
 use crate::{
     analytics::{AnalyticsStore, Correction},
     fast::FastPath,
     route::{Decision, Route},
 };
+
+pub mod memory;
+pub mod redis;
 
 /// Settings of the cache (see `RouterConfig`).
 #[derive(Debug, Clone, Copy)]
@@ -127,7 +130,7 @@ fn clip(text: &str, max: usize) -> &str {
 }
 
 /// A message as the cache compares it.
-pub fn normalise(message: &str) -> String {
+pub fn normalize(message: &str) -> String {
     message.split_whitespace().collect::<Vec<_>>().join(" ").to_lowercase()
 }
 
@@ -135,11 +138,13 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
-/// Where exact-message decisions live. In Redis each entry is one key, read and written by
-/// single-key GET/SET EX/DEL, so one Redis or a Redis Cluster (`REDIS_URL`) takes it alike.
-enum Exact {
-    Redis { conn: RedisConnection, prefix: KeyPrefix },
-    Memory(Mutex<HashMap<String, (CachedRoute, Instant)>>),
+/// Where the tenants' decisions by exact (normalized) message live. An entry is the tenant's
+/// alone, gone after its TTL, and gone at once when forgotten.
+#[async_trait]
+pub trait DecisionStore: Send + Sync {
+    async fn get(&self, tenant: &str, normalized: &str) -> Result<Option<CachedRoute>, StoreError>;
+    async fn put(&self, tenant: &str, normalized: &str, cached: &CachedRoute, ttl: Duration) -> Result<(), StoreError>;
+    async fn forget(&self, tenant: &str, normalized: &str) -> Result<(), StoreError>;
 }
 
 /// One tenant's in-process decisions, oldest first.
@@ -159,7 +164,7 @@ struct Learned {
 
 pub struct RoutingCache {
     settings: CacheSettings,
-    exact: Exact,
+    exact: Box<dyn DecisionStore>,
     similar: Mutex<Similar>,
     corrections: Mutex<HashMap<(String, String), Vec<Learned>>>,
 }
@@ -177,35 +182,23 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl RoutingCache {
     /// Exact decisions in Redis (one Redis or a Redis Cluster) under `prefix`.
     pub fn redis(settings: CacheSettings, conn: RedisConnection, prefix: KeyPrefix) -> Self {
-        Self::with(settings, Exact::Redis { conn, prefix })
+        Self::with_store(settings, Box::new(redis::RedisDecisions::new(conn, prefix)))
     }
 
-    /// Exact decisions in process (one replica, `switchyard dev`, tests).
+    /// Exact decisions in process (one replica, `switchyard dev`, tests), bounded like the
+    /// similarity entries: all tenants together.
     pub fn memory(settings: CacheSettings) -> Self {
-        Self::with(settings, Exact::Memory(Mutex::default()))
+        let budget = settings.entries_per_tenant.saturating_mul(settings.tenants);
+        Self::with_store(settings, Box::new(memory::MemoryDecisions::new(budget)))
     }
 
-    fn with(settings: CacheSettings, exact: Exact) -> Self {
+    /// Exact decisions in `exact`.
+    pub fn with_store(settings: CacheSettings, exact: Box<dyn DecisionStore>) -> Self {
         Self { settings, exact, similar: Mutex::default(), corrections: Mutex::default() }
     }
 
     pub fn settings(&self) -> CacheSettings {
         self.settings
-    }
-
-    /// The Redis key of a tenant's exact entry: a digest, so no message text is in key names
-    /// and tenants can never share a key.
-    fn key(prefix: &KeyPrefix, tenant: &str, normalised: &str) -> String {
-        let mut digest = Sha256::new();
-        digest.update(tenant.as_bytes());
-        digest.update([0]);
-        digest.update(normalised.as_bytes());
-        let hex: String = digest.finalize().iter().map(|b| format!("{b:02x}")).collect();
-        format!("{prefix}:router:route:{hex}")
-    }
-
-    fn memory_key(tenant: &str, normalised: &str) -> String {
-        format!("{tenant}\u{0}{normalised}")
     }
 
     /// True when the user has corrections, so the message must be embedded before the exact
@@ -228,33 +221,7 @@ impl RoutingCache {
 
     /// The tenant's decision for exactly this message.
     pub async fn exact(&self, tenant: &str, message: &str) -> Result<Option<Hit>, StoreError> {
-        let normalised = normalise(message);
-        let cached = match &self.exact {
-            Exact::Redis { conn, prefix } => {
-                let mut conn = conn.clone();
-                let key = Self::key(prefix, tenant, &normalised);
-                let value: Option<String> = bounded(REDIS_COMMAND_TIMEOUT, conn.get(&key)).await?;
-                match value {
-                    None => None,
-                    Some(json) => Some(
-                        serde_json::from_str::<CachedRoute>(&json)
-                            .map_err(|err| StoreError::Corrupt(format!("routing cache entry: {err}")))?,
-                    ),
-                }
-            }
-            Exact::Memory(map) => {
-                let mut map = lock(map);
-                let key = Self::memory_key(tenant, &normalised);
-                match map.get(&key) {
-                    Some((cached, expires)) if *expires > Instant::now() => Some(cached.clone()),
-                    Some(_) => {
-                        map.remove(&key);
-                        None
-                    }
-                    None => None,
-                }
-            }
-        };
+        let cached = self.exact.get(tenant, &normalize(message)).await?;
         Ok(cached.map(|cached| Hit { cached, kind: HitKind::Exact }))
     }
 
@@ -279,36 +246,14 @@ impl RoutingCache {
         vector: Option<&[f32]>,
         cached: &CachedRoute,
     ) -> Result<(), StoreError> {
-        let normalised = normalise(message);
+        let normalized = normalize(message);
         if let Some(vector) = vector {
-            self.put_similar(tenant, &normalised, vector, cached);
+            self.put_similar(tenant, &normalized, vector, cached);
         }
-        match &self.exact {
-            Exact::Redis { conn, prefix } => {
-                let mut conn = conn.clone();
-                let json = serde_json::to_string(cached).map_err(|err| StoreError::Corrupt(err.to_string()))?;
-                let key = Self::key(prefix, tenant, &normalised);
-                let ttl = self.settings.ttl.as_secs().max(1);
-                bounded(REDIS_COMMAND_TIMEOUT, conn.set_ex::<_, _, ()>(&key, json, ttl)).await?;
-            }
-            Exact::Memory(map) => {
-                let mut map = lock(map);
-                // Bounded like the similarity entries: all tenants together.
-                let budget = self.settings.entries_per_tenant.saturating_mul(self.settings.tenants).max(1);
-                if map.len() >= budget {
-                    let now = Instant::now();
-                    map.retain(|_, (_, expires)| *expires > now);
-                    if map.len() >= budget {
-                        map.clear();
-                    }
-                }
-                map.insert(Self::memory_key(tenant, &normalised), (cached.clone(), Instant::now() + self.settings.ttl));
-            }
-        }
-        Ok(())
+        self.exact.put(tenant, &normalized, cached, self.settings.ttl).await
     }
 
-    fn put_similar(&self, tenant: &str, normalised: &str, vector: &[f32], cached: &CachedRoute) {
+    fn put_similar(&self, tenant: &str, normalized: &str, vector: &[f32], cached: &CachedRoute) {
         let mut similar = lock(&self.similar);
         similar.clock += 1;
         let clock = similar.clock;
@@ -320,30 +265,20 @@ impl RoutingCache {
         }
         let entries = similar.tenants.entry(tenant.to_owned()).or_default();
         entries.last_used = clock;
-        entries.entries.retain(|(text, _, _)| text != normalised);
+        entries.entries.retain(|(text, _, _)| text != normalized);
         if entries.entries.len() >= self.settings.entries_per_tenant.max(1) {
             entries.entries.pop_front();
         }
-        entries.entries.push_back((normalised.to_owned(), vector.to_vec(), cached.clone()));
+        entries.entries.push_back((normalized.to_owned(), vector.to_vec(), cached.clone()));
     }
 
     /// Forgets the tenant's cached decision for a message (a user said it was wrong).
     pub async fn forget(&self, tenant: &str, message: &str) -> Result<(), StoreError> {
-        let normalised = normalise(message);
+        let normalized = normalize(message);
         if let Some(entries) = lock(&self.similar).tenants.get_mut(tenant) {
-            entries.entries.retain(|(text, _, _)| *text != normalised);
+            entries.entries.retain(|(text, _, _)| *text != normalized);
         }
-        match &self.exact {
-            Exact::Redis { conn, prefix } => {
-                let mut conn = conn.clone();
-                let key = Self::key(prefix, tenant, &normalised);
-                bounded(REDIS_COMMAND_TIMEOUT, conn.del::<_, ()>(&key)).await?;
-            }
-            Exact::Memory(map) => {
-                lock(map).remove(&Self::memory_key(tenant, &normalised));
-            }
-        }
-        Ok(())
+        self.exact.forget(tenant, &normalized).await
     }
 
     /// Adds (or replaces, by answer) a user's correction in process.
@@ -455,7 +390,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn exact_entries_are_per_tenant_and_normalised() {
+    async fn exact_entries_are_per_tenant_and_normalized() {
         let cache = RoutingCache::memory(CacheSettings::default());
         cache.put("acme", "What is in  README.md?", None, &cached(Route::McpAgent)).await.unwrap();
         let hit = cache.exact("acme", "what is in readme.md?").await.unwrap().expect("hit");
