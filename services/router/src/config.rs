@@ -1,5 +1,5 @@
-//! The router's configuration: flags with environment fallbacks, keeping spec 002's names
-//! (`UNIFIED_CHAT_*`) where it gives them.
+//! The router's configuration: flags with environment fallbacks, keeping the requirements' names
+//! (`UNIFIED_CHAT_*`, docs/requirements.md#router-configuration) where they give them.
 
 use std::{net::SocketAddr, time::Duration};
 

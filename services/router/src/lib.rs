@@ -1,4 +1,4 @@
-//! The router (spec 002, "Unified Intelligent Chat"): the one chat endpoint. The LLM is the
+//! The router (docs/requirements.md#unified-chat-the-router): the one chat endpoint. The LLM is the
 //! router — one call with the two routing tools decides whether a message is answered
 //! directly, handed to the MCP agent, or answered by several experts plus a synthesis — on a
 //! session whose expert role the sessions service switches as the conversation moves.

@@ -1,7 +1,8 @@
 //! The router's OpenTelemetry metrics (exported over OTLP when the kit's telemetry has an
-//! endpoint; no-ops otherwise): spec 002's "Monitoring & Analytics" figures as they happen —
-//! route distribution, routing latency, execution time, cache hits, fallbacks, degradations,
-//! tool calls, the caller's own tool loops and the role switches held back inside them.
+//! endpoint; no-ops otherwise): the figures docs/requirements.md#router-monitoring asks for,
+//! as they happen — route distribution, routing latency, execution time, cache hits,
+//! fallbacks, degradations, tool calls, the caller's own tool loops and the role switches
+//! held back inside them.
 //! GetRoutingStats gives the same figures from Postgres over any window.
 
 use opentelemetry::{

@@ -1,4 +1,4 @@
-//! One chat turn, as spec 002's `UnifiedChatHandler.process` describes it, on a session:
+//! One chat turn (docs/requirements.md#router-endpoint), on a session:
 //! context switching first (sessions' ProcessQuery), then the routing call — the LLM is the
 //! router, through the two routing tools — then the chosen route, and finally the answer is
 //! recorded in the session's conversation and in the routing analytics. A turn still running
