@@ -1,7 +1,7 @@
 //! The loadgen's own small Redis client for the `sessions-redis-floor` scenario: it lays out
-//! sessions the way the sessions service's Redis store does and makes the same one-script turn
-//! update, so the floor costs what a ProcessQuery turn costs in Redis without the loadgen
-//! depending on a service crate.
+//! sessions the way the sessions service's Redis store does and runs that store's turn script
+//! (its file, not a copy), so the floor costs what a ProcessQuery turn costs in Redis without
+//! the loadgen depending on a service crate.
 
 use std::time::Duration;
 
@@ -15,31 +15,11 @@ use redis::{
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The conditional turn update of a turn that keeps its role: the same reads and writes, in
-/// one script, as the sessions store's apply-turn script takes on that path (check the role
-/// and switch count, count the turn, stamp `updated`, refresh both TTLs, return the hash).
-/// ARGV: expected role, expected switch count, now (ms).
-const KEEP_ROLE_TURN_LUA: &str = r"
-local function is_count(v) return v and string.match(v, '^%d+$') ~= nil end
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  return {'missing', {}, {}}
-end
-local s = redis.call('HMGET', KEYS[1], 'status', 'role', 'switches', 'turns', 'ttl')
-if s[1] == 'closed' then
-  return {'closed', {}, {}}
-end
-if not s[2] or not is_count(s[3]) or not is_count(s[4]) or not is_count(s[5]) or tonumber(s[5]) < 1 then
-  return {'corrupt', {'missing or malformed role, switches, turns or ttl'}, {}}
-end
-if s[2] ~= ARGV[1] or tonumber(s[3]) ~= tonumber(ARGV[2]) then
-  return {'conflict', {}, {}}
-end
-redis.call('HINCRBY', KEYS[1], 'turns', 1)
-redis.call('HSET', KEYS[1], 'updated', ARGV[3])
-redis.call('EXPIRE', KEYS[1], tonumber(s[5]))
-redis.call('EXPIRE', KEYS[2], tonumber(s[5]))
-return {'ok', redis.call('HGETALL', KEYS[1]), {}}
-";
+/// The sessions store's own turn script (the same file it loads), run on the path of a turn
+/// that keeps its role: check the role and switch count, count the turn, stamp `updated`,
+/// refresh both TTLs, return the hash.
+/// ARGV: expected role, expected switch count, new role or '', '1' to count a turn, now (ms).
+const APPLY_TURN_LUA: &str = include_str!("../../../services/sessions/src/store/apply_turn.lua");
 
 /// One floor session: its hash key and its (empty) message list key.
 #[derive(Clone)]
@@ -68,7 +48,7 @@ impl FloorClient {
             .set_connection_timeout(Some(COMMAND_TIMEOUT))
             .set_response_timeout(Some(COMMAND_TIMEOUT));
         let mut conn = bounded(CONNECT_TIMEOUT, ConnectionManager::new_with_config(client, config)).await?;
-        let turn = Script::new(KEEP_ROLE_TURN_LUA);
+        let turn = Script::new(APPLY_TURN_LUA);
         bounded(CONNECT_TIMEOUT, turn.load_async(&mut conn)).await?;
         Ok(Self { conn, turn })
     }
@@ -106,6 +86,8 @@ impl FloorClient {
             .key(&session.messages)
             .arg(role)
             .arg(0)
+            .arg("")
+            .arg("1")
             .arg(chrono::Utc::now().timestamp_millis());
         let mut conn = self.conn.clone();
         let (status, _hash, _messages): (String, Vec<String>, Vec<String>) =

@@ -63,33 +63,8 @@ return {'ok', redis.call('HGETALL', KEYS[1]), redis.call('LRANGE', KEYS[2], 0, -
 
 /// Validation comes before any write: Redis does not roll a script back when it fails midway.
 /// ARGV: expected role, expected switch count, new role or '', '1' to count a turn, now (ms).
-const APPLY_TURN_LUA: &str = r"
-local function is_count(v) return v and string.match(v, '^%d+$') ~= nil end
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  return {'missing', {}, {}}
-end
-local s = redis.call('HMGET', KEYS[1], 'status', 'role', 'switches', 'turns', 'ttl')
-if s[1] == 'closed' then
-  return {'closed', {}, {}}
-end
-if not s[2] or not is_count(s[3]) or not is_count(s[4]) or not is_count(s[5]) or tonumber(s[5]) < 1 then
-  return {'corrupt', {'missing or malformed role, switches, turns or ttl'}, {}}
-end
-if s[2] ~= ARGV[1] or tonumber(s[3]) ~= tonumber(ARGV[2]) then
-  return {'conflict', {}, {}}
-end
-if ARGV[3] ~= '' then
-  redis.call('HSET', KEYS[1], 'role', ARGV[3])
-  redis.call('HINCRBY', KEYS[1], 'switches', 1)
-end
-if ARGV[4] == '1' then
-  redis.call('HINCRBY', KEYS[1], 'turns', 1)
-end
-redis.call('HSET', KEYS[1], 'updated', ARGV[5])
-redis.call('EXPIRE', KEYS[1], tonumber(s[5]))
-redis.call('EXPIRE', KEYS[2], tonumber(s[5]))
-return {'ok', redis.call('HGETALL', KEYS[1]), {}}
-";
+/// A file of its own: the load generator's Redis floor runs the same script.
+const APPLY_TURN_LUA: &str = include_str!("apply_turn.lua");
 
 /// Each message arrives as a JSON object without `seq`; the script numbers it by splicing
 /// `{"seq":N,` in front of the object's fields, so no JSON library is needed in Lua.
