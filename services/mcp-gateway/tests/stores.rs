@@ -1,4 +1,5 @@
-//! One behavioural suite per store trait, run against memory and the real Redis / Postgres.
+//! One behavioural suite per store trait, run against memory and the real Redis / Postgres;
+//! the context store also against the real three-primary Redis Cluster (`REDIS_CLUSTER_URL`).
 #![allow(clippy::unwrap_used, reason = "a panic in a test is the failure report")]
 
 use std::sync::Arc;
@@ -15,7 +16,7 @@ use switchyard_mcp_gateway::{
         redis::RedisContextStore,
     },
 };
-use switchyard_testkit::{KeyPrefix, Schema, database_url, redis_url};
+use switchyard_testkit::{KeyPrefix, Schema, database_url, redis_cluster_url, redis_url};
 
 fn key(tenant: &str, session: &str) -> SessionKey {
     SessionKey::new(TenantId::parse(tenant).expect("tenant"), SessionId::parse(session).expect("session id"))
@@ -37,6 +38,27 @@ async fn redis_context_store() {
         .await
         .unwrap_or_else(|err| panic!("redis at {} (set REDIS_URL): {err}", redis_url()));
     context_suite(Arc::new(store)).await;
+}
+
+/// The same suite on the Redis Cluster: every script runs over one session's key, and the
+/// counters go to their own key in a second script, so nothing crosses slots. The contexts
+/// expire with their TTL; the suite's one stats key is deleted at the end (no cleanup by SCAN).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_cluster_context_store() {
+    let prefix = switchyard_testkit::unique("gw");
+    let url = redis_cluster_url();
+    let store = RedisContextStore::connect(&url.as_str().into(), &prefix, std::time::Duration::from_secs(60))
+        .await
+        .unwrap_or_else(|err| panic!("the redis cluster at {url} (REDIS_CLUSTER_URL): {err}"));
+    context_suite(Arc::new(store)).await;
+
+    let client = redis::cluster::ClusterClient::new(
+        url.trim_start_matches("redis+cluster://").split(',').map(|node| format!("redis://{node}")).collect::<Vec<_>>(),
+    )
+    .unwrap();
+    let mut conn = client.get_async_connection().await.unwrap();
+    let deleted: i64 = redis::cmd("DEL").arg(format!("{prefix}:mcp:stats")).query_async(&mut conn).await.unwrap();
+    assert_eq!(deleted, 1, "the counters are in one hash for the whole cluster");
 }
 
 async fn context_suite(store: Arc<dyn ContextStore>) {
@@ -91,6 +113,28 @@ async fn context_suite(store: Arc<dyn ContextStore>) {
             filtered_hits: 2
         }
     );
+
+    // Many sessions at once, spread over every slot a cluster has: each call is counted once.
+    let before = store.counters().await.unwrap();
+    let calls = (0..48).map(|n| {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let session = key("acme", &format!("many-{n}"));
+            store.record_shown(&session, &["calc__add".to_owned()]).await.unwrap();
+            store.record_call(&session, if n % 2 == 0 { "calc__add" } else { "calc__mul" }).await.unwrap().0
+        })
+    });
+    let mut in_list = 0;
+    for call in calls.collect::<Vec<_>>() {
+        in_list += u64::from(call.await.unwrap() == ShownMatch::InList);
+    }
+    assert_eq!(in_list, 24);
+    let after = store.counters().await.unwrap();
+    assert_eq!(
+        (after.tool_calls, after.calls_after_filtered_list, after.filtered_hits),
+        (before.tool_calls + 48, before.calls_after_filtered_list + 48, before.filtered_hits + 24)
+    );
+    assert_eq!(after.sessions, before.sessions, "a call alone does not count a session");
 
     // The MCP transport's session state round-trips and can be deleted.
     assert_eq!(store.load_transport("t-1").await.unwrap(), None);
