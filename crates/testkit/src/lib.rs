@@ -9,6 +9,7 @@ pub mod grpc;
 pub mod latency;
 pub mod llm;
 pub mod mcp;
+pub mod oauth;
 mod paths;
 mod poll;
 pub mod postgres;

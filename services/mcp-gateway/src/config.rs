@@ -194,6 +194,10 @@ pub struct GatewayConfig {
     #[arg(long, env = "MCP_GATEWAY_AUDIT_RETENTION", default_value = "2160h", value_parser = parse_duration)]
     pub audit_retention: Duration,
 
+    /// Who may use the MCP endpoint: `--auth open|keys|oauth` and the `--oauth-*` settings.
+    #[command(flatten)]
+    pub auth: crate::auth::AuthArgs,
+
     #[command(flatten)]
     pub server: ServerArgs,
 }
@@ -244,6 +248,7 @@ impl GatewayConfig {
             audit_arguments: false,
             audit_redact: ["password", "secret", "token", "api_key", "authorization"].map(str::to_owned).to_vec(),
             audit_retention: Duration::from_secs(2160 * 3600),
+            auth: crate::auth::AuthArgs::default(),
             server: ServerArgs::default(),
         }
     }

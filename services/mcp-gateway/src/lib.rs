@@ -6,7 +6,8 @@
 //! background loops in its submodules), [`catalog`] ranks tools, [`upstream`] runs the
 //! downstream servers (one file per transport), [`domain`] holds what the core and [`store`]
 //! share, [`error`] its error type. Fronts: [`mcp`] (MCP over streamable HTTP at `/mcp`, or
-//! stdio, one file per job; [`guard`] checks the HTTP requests' origin and body first) and
+//! stdio, one file per job; [`auth`] checks the caller's credential and [`guard`] the HTTP
+//! requests' origin and body first) and
 //! [`grpc`] (the internal `switchyard.mcp.v1.McpGatewayService`) adapt the core and do every
 //! protocol conversion. This file only wires them: stores, models, the core, the servers.
 //!
@@ -15,6 +16,7 @@
 //! requests may land on any replica; no sticky routing is needed.
 
 pub mod audit;
+pub mod auth;
 pub mod catalog;
 pub mod config;
 pub mod domain;
@@ -230,7 +232,9 @@ impl GatewayServer {
         let mcp_listener = tokio::net::TcpListener::bind(config.mcp_listen)
             .await
             .with_context(|| format!("binding the MCP endpoint on {}", config.mcp_listen))?;
-        let mcp = mcp::http::router(gateway.clone(), config, stop.child_token());
+        let policy_scopes = config.policies().map(|p| p.scopes()).unwrap_or_default();
+        let auth = Arc::new(auth::Authenticator::from_config(config, &policy_scopes).await.context("--auth")?);
+        let mcp = mcp::http::router(gateway.clone(), config, auth, stop.child_token());
         Ok(Self {
             grpc,
             mcp_listener,

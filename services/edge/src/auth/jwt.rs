@@ -4,22 +4,15 @@
 //! when configured. The tenant comes from a configurable claim, the user from `sub`; a token
 //! grants administration with `"switchyard_admin": true` or the scope `switchyard:admin`.
 
-use std::{
-    collections::HashMap,
-    path::{Path, PathBuf},
-    sync::Mutex,
-    time::{Duration, Instant, SystemTime},
-};
+use std::path::PathBuf;
 
-use jsonwebtoken::{Algorithm, DecodingKey, Validation, decode, decode_header, jwk::JwkSet};
+use jsonwebtoken::{Algorithm, DecodingKey, Validation, decode, decode_header};
 use serde_json::{Map, Value};
+use switchyard_auth::JwksFile;
 use switchyard_kit::{Secret, TenantId, UserId};
 
 use super::Caller;
 use crate::error::ApiError;
-
-/// How often the JWKS file's modification time is looked at.
-const JWKS_RECHECK: Duration = Duration::from_secs(10);
 
 /// The token settings, from the edge's flags.
 #[derive(Debug, Clone, Default)]
@@ -38,18 +31,10 @@ impl JwtConfig {
     }
 }
 
-struct Jwks {
-    keys: HashMap<String, DecodingKey>,
-    /// The one key of a set with a single key, for tokens without `kid`.
-    only: Option<DecodingKey>,
-    modified: Option<SystemTime>,
-    checked: Instant,
-}
-
 pub struct JwtVerifier {
     config: JwtConfig,
     hs256: Option<DecodingKey>,
-    jwks: Option<Mutex<Jwks>>,
+    jwks: Option<JwksFile>,
 }
 
 impl std::fmt::Debug for JwtVerifier {
@@ -62,7 +47,7 @@ impl JwtVerifier {
     pub fn new(config: JwtConfig) -> anyhow::Result<Self> {
         let hs256 = config.hs256_secret.as_ref().map(|secret| DecodingKey::from_secret(secret.expose().as_bytes()));
         let jwks = match &config.jwks_file {
-            Some(path) => Some(Mutex::new(load_jwks(path)?)),
+            Some(path) => Some(JwksFile::open(path)?),
             None => None,
         };
         anyhow::ensure!(!config.tenant_claim.is_empty(), "the tenant claim name must not be empty");
@@ -88,14 +73,10 @@ impl JwtVerifier {
             }
             Algorithm::RS256 => {
                 let jwks = self.jwks.as_ref().ok_or_else(|| unaccepted("RS256"))?;
-                let mut jwks = jwks.lock().map_err(|_| ApiError::internal("the JWKS lock is poisoned"))?;
-                self.refresh(&mut jwks);
-                let key = match &header.kid {
-                    Some(kid) => jwks.keys.get(kid),
-                    None => jwks.only.as_ref(),
-                }
-                .ok_or_else(|| ApiError::unauthenticated("invalid token: no known key for its `kid`"))?;
-                decode::<Map<String, Value>>(token, key, &validation)
+                let key = jwks
+                    .key(header.kid.as_deref())
+                    .ok_or_else(|| ApiError::unauthenticated("invalid token: no known key for its `kid`"))?;
+                decode::<Map<String, Value>>(token, &key, &validation)
             }
             other => return Err(unaccepted(&format!("{other:?}"))),
         }
@@ -126,49 +107,10 @@ impl JwtVerifier {
         let principal = format!("jwt:{}:{}", tenant, user.as_ref().map_or("", UserId::as_str));
         Ok(Caller { tenant, user, principal, admin })
     }
-
-    /// Re-reads the JWKS file when it changed; a file that no longer parses keeps the old keys.
-    fn refresh(&self, jwks: &mut Jwks) {
-        let Some(path) = &self.config.jwks_file else { return };
-        if jwks.checked.elapsed() < JWKS_RECHECK {
-            return;
-        }
-        jwks.checked = Instant::now();
-        let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
-        if modified == jwks.modified {
-            return;
-        }
-        match load_jwks(path) {
-            Ok(fresh) => {
-                tracing::info!(path = %path.display(), keys = fresh.keys.len(), "reloaded the JWKS file");
-                *jwks = fresh;
-            }
-            Err(err) => tracing::warn!(path = %path.display(), error = %err, "the JWKS file changed but does not load"),
-        }
-    }
 }
 
 fn unaccepted(alg: &str) -> ApiError {
     ApiError::unauthenticated(format!("invalid token: {alg} tokens are not accepted here"))
-}
-
-fn load_jwks(path: &Path) -> anyhow::Result<Jwks> {
-    let text = std::fs::read_to_string(path).map_err(|err| anyhow::anyhow!("reading {}: {err}", path.display()))?;
-    let set: JwkSet =
-        serde_json::from_str(&text).map_err(|err| anyhow::anyhow!("{} is not a JWKS: {err}", path.display()))?;
-    let mut keys = HashMap::new();
-    let mut all = Vec::new();
-    for jwk in &set.keys {
-        let key = DecodingKey::from_jwk(jwk)
-            .map_err(|err| anyhow::anyhow!("{}: a key does not load: {err}", path.display()))?;
-        if let Some(kid) = &jwk.common.key_id {
-            keys.insert(kid.clone(), key.clone());
-        }
-        all.push(key);
-    }
-    anyhow::ensure!(!all.is_empty(), "{} holds no keys", path.display());
-    let only = if all.len() == 1 { all.pop() } else { None };
-    Ok(Jwks { keys, only, modified: std::fs::metadata(path).and_then(|m| m.modified()).ok(), checked: Instant::now() })
 }
 
 #[cfg(test)]

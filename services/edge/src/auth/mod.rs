@@ -16,9 +16,7 @@ use switchyard_kit::{TenantId, UserId};
 use crate::error::ApiError;
 pub use jwt::{JwtConfig, JwtVerifier};
 pub use keys::{ApiKey, KeyStore, KeyStoreHealth, NewKey};
-
-/// The prefix of every Switchyard API key, so a key is told from a JWT at a glance.
-pub const KEY_PREFIX: &str = "sy_";
+pub use switchyard_auth::KEY_PREFIX;
 
 /// An authenticated caller.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,7 +94,7 @@ impl Authenticator {
         };
         if credential.starts_with(KEY_PREFIX) {
             if let Some(keys) = &self.keys {
-                return keys.verify(credential).await;
+                return keys.verify(credential).await.map(Caller::from).map_err(ApiError::from);
             }
         } else if credential.split('.').count() == 3
             && let Some(jwt) = &self.jwt

@@ -99,7 +99,7 @@ pub(super) fn subject(extensions: &rmcp::model::Extensions) -> Result<Subject, M
     let identity = identity(extensions);
     match extensions.get::<http::request::Parts>() {
         None => Ok(Subject::tenant_of(Some(&identity.session(SessionId::generate())))),
-        Some(parts) => Subject::from_headers(&identity, &parts.headers)
+        Some(parts) => Subject::from_parts(&identity, parts)
             .map_err(|err| McpError::invalid_request(err.to_string(), Some(serde_json::json!({"field": err.field})))),
     }
 }

@@ -1,6 +1,7 @@
 //! MCP over streamable HTTP at `/mcp`: the transport (its sessions kept in the context store,
-//! so any replica continues a session another started), the Origin and body checks of
-//! [`crate::guard`] in front, and `DELETE /mcp` ending a session everywhere.
+//! so any replica continues a session another started), the credential check of
+//! [`crate::auth`] and the Origin and body checks of [`crate::guard`] in front, `DELETE /mcp`
+//! ending a session everywhere, and in OAuth mode the protected resource metadata beside it.
 
 use std::sync::Arc;
 
@@ -12,7 +13,7 @@ use switchyard_kit::identity::IdentityLayer;
 use tokio_util::sync::CancellationToken;
 
 use super::McpHandler;
-use crate::{GatewayConfig, gateway::Gateway, guard, store::ContextStore};
+use crate::{GatewayConfig, auth::Authenticator, gateway::Gateway, guard, store::ContextStore};
 
 /// The MCP transport's sessions, kept in the context store so any replica can continue a
 /// session another one started.
@@ -37,7 +38,12 @@ impl SessionStore for SharedTransportSessions {
 }
 
 /// The `/mcp` endpoint as an axum router.
-pub fn router(gateway: Arc<Gateway>, config: &GatewayConfig, shutdown: CancellationToken) -> axum::Router {
+pub fn router(
+    gateway: Arc<Gateway>,
+    config: &GatewayConfig,
+    auth: Arc<Authenticator>,
+    shutdown: CancellationToken,
+) -> axum::Router {
     let mut http = StreamableHttpServerConfig::default()
         .with_cancellation_token(shutdown)
         .with_max_request_body_bytes(config.max_argument_bytes.saturating_add(64 * 1024));
@@ -62,14 +68,28 @@ pub fn router(gateway: Arc<Gateway>, config: &GatewayConfig, shutdown: Cancellat
         Arc::new(LocalSessionManager::default()),
         http,
     );
-    // Tenant and user from the headers an API gateway in front sets, checked like gRPC's.
-    // The Origin and body checks come first: a refused page or a malformed message never
-    // reaches a session.
-    axum::Router::new()
+    // The credential first (in open mode, none): it decides the identity headers the rest
+    // reads, and without one nothing else is looked at. Then tenant and user from those
+    // headers, checked like gRPC's. The Origin and body checks come before the transport: a
+    // refused page or a malformed message never reaches a session.
+    let endpoint = axum::Router::new()
         .nest_service("/mcp", service)
         .layer(axum::middleware::from_fn_with_state(gateway, end_session))
         .layer(IdentityLayer::http())
         .layer(axum::middleware::from_fn_with_state(Arc::new(guard), guard::check))
+        .layer(axum::middleware::from_fn_with_state(auth.clone(), crate::auth::check));
+    let Some(tokens) = auth.tokens() else { return endpoint };
+    // RFC 9728: at the root, and at the path-suffixed form clients derive from the resource
+    // (`/.well-known/oauth-protected-resource/mcp`). Served without a credential.
+    const ROOT: &str = "/.well-known/oauth-protected-resource";
+    let mut paths = vec![ROOT.to_owned(), format!("{ROOT}/mcp"), tokens.metadata_path()];
+    paths.sort();
+    paths.dedup();
+    let mut metadata = axum::Router::new();
+    for path in &paths {
+        metadata = metadata.route(path, axum::routing::get(crate::auth::metadata));
+    }
+    metadata.with_state(auth).merge(endpoint)
 }
 
 /// `DELETE /mcp` ends a session. The transport answers 202 whether or not it held the

@@ -1,4 +1,4 @@
-//! Per-tool policies (issue 31): who may see and call which tool, decided before the ranking.
+//! Per-tool policies: who may see and call which tool, decided before the ranking.
 //!
 //! Policies live in the servers file (`[[policies]]`), each naming whom it applies to (tenants,
 //! roles, user groups, scopes: every selector given must match; none given, everyone) and what
@@ -11,299 +11,18 @@
 //! is callable and not hidden; **pinned** when it is listed and some applying policy pins it.
 //! A present but empty allow list (`allow_tools = []`) allows nothing: a policy with no
 //! selectors and one makes the gateway deny by default.
+//!
+//! One file per job: `subject` (who is asking), `rules` (the policies as written and
+//! validated), and here, what they decide for one caller and the cache of those decisions.
+
+mod rules;
+mod subject;
 
 use std::{collections::HashMap, sync::Arc};
 
-use serde::Deserialize;
-use switchyard_kit::{FieldError, Identity, RoleId, TenantId, UserId, identity::SessionKey};
-
-/// The request header (and gRPC metadata key) naming the caller's user groups, comma-separated,
-/// as the API gateway in front set them.
-pub const GROUPS_HEADER: &str = "x-switchyard-groups";
-/// The request header (and gRPC metadata key) naming the caller's role (one role id).
-pub const ROLE_HEADER: &str = "x-switchyard-role";
-/// Most groups one caller may name.
-pub const MAX_GROUPS: usize = 64;
-const MAX_GROUP_LEN: usize = 64;
-
-/// Who is asking: what policies look at (tenant, role, groups, scopes), and the user, for the
-/// audit trail.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Subject {
-    pub tenant: TenantId,
-    /// Not looked at by policies (they name no users); recorded in the audit trail.
-    pub user: Option<UserId>,
-    pub role: Option<RoleId>,
-    /// Sorted, each once.
-    pub groups: Vec<String>,
-    /// OAuth scopes of the caller's token. Nothing sets them yet (the MCP endpoint trusts the
-    /// headers of whatever is in front of it); OAuth fills them.
-    pub scopes: Vec<String>,
-}
-
-impl Subject {
-    /// The subject of a request that named only its tenant (or nothing: the default tenant).
-    pub fn tenant_of(key: Option<&SessionKey>) -> Self {
-        Self { tenant: key.map(|k| k.tenant.clone()).unwrap_or_default(), ..Self::default() }
-    }
-
-    /// The caller of a request: its identity, plus the role and groups headers.
-    pub fn from_headers(identity: &Identity, headers: &http::HeaderMap) -> Result<Self, FieldError> {
-        let text = |name: &str| {
-            headers
-                .get(name)
-                .map(|value| value.to_str().map_err(|_| FieldError::new(name, "must be visible ASCII")))
-                .transpose()
-        };
-        Self::parse(identity, text(ROLE_HEADER)?, text(GROUPS_HEADER)?)
-    }
-
-    /// The caller of a gRPC request: its identity, plus the role and groups metadata.
-    pub fn from_metadata(identity: &Identity, metadata: &tonic::metadata::MetadataMap) -> Result<Self, FieldError> {
-        let text = |name: &str| {
-            metadata
-                .get(name)
-                .map(|value| value.to_str().map_err(|_| FieldError::new(name, "must be visible ASCII")))
-                .transpose()
-        };
-        Self::parse(identity, text(ROLE_HEADER)?, text(GROUPS_HEADER)?)
-    }
-
-    fn parse(identity: &Identity, role: Option<&str>, groups: Option<&str>) -> Result<Self, FieldError> {
-        let role = role
-            .map(str::trim)
-            .filter(|r| !r.is_empty())
-            .map(|r| RoleId::parse(r).map_err(|why| FieldError::new(ROLE_HEADER, why)))
-            .transpose()?;
-        let mut parsed: Vec<String> = Vec::new();
-        for group in groups.unwrap_or_default().split(',').map(str::trim).filter(|g| !g.is_empty()) {
-            check_group(group).map_err(|why| FieldError::new(GROUPS_HEADER, why))?;
-            parsed.push(group.to_owned());
-        }
-        parsed.sort();
-        parsed.dedup();
-        if parsed.len() > MAX_GROUPS {
-            return Err(FieldError::new(
-                GROUPS_HEADER,
-                format!("names {} groups, over the limit of {MAX_GROUPS}", parsed.len()),
-            ));
-        }
-        Ok(Self {
-            tenant: identity.tenant.clone(),
-            user: identity.user.clone(),
-            role,
-            groups: parsed,
-            scopes: Vec::new(),
-        })
-    }
-
-    /// What policies decide on: subjects equal in it get the same access.
-    fn policy_key(&self) -> PolicyKey {
-        (self.tenant.clone(), self.role.clone(), self.groups.clone(), self.scopes.clone())
-    }
-}
-
-type PolicyKey = (TenantId, Option<RoleId>, Vec<String>, Vec<String>);
-
-fn check_group(group: &str) -> Result<(), String> {
-    if group.len() > MAX_GROUP_LEN
-        || !group.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':' | '@' | '/'))
-    {
-        return Err(format!("group `{group}` must be 1 to {MAX_GROUP_LEN} characters of [A-Za-z0-9._:@/-]"));
-    }
-    Ok(())
-}
-
-/// One `[[policies]]` entry as written in the servers file.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct PolicySpec {
-    pub name: Option<String>,
-    #[serde(default)]
-    pub tenants: Vec<String>,
-    #[serde(default)]
-    pub roles: Vec<String>,
-    #[serde(default)]
-    pub groups: Vec<String>,
-    #[serde(default)]
-    pub scopes: Vec<String>,
-    pub allow_servers: Option<Vec<String>>,
-    #[serde(default)]
-    pub deny_servers: Vec<String>,
-    pub allow_tools: Option<Vec<String>>,
-    #[serde(default)]
-    pub deny_tools: Vec<String>,
-    #[serde(default)]
-    pub pin: Vec<String>,
-    #[serde(default)]
-    pub hide: Vec<String>,
-}
-
-/// A glob over names: `*` any run of characters, `?` one.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Glob(String);
-
-impl Glob {
-    fn parse(text: &str) -> Result<Self, String> {
-        if text.is_empty() {
-            return Err("is empty".into());
-        }
-        if text.len() > 128
-            || !text.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '/' | '-' | '*' | '?' | ':'))
-        {
-            return Err(format!(
-                "`{text}` must be at most 128 characters of [A-Za-z0-9_./:-] and the wildcards * and ?"
-            ));
-        }
-        Ok(Self(text.to_owned()))
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-
-    pub fn matches(&self, name: &str) -> bool {
-        glob_match(self.0.as_bytes(), name.as_bytes())
-    }
-}
-
-/// Iterative wildcard matching with one backtrack point: linear for the patterns policies use.
-fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
-    let (mut p, mut t) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while t < text.len() {
-        if p < pattern.len() && (pattern[p] == b'?' || pattern[p] == text[t]) {
-            p += 1;
-            t += 1;
-        } else if p < pattern.len() && pattern[p] == b'*' {
-            star = Some((p, t));
-            p += 1;
-        } else if let Some((sp, st)) = star {
-            p = sp + 1;
-            t = st + 1;
-            star = Some((sp, st + 1));
-        } else {
-            return false;
-        }
-    }
-    pattern[p..].iter().all(|&c| c == b'*')
-}
-
-/// One validated policy.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Policy {
-    pub name: String,
-    pub tenants: Vec<String>,
-    pub roles: Vec<String>,
-    pub groups: Vec<String>,
-    pub scopes: Vec<String>,
-    pub allow_servers: Option<Vec<Glob>>,
-    pub deny_servers: Vec<Glob>,
-    pub allow_tools: Option<Vec<Glob>>,
-    pub deny_tools: Vec<Glob>,
-    pub pin: Vec<Glob>,
-    pub hide: Vec<Glob>,
-}
-
-impl Policy {
-    /// Every selector given matches (a list matches when the caller has one of its values).
-    pub fn applies_to(&self, subject: &Subject) -> bool {
-        fn any<'a>(wanted: &[String], mut have: impl Iterator<Item = &'a str>) -> bool {
-            wanted.is_empty() || have.any(|h| wanted.iter().any(|w| w == h))
-        }
-        any(&self.tenants, std::iter::once(subject.tenant.as_str()))
-            && any(&self.roles, subject.role.iter().map(RoleId::as_str))
-            && any(&self.groups, subject.groups.iter().map(String::as_str))
-            && any(&self.scopes, subject.scopes.iter().map(String::as_str))
-    }
-
-    fn has_allow(&self) -> bool {
-        self.allow_servers.is_some() || self.allow_tools.is_some()
-    }
-
-    fn allows(&self, server: &str, tool: &str) -> bool {
-        self.allow_servers.iter().flatten().any(|g| g.matches(server))
-            || self.allow_tools.iter().flatten().any(|g| g.matches(tool))
-    }
-
-    fn denies(&self, server: &str, tool: &str) -> bool {
-        self.deny_servers.iter().any(|g| g.matches(server)) || self.deny_tools.iter().any(|g| g.matches(tool))
-    }
-}
-
-/// Validates the file's `[[policies]]`; errors name the entry (`policies[1] (contractors)`)
-/// and the field.
-pub fn validate(specs: Vec<PolicySpec>) -> Result<Vec<Policy>, String> {
-    let mut names: HashMap<String, usize> = HashMap::new();
-    specs
-        .into_iter()
-        .enumerate()
-        .map(|(index, spec)| {
-            let name = spec.name.clone().unwrap_or_else(|| format!("policies[{index}]"));
-            let at = match &spec.name {
-                Some(name) => format!("policies[{index}] ({name})"),
-                None => format!("policies[{index}]"),
-            };
-            let fail = |field: &str, why: String| format!("{at}: {field}: {why}");
-            if spec.name.as_deref().is_some_and(|n| n.trim().is_empty() || n.len() > 128) {
-                return Err(fail("name", "must be 1 to 128 characters".into()));
-            }
-            if let Some(earlier) = names.insert(name.clone(), index) {
-                return Err(fail("name", format!("`{name}` is also the name of policies[{earlier}]")));
-            }
-            for (i, tenant) in spec.tenants.iter().enumerate() {
-                TenantId::parse(tenant).map_err(|err| fail(&format!("tenants[{i}]"), err.reason))?;
-            }
-            for (i, role) in spec.roles.iter().enumerate() {
-                RoleId::parse(role).map_err(|why| fail(&format!("roles[{i}]"), why))?;
-            }
-            for (i, group) in spec.groups.iter().enumerate() {
-                if group.is_empty() {
-                    return Err(fail(&format!("groups[{i}]"), "is empty".into()));
-                }
-                check_group(group).map_err(|why| fail(&format!("groups[{i}]"), why))?;
-            }
-            for (i, scope) in spec.scopes.iter().enumerate() {
-                if scope.is_empty()
-                    || scope.len() > 256
-                    || !scope.chars().all(|c| c.is_ascii_graphic() && c != '"' && c != '\\')
-                {
-                    return Err(fail(&format!("scopes[{i}]"), format!("`{scope}` is not an OAuth scope token")));
-                }
-            }
-            let globs = |field: &str, list: &[String]| -> Result<Vec<Glob>, String> {
-                list.iter()
-                    .enumerate()
-                    .map(|(i, p)| Glob::parse(p).map_err(|why| fail(&format!("{field}[{i}]"), why)))
-                    .collect()
-            };
-            let policy = Policy {
-                allow_servers: spec.allow_servers.as_deref().map(|l| globs("allow_servers", l)).transpose()?,
-                deny_servers: globs("deny_servers", &spec.deny_servers)?,
-                allow_tools: spec.allow_tools.as_deref().map(|l| globs("allow_tools", l)).transpose()?,
-                deny_tools: globs("deny_tools", &spec.deny_tools)?,
-                pin: globs("pin", &spec.pin)?,
-                hide: globs("hide", &spec.hide)?,
-                name,
-                tenants: spec.tenants,
-                roles: spec.roles,
-                groups: spec.groups,
-                scopes: spec.scopes,
-            };
-            if !policy.has_allow()
-                && policy.deny_servers.is_empty()
-                && policy.deny_tools.is_empty()
-                && policy.pin.is_empty()
-                && policy.hide.is_empty()
-            {
-                return Err(format!(
-                    "{at}: has no rule: set allow_servers, allow_tools, deny_servers, deny_tools, pin or hide"
-                ));
-            }
-            Ok(policy)
-        })
-        .collect()
-}
+pub use rules::{Glob, Policy, PolicySpec, validate};
+use subject::PolicyKey;
+pub use subject::{GROUPS_HEADER, MAX_GROUPS, ROLE_HEADER, Subject};
 
 /// What one caller may do with one tool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -344,6 +63,14 @@ impl Policies {
 
     pub fn is_empty(&self) -> bool {
         self.policies.is_empty()
+    }
+
+    /// Every scope some policy selects on, sorted, once (advertised as `scopes_supported`).
+    pub fn scopes(&self) -> Vec<String> {
+        let mut scopes: Vec<String> = self.policies.iter().flat_map(|p| p.scopes.iter().cloned()).collect();
+        scopes.sort();
+        scopes.dedup();
+        scopes
     }
 
     /// The policies that apply to `subject`.
@@ -470,6 +197,9 @@ impl AccessCache {
 
 #[cfg(test)]
 mod tests {
+    use serde::Deserialize;
+    use switchyard_kit::{Identity, RoleId, TenantId};
+
     use super::*;
 
     fn spec(toml_text: &str) -> Vec<PolicySpec> {
@@ -604,7 +334,7 @@ mod manual_example {
     /// The manual's policies example is a servers file the gateway loads.
     #[test]
     fn the_manuals_example_loads() {
-        let manual = include_str!("../README.md");
+        let manual = include_str!("../../README.md");
         let block = manual
             .split("```toml\n")
             .skip(1)
