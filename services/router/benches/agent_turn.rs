@@ -71,9 +71,8 @@ async fn main() {
 
     let triggers = TriggersServer::bind(&TriggersConfig::in_memory(loopback())).await.expect("triggers binds");
     let triggers = Served::spawn(triggers.local_addr(), |stop| triggers.serve(stop));
-    let sessions = SessionsServer::bind(&SessionsConfig::in_memory(loopback(), &triggers.url()))
-        .await
-        .expect("sessions binds");
+    let sessions =
+        SessionsServer::bind(&SessionsConfig::in_memory(loopback(), &triggers.url())).await.expect("sessions binds");
     let sessions = Served::spawn(sessions.local_addr(), |stop| sessions.serve(stop));
     wait_serving(&sessions.url(), "switchyard.sessions.v1.SessionService").await;
 

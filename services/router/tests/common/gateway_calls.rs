@@ -65,9 +65,8 @@ forward! {
 
 /// Serves the counting hop on loopback in front of the gateway at `gateway_url`.
 pub async fn serve(gateway_url: &str) -> (Served, GatewayCalls) {
-    let gateway = McpGatewayServiceClient::new(
-        Channel::from_shared(gateway_url.to_owned()).expect("gateway url").connect_lazy(),
-    );
+    let gateway =
+        McpGatewayServiceClient::new(Channel::from_shared(gateway_url.to_owned()).expect("gateway url").connect_lazy());
     let calls = GatewayCalls::default();
     let listener = tokio::net::TcpListener::bind(super::loopback()).await.expect("bind the counting hop");
     let addr = listener.local_addr().expect("addr");
