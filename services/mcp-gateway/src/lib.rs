@@ -211,6 +211,8 @@ impl GatewayServer {
         stores: Stores,
         embedder: Option<Arc<Embedder>>,
     ) -> anyhow::Result<Self> {
+        // A half-configured protected resource is refused before anything starts.
+        config.auth.validate().map_err(anyhow::Error::msg).context("--auth")?;
         let stop = CancellationToken::new();
         let gateway = start_gateway(config, stores, embedder, stop.clone())?;
 
