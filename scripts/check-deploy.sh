@@ -2,7 +2,7 @@
 # Validates deploy/ and docker-compose.yml with real tools: each kustomization rendered by kubectl
 # and checked by kubernetes-validate --strict and for consistency across services, `docker-compose
 # config`, every YAML file parsed, the kustomizations' coverage, the collector config, the compose
-# file's paths, and a sanity check of deploy/Dockerfile. The MCP gateway's servers files (loaded with the gateway's own
+# file's paths, a sanity check of deploy/Dockerfile, and the alert rules (promtool check and test). The MCP gateway's servers files (loaded with the gateway's own
 # loader, their `${VAR}`s set where they are mounted) are checked by the gateway's test:
 #   cargo nextest run -p switchyard-mcp-gateway --test deploy
 # Silent but for one summary line when all is well; lists every problem and exits 1 otherwise.
@@ -270,16 +270,37 @@ check_dockerfile() {
   fi
 }
 
+# The alert rules pass `promtool check rules` and their unit tests (`promtool test rules`);
+# promtool comes with Debian's prometheus package, installed if missing.
+check_observability() {
+  local dir=deploy/observability out
+  if ! command -v promtool >/dev/null 2>&1; then
+    command -v apt-get >/dev/null 2>&1 || die "promtool is not installed and apt-get is not available to install it"
+    echo "check-deploy: installing prometheus (for promtool) with apt-get" >&2
+    if ! { as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=120 update -q &&
+      as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=120 install -y -q prometheus; } \
+      >"$LOG" 2>&1; then
+      cat "$LOG" >&2
+      die "apt-get install prometheus failed"
+    fi
+    command -v promtool >/dev/null 2>&1 || die "apt-get installed prometheus but promtool is not on PATH"
+  fi
+  out="$(promtool check rules "$dir/alerts.yaml" 2>&1)" || problem "promtool check rules $dir/alerts.yaml:"$'\n'"$out"
+  out="$(cd "$dir" && promtool test rules alerts.test.yaml 2>&1)" ||
+    problem "promtool test rules $dir/alerts.test.yaml:"$'\n'"$out"
+}
+
 main() {
   ensure_tools
   check_kubernetes
   check_compose
   check_yaml
   check_dockerfile
+  check_observability
   if ((problems)); then
     die "$problems problem(s) in deploy/ or docker-compose.yml"
   fi
-  echo "check-deploy: $kustomizations kustomizations ($resources resources), docker-compose.yml, otel-collector.yaml and Dockerfile OK"
+  echo "check-deploy: $kustomizations kustomizations ($resources resources), docker-compose.yml, otel-collector.yaml, Dockerfile and alert rules OK"
 }
 
 main "$@"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Makes sure PostgreSQL (DATABASE_URL), Redis (REDIS_URL) and a three-primary Redis Cluster
-# (REDIS_CLUSTER_URL) answer for the tests. Changes nothing when all do. Otherwise, for a local URL, it installs what is missing with apt-get,
+# (REDIS_CLUSTER_URL) answer for the tests, and that Prometheus (the server and promtool) is
+# installed for the observability tests. Changes nothing when all do. Otherwise, for a local URL, it installs what is missing with apt-get,
 # sets PostgreSQL up (trust auth for local connections, roles postgres/root, database test),
 # starts what is stopped, and waits for it (~30 s at most). Each change to the machine is
 # printed as it is made.
@@ -321,10 +322,19 @@ ensure_redis_cluster() {
   change "Redis Cluster up: $info"
 }
 
+# ---- Prometheus: the binaries the observability tests run (promtool, a real server) ----------
+
+ensure_prometheus() {
+  command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 && return
+  apt_install prometheus
+  command -v promtool >/dev/null 2>&1 || die "apt-get installed prometheus but promtool is not on PATH"
+}
+
 main() {
   ensure_postgres
   ensure_redis
   ensure_redis_cluster
+  ensure_prometheus
 }
 
 main "$@"
