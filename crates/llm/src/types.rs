@@ -13,7 +13,8 @@ pub struct ToolSpec {
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum ToolChoice {
-    /// The model decides whether to call a tool (the spec's `tool_choice="auto"`).
+    /// The model decides whether to call a tool (`tool_choice` `auto`, as the routing call of
+    /// docs/requirements.md#router-routing-tools uses it).
     #[default]
     Auto,
     /// No tool calls, even when tools are listed.
@@ -242,7 +243,7 @@ pub enum FinishReason {
 }
 
 impl FinishReason {
-    /// The spec's `finish_reason` strings.
+    /// The `finish_reason` strings of an answer (docs/requirements.md#router-response).
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Stop => "stop",

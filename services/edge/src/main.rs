@@ -5,7 +5,7 @@ use clap::Parser;
 use switchyard_edge::{EdgeConfig, EdgeServer};
 use switchyard_kit::{TelemetryArgs, shutdown_signal, telemetry};
 
-/// Switchyard's HTTP front door: the specs' REST API transcoded to the gRPC services, Server-Sent
+/// Switchyard's HTTP front door: the REST API transcoded to the gRPC services, Server-Sent
 /// Events, OpenAI-compatible `/v1/chat/completions`, API keys and JWTs, and a console at `/`.
 #[derive(Parser)]
 #[command(name = "switchyard-edge", version)]

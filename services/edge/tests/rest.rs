@@ -1,5 +1,6 @@
 //! The REST surface end to end: HTTP/JSON through the edge to the real services over gRPC,
-//! with the specs' examples, streams as Server-Sent Events, and every class of bad input.
+//! with the examples of docs/requirements.md, streams as Server-Sent Events, and every class
+//! of bad input.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -17,9 +18,9 @@ async fn stack() -> Stack {
 }
 
 #[tokio::test]
-async fn spec_000_endpoints_work_as_its_examples_show() {
+async fn the_session_endpoints_work_as_the_requirements_examples_show() {
     let stack = stack().await;
-    // "POST /api/context/sessions" with just the spec's body.
+    // "POST /api/context/sessions" with just the body of docs/requirements.md#sessions-usage-example.
     let (status, created) =
         json(stack.post("/api/context/sessions", None, &json!({"initial_role_id": "tech-expert"})).await).await;
     assert_eq!(status, 200, "{created}");
@@ -27,7 +28,7 @@ async fn spec_000_endpoints_work_as_its_examples_show() {
     assert_eq!(created["session"]["role_id"], "tech-expert");
     assert_eq!(created["session"]["status"], "SESSION_STATUS_ACTIVE");
 
-    // The spec's query names finance and technology; hysteresis decides.
+    // The example's query names finance and technology; hysteresis decides.
     let (status, processed) = json(
         stack
             .post(
@@ -74,7 +75,7 @@ async fn spec_000_endpoints_work_as_its_examples_show() {
 }
 
 #[tokio::test]
-async fn chat_returns_spec_002s_response_shape() {
+async fn chat_returns_the_required_response_shape() {
     let stack = stack().await;
     let (status, body) =
         json(stack.post("/api/v1/chat", None, &json!({"message": "Hello, how are you today?"})).await).await;

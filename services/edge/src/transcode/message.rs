@@ -1,8 +1,8 @@
 //! JSON ↔ protobuf for one route: the request message from the body, the path variables and
 //! the query string (proto3 JSON mapping: proto or lowerCamelCase names, enums by name or
 //! number, 64-bit integers as numbers or strings, well-known types in their JSON forms), and
-//! the response message back to JSON with proto field names — the names the specs' examples
-//! use — every field present, and enums by name.
+//! the response message back to JSON with proto field names — the names the requirements' examples
+//! use (docs/requirements.md) — every field present, and enums by name.
 
 use prost_reflect::{DeserializeOptions, DynamicMessage, FieldDescriptor, Kind, MessageDescriptor, SerializeOptions};
 use serde_json::{Map, Value};
@@ -248,7 +248,7 @@ mod tests {
     }
 
     #[test]
-    fn spec_examples_build_their_requests() {
+    fn the_requirements_examples_build_their_requests() {
         let message = build(Method::POST, "/api/context/sessions", r#"{"initial_role_id": "tech-expert"}"#).unwrap();
         let create: sessions::CreateSessionRequest = message.transcode_to().unwrap();
         assert_eq!(create.initial_role_id, "tech-expert");
