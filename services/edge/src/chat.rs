@@ -1,11 +1,12 @@
-//! Chat in the shapes of the specs: spec 002's `chat.completion` object for `POST
-//! /api/v1/chat` (also the body of OpenAI's non-streaming answer), and spec 000's "process a
-//! query with context switching and streaming response" as Server-Sent Events.
+//! Chat in the shapes the requirements give: the `chat.completion` object of `POST
+//! /api/v1/chat` (docs/requirements.md#router-response; also the body of OpenAI's
+//! non-streaming answer), and the first event of the streamed processing of a query with
+//! context switching (docs/requirements.md#sessions-endpoints).
 
 use serde_json::{Value, json};
 use switchyard_proto::router::v1::{self as router, RouteType};
 
-/// Spec 002's route names (`format_response`'s `route_type`).
+/// The route names of the answer's `route_type` (docs/requirements.md#router-routing-tools).
 pub fn route_name(route: RouteType) -> &'static str {
     match route {
         RouteType::Direct => "direct",
@@ -15,8 +16,8 @@ pub fn route_name(route: RouteType) -> &'static str {
     }
 }
 
-/// The `_metadata` object: spec 002's five fields first, then everything else the router
-/// says about the turn.
+/// The `_metadata` object: the five fields docs/requirements.md#router-response names first,
+/// then everything else the router says about the turn.
 pub fn metadata_json(metadata: &router::RouteMetadata) -> Value {
     json!({
         "route_type": route_name(metadata.route_type()),
@@ -75,8 +76,9 @@ pub fn tool_calls_json(calls: &[router::ToolCall]) -> Value {
     Value::Array(calls.collect())
 }
 
-/// Spec 002's response object for a ChatResponse; an answer that calls the caller's tools has
-/// them in `message.tool_calls`, as OpenAI's does (its content null when there is no text).
+/// The answer object (docs/requirements.md#router-response) for a ChatResponse; an answer
+/// that calls the caller's tools has them in `message.tool_calls`, as OpenAI's does (its
+/// content null when there is no text).
 pub fn completion_json(response: &router::ChatResponse, model: Option<&str>) -> Value {
     let content = response.message.as_ref().map(|m| m.content.as_str()).unwrap_or_default();
     let calls = response.message.as_ref().map(|m| m.tool_calls.as_slice()).unwrap_or_default();
@@ -104,14 +106,17 @@ pub fn completion_json(response: &router::ChatResponse, model: Option<&str>) -> 
 }
 
 /// The first event of `POST /api/context/process/stream`: the session's role after context
-/// switching, from the router's route decision.
-pub fn context_json(route: &router::RouteDecided) -> Value {
-    let metadata = route.metadata.clone().unwrap_or_default();
+/// switching, from the router's route decision (a `RouteDecided` as proto3 JSON, the form the
+/// stream's own `route` event carries).
+pub fn context_json(route: &Value) -> Value {
+    let metadata = &route["metadata"];
+    let role_id = metadata["role_id"].as_str().unwrap_or_default();
+    let previous_role_id = metadata["previous_role_id"].as_str().filter(|id| !id.is_empty()).unwrap_or(role_id);
     json!({
-        "session_id": route.session_id,
-        "role_id": metadata.role_id,
-        "switched": metadata.role_switched,
-        "previous_role_id": if metadata.previous_role_id.is_empty() { &metadata.role_id } else { &metadata.previous_role_id },
+        "session_id": route["session_id"].as_str().unwrap_or_default(),
+        "role_id": role_id,
+        "switched": metadata["role_switched"].as_bool().unwrap_or(false),
+        "previous_role_id": previous_role_id,
     })
 }
 
@@ -120,7 +125,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_response_has_the_shape_of_spec_002() {
+    fn the_response_has_the_required_chat_completion_shape() {
         let response = router::ChatResponse {
             id: "chat-1".into(),
             created: Some(prost_types::Timestamp { seconds: 1_700_000_000, nanos: 0 }),

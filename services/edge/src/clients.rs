@@ -3,7 +3,7 @@
 //! called without generated code, and the caller's identity put into the metadata — the only
 //! place `x-tenant-id`, `x-user-id` and `x-switchyard-admin` are ever set.
 
-use std::time::Duration;
+use std::{marker::PhantomData, time::Duration};
 
 use bytes::Buf;
 use prost::Message;
@@ -80,21 +80,22 @@ impl Upstreams {
     ) -> Result<DynamicMessage, Status> {
         let mut grpc = self.grpc(upstream);
         grpc.ready().await.map_err(|err| Status::unavailable(format!("{} unavailable: {err}", upstream.name())))?;
-        Ok(grpc.unary(request, path, DynamicCodec { output }).await.map_err(|s| named(upstream, s))?.into_inner())
+        Ok(grpc.unary(request, path, DynamicCodec::new(output)).await.map_err(|s| named(upstream, s))?.into_inner())
     }
 
-    /// Calls a server-streaming RPC with a dynamic request.
-    pub async fn server_streaming(
+    /// Calls a server-streaming RPC whose answers are read as dynamic messages. The request may
+    /// be dynamic or generated: a generated one is encoded as it is, never through a dynamic copy.
+    pub async fn server_streaming<M: Message + Send + Sync + 'static>(
         &self,
         upstream: Upstream,
         path: http::uri::PathAndQuery,
         output: MessageDescriptor,
-        request: tonic::Request<DynamicMessage>,
+        request: tonic::Request<M>,
     ) -> Result<tonic::Streaming<DynamicMessage>, Status> {
         let mut grpc = self.grpc(upstream);
         grpc.ready().await.map_err(|err| Status::unavailable(format!("{} unavailable: {err}", upstream.name())))?;
         Ok(grpc
-            .server_streaming(request, path, DynamicCodec { output })
+            .server_streaming(request, path, DynamicCodec::new(output))
             .await
             .map_err(|s| named(upstream, s))?
             .into_inner())
@@ -144,20 +145,27 @@ pub fn request<T>(message: T, caller: &Caller, timeout: Option<Duration>) -> ton
     request
 }
 
-/// Encodes and decodes dynamic messages of one response type.
+/// Encodes requests (dynamic ones by default) and decodes dynamic messages of one response type.
 #[derive(Debug, Clone)]
-pub struct DynamicCodec {
+pub struct DynamicCodec<M = DynamicMessage> {
     output: MessageDescriptor,
+    request: PhantomData<fn(M)>,
 }
 
-impl Codec for DynamicCodec {
-    type Encode = DynamicMessage;
+impl<M> DynamicCodec<M> {
+    pub fn new(output: MessageDescriptor) -> Self {
+        Self { output, request: PhantomData }
+    }
+}
+
+impl<M: Message + Send + 'static> Codec for DynamicCodec<M> {
+    type Encode = M;
     type Decode = DynamicMessage;
-    type Encoder = DynamicEncoder;
+    type Encoder = DynamicEncoder<M>;
     type Decoder = DynamicDecoder;
 
     fn encoder(&mut self) -> Self::Encoder {
-        DynamicEncoder
+        DynamicEncoder(PhantomData)
     }
 
     fn decoder(&mut self) -> Self::Decoder {
@@ -166,13 +174,13 @@ impl Codec for DynamicCodec {
 }
 
 #[derive(Debug)]
-pub struct DynamicEncoder;
+pub struct DynamicEncoder<M = DynamicMessage>(PhantomData<fn(M)>);
 
-impl Encoder for DynamicEncoder {
-    type Item = DynamicMessage;
+impl<M: Message> Encoder for DynamicEncoder<M> {
+    type Item = M;
     type Error = Status;
 
-    fn encode(&mut self, item: DynamicMessage, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+    fn encode(&mut self, item: M, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
         dst.reserve(item.encoded_len());
         item.encode(dst).map_err(|err| Status::internal(format!("encoding the request: {err}")))
     }

@@ -5,8 +5,8 @@
 //!   same routes.
 //! - `rest` adds Server-Sent Events for streams and the streamed processing of
 //!   docs/requirements.md#sessions-endpoints; `llm_api` speaks the LLM vendors' APIs
-//!   (OpenAI's chat completions and responses, Anthropic's messages); `console` is a small
-//!   page for trying it all.
+//!   (OpenAI's chat completions and responses, Anthropic's messages); each reads its request
+//!   into one `turn` for the router; `console` is a small page for trying it all.
 //! - `auth` turns API keys and JWTs into the tenant and user the services see; `limit` caps
 //!   each credential's rate.
 
@@ -22,6 +22,7 @@ pub mod llm_api;
 pub mod openapi;
 pub mod rest;
 pub mod transcode;
+pub mod turn;
 
 use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 

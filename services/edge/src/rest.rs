@@ -30,6 +30,7 @@ use crate::{
         message::{self, to_json},
         rules::{HttpRoute, Lookup, ResponseShape},
     },
+    turn::ChatTurn,
 };
 
 /// Any request the other routes did not take: an annotated RPC, or 404/405.
@@ -229,7 +230,7 @@ pub async fn process_stream(State(edge): State<Arc<Edge>>, headers: HeaderMap, b
         if body.query.trim().is_empty() {
             return Err(ApiError::bad_request("query", "must not be empty"));
         }
-        let request = router::ChatStreamRequest {
+        let turn = ChatTurn {
             message: body.query,
             session_id: body.session_id,
             model: body.model,
@@ -239,21 +240,20 @@ pub async fn process_stream(State(edge): State<Arc<Edge>>, headers: HeaderMap, b
             custom_instructions: body.custom_instructions,
             ..Default::default()
         };
-        // Through the same dynamic call and event mapping as the transcoded ChatStream, so the
-        // two streams' events cannot differ.
+        // Through the same call and event mapping as the transcoded ChatStream, so the two
+        // streams' events cannot differ: the request goes out as the router's own message and
+        // each answer is decoded once, into the dynamic message both mappings read.
         let rpc = edge
             .routes
             .rpc("switchyard.router.v1.RouterService.ChatStream")
             .ok_or_else(|| ApiError::internal("the protos have no HTTP rule for ChatStream"))?;
-        let request = DynamicMessage::decode(rpc.method.input(), prost::Message::encode_to_vec(&request).as_slice())
-            .map_err(|err| ApiError::internal(format!("encoding the stream request: {err}")))?;
         let stream = edge
             .upstreams
             .server_streaming(
                 rpc.upstream,
                 rpc.grpc_path.clone(),
                 rpc.method.output(),
-                clients::request(request, &caller, None),
+                clients::request(router::ChatStreamRequest::from(turn), &caller, None),
             )
             .await
             .map_err(|status| ApiError::from_status(&status))?;
@@ -273,10 +273,11 @@ pub async fn process_stream(State(edge): State<Arc<Edge>>, headers: HeaderMap, b
     result.unwrap_or_else(IntoResponse::into_response)
 }
 
-/// The route decision a ChatStream message carries, if it is one.
-fn route_decided(message: &DynamicMessage) -> Option<router::RouteDecided> {
+/// The route decision a ChatStream message carries, if it is one, as JSON (proto field names,
+/// every field present).
+fn route_decided(message: &DynamicMessage) -> Option<Value> {
     match message.get_field_by_name("route")?.as_ref() {
-        ProtoValue::Message(route) if message.has_field_by_name("route") => route.transcode_to().ok(),
+        ProtoValue::Message(route) if message.has_field_by_name("route") => Some(to_json(route)),
         _ => None,
     }
 }

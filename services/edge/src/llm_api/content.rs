@@ -38,6 +38,16 @@ pub(crate) fn part_text(part: &Map<String, Value>, field: &str) -> Result<String
     }
 }
 
+/// An image part's `detail` (`auto`, `low` or `high`; empty when absent), as both of OpenAI's
+/// APIs take it; `field` names it as the caller's API has it.
+pub(crate) fn image_detail(detail: Option<&Value>, field: &str) -> Result<String, ApiError> {
+    match detail {
+        None | Some(Value::Null) => Ok(String::new()),
+        Some(Value::String(detail)) if matches!(detail.as_str(), "auto" | "low" | "high") => Ok(detail.clone()),
+        Some(_) => Err(ApiError::bad_request(field, "must be `auto`, `low` or `high`")),
+    }
+}
+
 /// Content parts as a message's content: text alone as plain content (the parts joined by
 /// newlines), anything with an image as the parts themselves, in order.
 pub(crate) fn put_parts(message: &mut router::ChatMessage, parts: Vec<router::ContentPart>) {

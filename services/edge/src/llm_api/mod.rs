@@ -14,7 +14,7 @@ pub mod openai;
 pub mod responses;
 pub(crate) mod tools;
 
-use switchyard_proto::router::v1::{self as router, RouteType};
+use switchyard_proto::router::v1::RouteType;
 
 /// The model names that choose a route; `switchyard` lets the router decide.
 pub(crate) const ROUTE_MODELS: &[(&str, RouteType)] = &[
@@ -37,27 +37,5 @@ pub(crate) fn route_or_model(name: &str) -> (RouteType, Option<String>) {
             (RouteType::Unspecified, Some(name.to_owned()))
         }
         None => (RouteType::Unspecified, None),
-    }
-}
-
-pub(crate) fn stream_request(chat: router::ChatRequest) -> router::ChatStreamRequest {
-    router::ChatStreamRequest {
-        message: chat.message,
-        session_id: chat.session_id,
-        model: chat.model,
-        force_route: chat.force_route,
-        max_tokens: chat.max_tokens,
-        temperature: chat.temperature,
-        history: chat.history,
-        force_role_id: chat.force_role_id,
-        custom_instructions: chat.custom_instructions,
-        tools: chat.tools,
-        tool_choice: chat.tool_choice,
-        parallel_tool_calls: chat.parallel_tool_calls,
-        response_format: chat.response_format,
-        stop: chat.stop,
-        conversation_key: chat.conversation_key,
-        anthropic_version: chat.anthropic_version,
-        anthropic_beta: chat.anthropic_beta,
     }
 }

@@ -28,10 +28,10 @@ use self::{
 use crate::{
     Edge,
     auth::Caller,
-    clients,
     error::{ApiError, axum_json},
-    llm_api::{conversation::Conversation, stream_request},
+    llm_api::conversation::Conversation,
     rest::{self, parse_json, sse},
+    turn,
 };
 
 /// Tokens counted for one image by `count_tokens`: Anthropic's own figure for an image at the
@@ -67,23 +67,12 @@ async fn answer(edge: &Edge, headers: &HeaderMap, body: Body) -> Result<Response
     let (mut chat, fields) = request.into_chat(conversation)?;
     chat.anthropic_version = vendor_header(headers, "anthropic-version")?;
     chat.anthropic_beta = vendor_header(headers, "anthropic-beta")?;
+    let named = |status: tonic::Status| fields.rename(ApiError::from_status(&status));
     if !stream {
-        let response = edge
-            .upstreams
-            .router()
-            .chat(clients::request(chat, &caller, Some(edge.request_timeout)))
-            .await
-            .map_err(|status| fields.rename(ApiError::from_status(&status)))?
-            .into_inner();
+        let response = turn::answer(edge, &caller, chat).await.map_err(named)?;
         return Ok(axum_json(&message_json(&response, &model_name)));
     }
-    let events = edge
-        .upstreams
-        .router()
-        .chat_stream(clients::request(stream_request(chat), &caller, None))
-        .await
-        .map_err(|status| fields.rename(ApiError::from_status(&status)))?
-        .into_inner();
+    let events = turn::stream(edge, &caller, chat).await.map_err(named)?;
     let mut relay = StreamEvents::new(model_name);
     let events = rest::client_stream(events, edge.shutdown.clone(), move |item| relay.next(item), error_event, None);
     Ok(sse(events))

@@ -1,4 +1,4 @@
-//! A Messages request read and checked, then turned into the router's chat request.
+//! A Messages request read and checked, then turned into the router's turn.
 
 use serde_json::{Map, Value};
 use switchyard_proto::router::v1::{self as router, content_part::Part};
@@ -15,6 +15,7 @@ use crate::{
         route_or_model,
         tools::{MESSAGES, client_tools, tool_choice},
     },
+    turn::ChatTurn,
 };
 
 pub(super) type Object = Map<String, Value>;
@@ -150,7 +151,7 @@ impl MessagesRequest {
     }
 
     /// The router's request, and how to name the fields it may refuse as this request did.
-    pub(super) fn into_chat(self, conversation: Conversation) -> Result<(router::ChatRequest, Fields), ApiError> {
+    pub(super) fn into_chat(self, conversation: Conversation) -> Result<(ChatTurn, Fields), ApiError> {
         let (force_route, model) = route_or_model(&self.model);
         let mut history = self.messages;
         let mut origins = self.origins;
@@ -193,25 +194,20 @@ impl MessagesRequest {
                 ));
             }
         };
-        let chat = router::ChatRequest {
+        let mut chat = ChatTurn {
             message,
-            session_id: conversation.session_id,
             model,
-            force_route: force_route as i32,
+            force_route,
             max_tokens: Some(self.max_tokens),
             temperature: self.temperature,
             history,
-            force_role_id: None,
-            custom_instructions: None,
             tools: self.tools,
             tool_choice: self.tool_choice,
             parallel_tool_calls: self.parallel_tool_calls,
-            response_format: None,
             stop: self.stop,
-            conversation_key: conversation.conversation_key,
-            anthropic_version: None,
-            anthropic_beta: None,
+            ..Default::default()
         };
+        chat.belongs_to(conversation);
         Ok((chat, Fields { history: origins, message: message_field }))
     }
 }
@@ -281,11 +277,11 @@ mod tests {
         MessagesRequest::parse(&body)
     }
 
-    fn chat(body: Value) -> Result<router::ChatRequest, ApiError> {
+    fn chat(body: Value) -> Result<ChatTurn, ApiError> {
         Ok(parse(body)?.into_chat(Conversation::default())?.0)
     }
 
-    fn model_chat(model: &str) -> router::ChatRequest {
+    fn model_chat(model: &str) -> ChatTurn {
         chat(json!({"model": model, "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]})).unwrap()
     }
 
@@ -315,8 +311,8 @@ mod tests {
         assert_eq!(chat.max_tokens, Some(100));
         assert_eq!(chat.stop, vec!["END".to_owned()]);
         // An Anthropic model name the router does not know: the router's own model answers.
-        assert_eq!((chat.model.as_deref(), chat.force_route()), (None, RouteType::Unspecified));
-        assert_eq!(model_chat("switchyard-direct").force_route(), RouteType::Direct);
+        assert_eq!((chat.model.as_deref(), chat.force_route), (None, RouteType::Unspecified));
+        assert_eq!(model_chat("switchyard-direct").force_route, RouteType::Direct);
         assert_eq!(model_chat("anthropic/claude-haiku-4-5").model.as_deref(), Some("anthropic/claude-haiku-4-5"));
     }
 

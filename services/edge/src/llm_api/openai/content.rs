@@ -5,7 +5,7 @@ use switchyard_proto::router::v1::{self as router, content_part};
 
 use crate::{
     error::ApiError,
-    llm_api::content::{part_kind, part_text},
+    llm_api::content::{image_detail, part_kind, part_text},
 };
 
 /// Content that can only be text: a string, or text parts (joined by newlines).
@@ -59,7 +59,7 @@ pub(super) fn user_content(content: Option<&Value>, field: &str) -> Result<Vec<r
 /// An `image_url` part: an `https:` URL the vendor fetches or a `data:` URL with the bytes.
 pub(super) fn image(part: &Map<String, Value>, field: &str) -> Result<router::ImagePart, ApiError> {
     let (url, detail) = match part.get("image_url") {
-        Some(Value::Object(image)) => (image.get("url"), image.get("detail").filter(|v| !v.is_null())),
+        Some(Value::Object(image)) => (image.get("url"), image.get("detail")),
         // Some clients send the URL itself.
         Some(url @ Value::String(_)) => (Some(url), None),
         _ => return Err(ApiError::bad_request(format!("{field}.image_url"), "is required (an object with `url`)")),
@@ -78,12 +78,6 @@ pub(super) fn image(part: &Map<String, Value>, field: &str) -> Result<router::Im
             "must be an https: URL or a data:image/…;base64, URL",
         ));
     }
-    let detail = match detail {
-        None => String::new(),
-        Some(Value::String(detail)) if matches!(detail.as_str(), "auto" | "low" | "high") => detail.clone(),
-        Some(_) => {
-            return Err(ApiError::bad_request(format!("{field}.image_url.detail"), "must be `auto`, `low` or `high`"));
-        }
-    };
+    let detail = image_detail(detail, &format!("{field}.image_url.detail"))?;
     Ok(router::ImagePart { url: url.clone(), detail })
 }

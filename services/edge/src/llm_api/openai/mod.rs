@@ -31,15 +31,14 @@ use self::{
 use super::{
     ROUTE_MODELS,
     content::{message_text, system_text},
-    stream_request,
 };
 use crate::{
     Edge,
     chat::completion_json,
-    clients,
     error::{ApiError, axum_json},
     llm_api::conversation::Conversation,
     rest::{self, parse_json, sse},
+    turn::{self, ChatTurn},
 };
 
 pub async fn models(State(edge): State<Arc<Edge>>, headers: HeaderMap) -> Response {
@@ -73,25 +72,12 @@ async fn complete(edge: &Edge, headers: &HeaderMap, body: Body) -> Result<Respon
         &system_text(&chat.history),
         &first_user_text(&chat),
     )?;
-    chat.session_id = conversation.session_id;
-    chat.conversation_key = conversation.conversation_key;
+    chat.belongs_to(conversation);
     if !stream {
-        let response = edge
-            .upstreams
-            .router()
-            .chat(clients::request(chat, &caller, Some(edge.request_timeout)))
-            .await
-            .map_err(|status| ApiError::from_status(&status))?
-            .into_inner();
+        let response = turn::answer(edge, &caller, chat).await.map_err(|status| ApiError::from_status(&status))?;
         return Ok(axum_json(&completion_json(&response, Some(&model_name))));
     }
-    let events = edge
-        .upstreams
-        .router()
-        .chat_stream(clients::request(stream_request(chat), &caller, None))
-        .await
-        .map_err(|status| ApiError::from_status(&status))?
-        .into_inner();
+    let events = turn::stream(edge, &caller, chat).await.map_err(|status| ApiError::from_status(&status))?;
     let mut chunks = Chunks::new(model_name, include_usage);
     // `[DONE]` only ends an answer that finished: after an error chunk the stream just ends,
     // as OpenAI's does (its SDKs raise on the error; a client reading up to `[DONE]` alone
@@ -103,6 +89,6 @@ async fn complete(edge: &Edge, headers: &HeaderMap, body: Body) -> Result<Respon
 }
 
 /// The conversation's first user message's text, for its key (the query on a first request).
-fn first_user_text(chat: &router::ChatRequest) -> String {
+fn first_user_text(chat: &ChatTurn) -> String {
     chat.history.iter().find(|m| m.role() == router::ChatRole::User).map_or_else(|| chat.message.clone(), message_text)
 }

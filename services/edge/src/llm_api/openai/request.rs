@@ -1,4 +1,4 @@
-//! A chat completions request read into the router's chat request.
+//! A chat completions request read into the router's turn.
 
 use serde_json::{Map, Value};
 use switchyard_proto::router::v1::{self as router, response_format};
@@ -12,15 +12,16 @@ use crate::{
         route_or_model,
         tools::{CHAT_COMPLETIONS, client_tools, tool_choice},
     },
+    turn::ChatTurn,
 };
 
 /// OpenAI takes at most four stop sequences.
 pub(super) const MAX_STOP: usize = 4;
 
-/// A request as the router takes it, with what the answer needs from the request.
+/// The turn the request asks for, with what the answer needs from the request.
 #[derive(Debug)]
 pub(super) struct Completion {
-    pub(super) chat: router::ChatRequest,
+    pub(super) chat: ChatTurn,
     pub(super) model_name: String,
     pub(super) stream: bool,
     pub(super) include_usage: bool,
@@ -53,11 +54,11 @@ pub(super) fn to_completion(body: &Value) -> Result<Completion, ApiError> {
         Some(Value::Object(options)) => bool_field(options, "include_usage", "stream_options.")?.unwrap_or(false),
         Some(_) => return Err(ApiError::bad_request("stream_options", "must be an object")),
     };
-    let chat = router::ChatRequest {
+    let chat = ChatTurn {
         message,
         session_id: string(object, "session_id")?.unwrap_or_default(),
         model,
-        force_route: force_route as i32,
+        force_route,
         max_tokens: u32_field(object, "max_completion_tokens")?.or(u32_field(object, "max_tokens")?),
         temperature: number(object, "temperature")?,
         history,
@@ -273,7 +274,7 @@ mod tests {
 
     use super::*;
 
-    fn request(json: Value) -> Result<router::ChatRequest, ApiError> {
+    fn request(json: Value) -> Result<ChatTurn, ApiError> {
         to_completion(&json).map(|completion| completion.chat)
     }
 
@@ -294,7 +295,7 @@ mod tests {
         assert_eq!(chat.history.len(), 3);
         assert_eq!(chat.history[0].role(), router::ChatRole::System);
         assert_eq!(chat.history[2].content, "Hello!");
-        assert_eq!(chat.force_route(), RouteType::Unspecified);
+        assert_eq!(chat.force_route, RouteType::Unspecified);
         assert_eq!(chat.model, None);
         assert!(chat.tools.is_empty() && chat.tool_choice.is_none() && chat.response_format.is_none());
     }
@@ -302,8 +303,8 @@ mod tests {
     #[test]
     fn model_names_pick_routes_or_models() {
         let one = |model: &str| request(json!({"model": model, "messages": [user("x")]})).unwrap();
-        assert_eq!(one("switchyard-multiagent").force_route(), RouteType::Multiagent);
-        assert_eq!(one("switchyard-mcp-agent").force_route(), RouteType::McpAgent);
+        assert_eq!(one("switchyard-multiagent").force_route, RouteType::Multiagent);
+        assert_eq!(one("switchyard-mcp-agent").force_route, RouteType::McpAgent);
         assert_eq!(one("openai/gpt-4o").model.as_deref(), Some("openai/gpt-4o"));
         assert_eq!(one("gpt-4o").model, None);
     }

@@ -36,14 +36,13 @@ use self::{
 use crate::{
     Edge,
     chat::metadata_json,
-    clients,
     error::{ApiError, axum_json},
     llm_api::{
         content::{message_text, system_text},
         conversation::Conversation,
-        stream_request,
     },
     rest::{self, parse_json, sse},
+    turn as chat_turn,
 };
 
 pub async fn create(State(edge): State<Arc<Edge>>, headers: HeaderMap, body: Body) -> Response {
@@ -97,8 +96,7 @@ async fn respond(edge: Arc<Edge>, headers: &HeaderMap, body: Body) -> Result<Res
             &system_text(&chat.history),
             &first_user.map(message_text).unwrap_or_default(),
         )?;
-        chat.session_id = conversation.session_id;
-        chat.conversation_key = conversation.conversation_key;
+        chat.belongs_to(conversation);
     }
     let origins = turn.origins.clone();
     let named = move |status: tonic::Status| {
@@ -110,13 +108,7 @@ async fn respond(edge: Arc<Edge>, headers: &HeaderMap, body: Body) -> Result<Res
     };
     let shell = turn.shell();
     if !turn.stream {
-        let response = edge
-            .upstreams
-            .router()
-            .chat(clients::request(chat, &caller, Some(edge.request_timeout)))
-            .await
-            .map_err(named)?
-            .into_inner();
+        let response = chat_turn::answer(&edge, &caller, chat).await.map_err(named)?;
         let message = response.message.clone().unwrap_or_default();
         let output = shell.output_items(&message.content, &message.tool_calls);
         let status = status_of(&response.finish_reason);
@@ -126,13 +118,7 @@ async fn respond(edge: Arc<Edge>, headers: &HeaderMap, body: Body) -> Result<Res
         keep(&edge, turn.to_keep(&caller, &response.session_id, message, &json)).await;
         return Ok(axum_json(&json));
     }
-    let events = edge
-        .upstreams
-        .router()
-        .chat_stream(clients::request(stream_request(chat), &caller, None))
-        .await
-        .map_err(named)?
-        .into_inner();
+    let events = chat_turn::stream(&edge, &caller, chat).await.map_err(named)?;
     let relay = Arc::new(Mutex::new(Relay {
         shell,
         turn,

@@ -7,7 +7,7 @@ use switchyard_proto::router::v1::{self as router, content_part, response_format
 use crate::{
     error::ApiError,
     llm_api::{
-        content::{part_kind, part_text, put_parts},
+        content::{image_detail, part_kind, part_text, put_parts},
         json::{bool_field, check_name, number, string, u32_field},
         tools::{RESPONSES, client_tools, tool_choice},
     },
@@ -286,16 +286,7 @@ pub(super) fn input_message(item: &Map<String, Value>, at: &str) -> Result<route
                     }
                     _ => return Err(ApiError::bad_request(format!("{field}.image_url"), "is required (a string)")),
                 };
-                let detail = match part.get("detail") {
-                    None | Some(Value::Null) => String::new(),
-                    Some(Value::String(detail)) if matches!(detail.as_str(), "auto" | "low" | "high") => detail.clone(),
-                    Some(_) => {
-                        return Err(ApiError::bad_request(
-                            format!("{field}.detail"),
-                            "must be `auto`, `low` or `high`",
-                        ));
-                    }
-                };
+                let detail = image_detail(part.get("detail"), &format!("{field}.detail"))?;
                 content_part::Part::Image(router::ImagePart { url, detail })
             }
             other => {

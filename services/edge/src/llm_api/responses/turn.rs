@@ -13,12 +13,13 @@ use crate::{
     auth::Caller,
     error::ApiError,
     llm_api::{content::message_text, route_or_model},
+    turn::ChatTurn,
 };
 
 /// One turn: the router's request, the conversation it continues (to be kept with the answer)
 /// and how to answer.
 pub(super) struct Turn {
-    pub(super) chat: router::ChatRequest,
+    pub(super) chat: ChatTurn,
     pub(super) origins: Vec<Origin>,
     pub(super) conversation: Vec<router::ChatMessage>,
     pub(super) model_name: String,
@@ -66,11 +67,11 @@ impl Turn {
             }
         };
         let (force_route, model) = route_or_model(&parsed.model_name);
-        let chat = router::ChatRequest {
+        let chat = ChatTurn {
             message,
             session_id,
             model,
-            force_route: force_route as i32,
+            force_route,
             max_tokens: parsed.max_output_tokens,
             temperature: parsed.temperature,
             history,
@@ -197,7 +198,7 @@ mod tests {
         );
         assert_eq!(turn.chat.parallel_tool_calls, Some(false));
         assert_eq!(turn.chat.max_tokens, Some(50));
-        assert_eq!(turn.chat.force_route(), router::RouteType::Direct);
+        assert_eq!(turn.chat.force_route, router::RouteType::Direct);
         assert!(matches!(
             turn.chat.response_format.and_then(|f| f.format),
             Some(response_format::Format::JsonSchema(router::JsonSchemaFormat { ref name, .. })) if name == "w"
