@@ -6,7 +6,7 @@
 //! core, so the pass takes about twice its CPU time. With each layer halved across two threads
 //! a query took 4.9 ms against 6.5 ms on one thread under two busy loops (criterion,
 //! int8/avx2), and the MCP gateway's `set_context` +5.8 / +6.1 ms over `ping` against +10.0 /
-//! +10.1 ms (BENCHMARKS.md, "set_context on two busy cores"). The price is the tail under that
+//! +10.1 ms (docs/experiments/query-encoder.md, "set_context on two busy cores"). The price is the tail under that
 //! load: when the scheduler is slow to run the helper, its caller waits (`set_context` p99
 //! 9.7–83 ms over four runs, against 17–25 ms on one thread); on idle cores the two are alike.
 //! `SWITCHYARD_QUERY_THREADS=1` keeps a query on its calling thread.

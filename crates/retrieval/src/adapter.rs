@@ -16,7 +16,7 @@ use sha2::{Digest, Sha256};
 use switchyard_models::cache_file::ModelDigest;
 
 /// How the adapter learns. The defaults were measured on the MetaTool dev split
-/// (BENCHMARKS.md, "Query adapters in the product").
+/// (docs/experiments/tool-retrieval.md, "Query adapters in the product").
 #[derive(Debug, Clone, Copy)]
 pub struct AdapterParams {
     /// Pull towards the identity (L2 on `W − I`): small lets the map follow the history

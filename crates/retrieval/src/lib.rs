@@ -37,7 +37,8 @@ pub struct Weights {
     pub usage_prior: f32,
 }
 
-/// Measured on the MetaTool dev split (BENCHMARKS.md, "Tool retrieval" and "Query adapters").
+/// Measured on the MetaTool dev split (BENCHMARKS.md, "Tool retrieval"; the rounds in
+/// docs/experiments/tool-retrieval.md).
 impl Weights {
     /// No usage history: meaning must outweigh shared words (semantic 3× BM25: recall@5 0.788,
     /// against 0.736 at 1×; 4× once the base query adapter sharpens the semantic signal).

@@ -43,7 +43,7 @@ pub struct PriorParams {
     /// cosine, because shared words with *other* tools' past requests are no sign that the
     /// history knows this request (a new tool's requests share words too, and a gate opened
     /// by them buried new tools). 0.3 lifts recall@1 by 0.9 and 1.0 points by query and no
-    /// by-tool split loses recall@1 (BENCHMARKS.md, "Shared words pick the neighbours").
+    /// by-tool split loses recall@1 (docs/experiments/tool-retrieval.md, "Shared words pick the neighbours").
     pub lexical_neighbours: f32,
     /// Weight of the query adapter's signal against the neighbours' votes: a map of request
     /// embeddings learned from the whole history ([`crate::adapter`]), and for each used tool

@@ -6,7 +6,7 @@
 //! the embedding model, which blurs the words that tell two similar tools apart ("podcast"
 //! against "music", a product's name). The classifier learns which words this gateway's users
 //! use for which tool; on the MetaTool dev splits it adds 0.7–2.2 points of recall@1 to the
-//! prior, and no split loses recall@5 (BENCHMARKS.md, "Word classifier").
+//! prior, and no split loses recall@5 (docs/experiments/tool-retrieval.md, "Word classifier").
 //!
 //! Training is sparse (each request touches only the rows of its own words) with AdaGrad and
 //! an L2 penalty, over a seeded shuffle, so a history always trains the same classifier.
