@@ -2,12 +2,19 @@
 //! over streamable HTTP (rmcp, on a loopback port), answers every call with what it was
 //! called with, checks required arguments the way real servers do, and can change its tool
 //! list at run time (sending `notifications/tools/list_changed`), which the public reference
-//! servers cannot be asked to do. Also an MCP client of any such endpoint.
+//! servers cannot be asked to do. It can also demand credentials of its clients
+//! ([`FixtureServer::start_guarded`]), recording what each request carried. Also an MCP client
+//! of any such endpoint.
 
 use std::{
     net::SocketAddr,
-    sync::{Arc, RwLock},
+    sync::{
+        Arc, Mutex, RwLock,
+        atomic::{AtomicUsize, Ordering},
+    },
 };
+
+use axum::http::{HeaderMap, StatusCode, header};
 
 use rmcp::{
     ErrorData as McpError, RoleClient, ServerHandler, ServiceExt,
@@ -106,8 +113,49 @@ pub struct FixtureServer {
     stop: CancellationToken,
 }
 
+/// Decides from a request's headers whether a guarded fixture server serves it.
+pub type Guard = Arc<dyn Fn(&HeaderMap) -> bool + Send + Sync>;
+
+/// What a guarded fixture server received: every request's headers, and how many requests it
+/// refused (`401` with a `WWW-Authenticate: Bearer` challenge).
+#[derive(Clone, Default)]
+pub struct Seen {
+    headers: Arc<Mutex<Vec<HeaderMap>>>,
+    refused: Arc<AtomicUsize>,
+}
+
+impl Seen {
+    pub fn headers(&self) -> Vec<HeaderMap> {
+        self.headers.lock().map(|h| h.clone()).unwrap_or_default()
+    }
+
+    /// Every value of `name` the server was sent, in order.
+    pub fn values(&self, name: &str) -> Vec<String> {
+        self.headers()
+            .iter()
+            .flat_map(|headers| {
+                headers.get_all(name).iter().map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+            })
+            .collect()
+    }
+
+    pub fn refused(&self) -> usize {
+        self.refused.load(Ordering::SeqCst)
+    }
+}
+
 impl FixtureServer {
     pub async fn start(tools: Vec<Tool>) -> std::io::Result<Self> {
+        Self::start_with(tools, None).await
+    }
+
+    /// A fixture server that answers only requests `guard` lets in, and records all of them.
+    pub async fn start_guarded(tools: Vec<Tool>, guard: Guard) -> std::io::Result<(Self, Seen)> {
+        let seen = Seen::default();
+        Ok((Self::start_with(tools, Some((guard, seen.clone()))).await?, seen))
+    }
+
+    async fn start_with(tools: Vec<Tool>, guard: Option<(Guard, Seen)>) -> std::io::Result<Self> {
         let shared = Shared { tools: Arc::new(RwLock::new(tools)), ..Shared::default() };
         let stop = CancellationToken::new();
         let handler = FixtureHandler(shared.clone());
@@ -116,7 +164,30 @@ impl FixtureServer {
             Arc::new(LocalSessionManager::default()),
             StreamableHttpServerConfig::default().with_cancellation_token(stop.child_token()),
         );
-        let router = axum::Router::new().nest_service("/mcp", service);
+        let mut router = axum::Router::new().nest_service("/mcp", service);
+        if let Some((guard, seen)) = guard {
+            router = router.layer(axum::middleware::from_fn(
+                move |request: axum::extract::Request, next: axum::middleware::Next| {
+                    let (guard, seen) = (guard.clone(), seen.clone());
+                    async move {
+                        if let Ok(mut headers) = seen.headers.lock() {
+                            headers.push(request.headers().clone());
+                        }
+                        if guard(request.headers()) {
+                            next.run(request).await
+                        } else {
+                            seen.refused.fetch_add(1, Ordering::SeqCst);
+                            let mut refusal = axum::response::IntoResponse::into_response(StatusCode::UNAUTHORIZED);
+                            refusal.headers_mut().insert(
+                                header::WWW_AUTHENTICATE,
+                                axum::http::HeaderValue::from_static("Bearer realm=\"fixture\""),
+                            );
+                            refusal
+                        }
+                    }
+                },
+            ));
+        }
         let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
         let addr = listener.local_addr()?;
         let shutdown = stop.clone();

@@ -189,7 +189,8 @@ async fn token(State(state): State<Arc<Shared>>, headers: HeaderMap, body: Strin
     }
     let resource = field("resource");
     state.resources.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(resource.clone());
-    let granted: Vec<&str> = match field("scope") {
+    let asked = field("scope");
+    let granted: Vec<&str> = match &asked {
         Some(asked) => asked.split(' ').filter(|s| client.scope.split(' ').any(|g| g == *s)).collect(),
         None => client.scope.split(' ').collect(),
     };

@@ -173,5 +173,5 @@ fn the_deploy_example_config_parses() {
     assert!(specs.len() >= 3, "{specs:?}");
     assert!(specs.iter().any(|s| matches!(&s.transport, Transport::Stdio { .. })));
     assert!(specs.iter().any(|s| matches!(&s.transport, Transport::Http { headers, .. }
-        if headers.values().any(|v| v.contains("token-from-secret")))));
+        if headers.values().any(|v| v.expose().contains("token-from-secret")))));
 }

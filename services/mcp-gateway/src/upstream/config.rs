@@ -13,11 +13,22 @@
 //! ```
 //!
 //! `${VAR}` in `env` values, header values and the URL is replaced by the gateway's own
-//! environment variable, so secrets stay in Kubernetes Secrets rather than the file.
+//! environment variable, so secrets stay in Kubernetes Secrets rather than the file. An `env` or
+//! header value may instead name where its secret is kept — `{ env = "VAR" }` or
+//! `{ file = "/run/secrets/x" }`, with an optional `prefix` such as `"Bearer "` — and an HTTP
+//! server may have the gateway fetch its bearer token with OAuth client credentials
+//! (`oauth = { token_url = …, client_id = …, client_secret = { env = … } }`, see
+//! [`super::credentials`]). Secrets are read at load (a missing one is an error naming the server
+//! and the field) and again on every connection, so a rotated secret file takes effect without
+//! a restart.
 
-use std::{collections::BTreeMap, path::Path};
+use std::{collections::BTreeMap, fmt, path::Path};
 
 use serde::Deserialize;
+
+/// Headers the MCP transport sets itself, which a server's `headers` may not.
+const RESERVED_HEADERS: &[&str] =
+    &["accept", "content-type", "mcp-session-id", "mcp-protocol-version", "last-event-id"];
 
 /// Longest server name: it prefixes every tool name, and a tool name is at most 64 characters.
 pub const MAX_SERVER_NAME: usize = 24;
@@ -26,9 +37,102 @@ pub const MAX_SERVER_NAME: usize = 24;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Transport {
     /// A child process speaking MCP over stdin/stdout.
-    Stdio { command: String, args: Vec<String>, env: BTreeMap<String, String>, cwd: Option<String> },
+    Stdio { command: String, args: Vec<String>, env: BTreeMap<String, ConfigValue>, cwd: Option<String> },
     /// A streamable HTTP endpoint.
-    Http { url: String, headers: BTreeMap<String, String> },
+    Http { url: String, headers: BTreeMap<String, ConfigValue>, oauth: Option<OAuthClient> },
+}
+
+/// Where a configured value comes from. Only a literal without `${…}` is shown by `Debug`; the
+/// others show where they are read from, never what was read.
+#[derive(Clone, PartialEq, Eq)]
+pub enum ValueSource {
+    /// Text from the file, `${VAR}` references replaced by the gateway's environment.
+    Text(String),
+    /// The gateway's environment variable of this name, whole.
+    Env(String),
+    /// A file's contents (a mounted secret), without its trailing newline.
+    File(String),
+}
+
+/// One `env` or header value: where it comes from, and its value as last read. Two values are
+/// equal when they are read from the same place, whatever the place holds now.
+#[derive(Clone)]
+pub struct ConfigValue {
+    source: ValueSource,
+    prefix: String,
+    resolved: String,
+}
+
+impl ConfigValue {
+    /// A value given in plain text (no references).
+    pub fn text(value: impl Into<String>) -> Self {
+        let value = value.into();
+        Self { source: ValueSource::Text(value.clone()), prefix: String::new(), resolved: value }
+    }
+
+    /// The value as read at load, for the one place that hands it to a server.
+    pub fn expose(&self) -> &str {
+        &self.resolved
+    }
+
+    pub fn source(&self) -> &ValueSource {
+        &self.source
+    }
+
+    /// Whether the value holds anything read from the environment or a file (and so must not
+    /// be shown).
+    pub fn is_secret(&self) -> bool {
+        !matches!(&self.source, ValueSource::Text(text) if !text.contains("${"))
+    }
+
+    /// Reads the value again from where it comes from (a rotated secret file, a changed
+    /// variable); `field` names it in the error.
+    pub fn reread(&self, field: &str) -> Result<String, String> {
+        read_source(&self.source, &self.prefix, field, &|name| std::env::var(name).ok())
+    }
+}
+
+impl PartialEq for ConfigValue {
+    fn eq(&self, other: &Self) -> bool {
+        self.source == other.source && self.prefix == other.prefix
+    }
+}
+
+impl Eq for ConfigValue {}
+
+impl fmt::Debug for ConfigValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.source {
+            // The template, not its expansion: `"Bearer ${TOKEN}"`.
+            ValueSource::Text(text) => write!(f, "{text:?}"),
+            ValueSource::Env(name) => write!(f, "{{ prefix = {:?}, env = {name:?} }}", self.prefix),
+            ValueSource::File(path) => write!(f, "{{ prefix = {:?}, file = {path:?} }}", self.prefix),
+        }
+    }
+}
+
+/// How the gateway authenticates to a token endpoint (RFC 6749 §2.3.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClientAuth {
+    /// HTTP Basic with the client id and secret (what the RFC says servers must support).
+    #[default]
+    Basic,
+    /// `client_id` and `client_secret` in the form body.
+    Body,
+}
+
+/// An OAuth client-credentials grant (RFC 6749 §4.4) the gateway runs for one HTTP server: the
+/// token it gets is sent to that server only, as `Authorization: Bearer`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OAuthClient {
+    pub token_url: String,
+    pub client_id: String,
+    pub client_secret: ConfigValue,
+    pub scope: Option<String>,
+    /// Sent as `audience` (what Auth0, Okta and others expect) and as `resource` (RFC 8707).
+    pub audience: Option<String>,
+    pub client_auth: ClientAuth,
 }
 
 impl Transport {
@@ -83,15 +187,67 @@ struct FileServer {
     #[serde(default)]
     args: Vec<String>,
     #[serde(default)]
-    env: BTreeMap<String, String>,
+    env: BTreeMap<String, FileValue>,
     cwd: Option<String>,
     url: Option<String>,
     #[serde(default)]
-    headers: BTreeMap<String, String>,
+    headers: BTreeMap<String, FileValue>,
+    oauth: Option<FileOAuth>,
     /// Accepted for compatibility with desktop-client files (`"stdio"`, `"http"`,
     /// `"streamable-http"`); the transport follows from `command` or `url`.
     #[serde(default, rename = "type")]
     kind: Option<String>,
+}
+
+/// A value as written: text, or where a secret is kept.
+#[derive(Debug)]
+enum FileValue {
+    Text(String),
+    Secret(FileSecret),
+}
+
+impl<'de> Deserialize<'de> for FileValue {
+    // By hand rather than `untagged`, so a mistake in a secret's table is named (`unknown
+    // field`), not "did not match any variant".
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = FileValue;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(
+                    "a string, or a table `{ env = \"VAR\" }` or `{ file = \"/path\" }` with an optional `prefix`",
+                )
+            }
+            fn visit_str<E: serde::de::Error>(self, value: &str) -> Result<FileValue, E> {
+                Ok(FileValue::Text(value.to_owned()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<FileValue, A::Error> {
+                FileSecret::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(FileValue::Secret)
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileSecret {
+    env: Option<String>,
+    file: Option<String>,
+    #[serde(default)]
+    prefix: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileOAuth {
+    token_url: String,
+    client_id: String,
+    client_secret: FileValue,
+    scope: Option<String>,
+    audience: Option<String>,
+    #[serde(default)]
+    client_auth: ClientAuth,
 }
 
 /// Reads and validates a config file; `.json` files are JSON, anything else TOML.
@@ -147,10 +303,16 @@ pub fn parse_contents(
                     if command.trim().is_empty() {
                         return Err(invalid(&at, "`command` is empty"));
                     }
+                    if server.oauth.is_some() {
+                        return Err(invalid(&at, "`oauth` applies to `url` servers only"));
+                    }
                     let env = server
                         .env
                         .into_iter()
-                        .map(|(key, value)| Ok((key, expand(&at, &value, lookup)?)))
+                        .map(|(key, value)| {
+                            let value = config_value(&at, &format!("env.{key}"), value, lookup)?;
+                            Ok((key, value))
+                        })
                         .collect::<Result<_, ConfigError>>()?;
                     Transport::Stdio { command, args: server.args, env, cwd: server.cwd }
                 }
@@ -159,21 +321,28 @@ pub fn parse_contents(
                         return Err(invalid(&at, "`args`, `env` and `cwd` apply to `command` servers only"));
                     }
                     check_kind(&at, server.kind.as_deref(), "http")?;
-                    let url = expand(&at, &url, lookup)?;
+                    let url = expand(&url, lookup).map_err(|why| invalid(&at, format!("`url`: {why}")))?;
                     check_url(&at, &url)?;
-                    let headers = server
+                    let headers: BTreeMap<String, ConfigValue> = server
                         .headers
                         .into_iter()
                         .map(|(key, value)| {
                             http::HeaderName::try_from(key.as_str())
                                 .map_err(|_| invalid(&at, format!("header name `{key}` is not valid")))?;
-                            let value = expand(&at, &value, lookup)?;
-                            http::HeaderValue::try_from(value.as_str())
+                            if RESERVED_HEADERS.iter().any(|reserved| key.eq_ignore_ascii_case(reserved)) {
+                                return Err(invalid(&at, format!("header `{key}` is set by the gateway")));
+                            }
+                            let value = config_value(&at, &format!("headers.{key}"), value, lookup)?;
+                            http::HeaderValue::try_from(value.expose())
                                 .map_err(|_| invalid(&at, format!("header `{key}` has a value that is not valid")))?;
                             Ok((key, value))
                         })
                         .collect::<Result<_, ConfigError>>()?;
-                    Transport::Http { url, headers }
+                    let oauth = server.oauth.map(|oauth| oauth_client(&at, oauth, lookup)).transpose()?;
+                    if oauth.is_some() && headers.keys().any(|k| k.eq_ignore_ascii_case("authorization")) {
+                        return Err(invalid(&at, "set `oauth` or an `Authorization` header, not both"));
+                    }
+                    Transport::Http { url, headers, oauth }
                 }
             };
             Ok(UpstreamSpec { name, transport })
@@ -193,7 +362,7 @@ pub fn parse_flag(value: &str) -> Result<UpstreamSpec, ConfigError> {
     let target = target.trim();
     let transport = if target.starts_with("http://") || target.starts_with("https://") {
         check_url(&origin, target)?;
-        Transport::Http { url: target.to_owned(), headers: BTreeMap::new() }
+        Transport::Http { url: target.to_owned(), headers: BTreeMap::new(), oauth: None }
     } else {
         let mut words = target.split_whitespace().map(str::to_owned);
         let command = words.next().ok_or_else(|| invalid(&origin, "the command is empty"))?;
@@ -240,17 +409,104 @@ fn check_url(origin: &str, url: &str) -> Result<(), ConfigError> {
     }
 }
 
+/// A value as written, validated and read.
+fn config_value(
+    origin: &str,
+    field: &str,
+    value: FileValue,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<ConfigValue, ConfigError> {
+    let (source, prefix) = match value {
+        FileValue::Text(text) => (ValueSource::Text(text), String::new()),
+        FileValue::Secret(FileSecret { env: Some(name), file: None, prefix }) => {
+            if name.is_empty() {
+                return Err(invalid(origin, format!("`{field}`: `env` names no variable")));
+            }
+            (ValueSource::Env(name), prefix)
+        }
+        FileValue::Secret(FileSecret { env: None, file: Some(path), prefix }) => {
+            if path.is_empty() {
+                return Err(invalid(origin, format!("`{field}`: `file` names no file")));
+            }
+            (ValueSource::File(path), prefix)
+        }
+        FileValue::Secret(_) => {
+            return Err(invalid(origin, format!("`{field}`: give exactly one of `env` and `file`")));
+        }
+    };
+    let resolved = read_source(&source, &prefix, field, lookup).map_err(|why| invalid(origin, why))?;
+    Ok(ConfigValue { source, prefix, resolved })
+}
+
+/// Reads a value from its source; the error names `field` and where it looked, never a value.
+fn read_source(
+    source: &ValueSource,
+    prefix: &str,
+    field: &str,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<String, String> {
+    let value = match source {
+        ValueSource::Text(text) => expand(text, lookup).map_err(|why| format!("`{field}`: {why}"))?,
+        ValueSource::Env(name) => {
+            lookup(name).ok_or_else(|| format!("`{field}`: environment variable `{name}` is not set"))?
+        }
+        ValueSource::File(path) => {
+            let text =
+                std::fs::read_to_string(path).map_err(|err| format!("`{field}`: cannot read `{path}`: {err}"))?;
+            // Secret files written by `echo` or editors end in a newline no server expects.
+            text.trim_end_matches(['\n', '\r']).to_owned()
+        }
+    };
+    if value.is_empty() && !matches!(source, ValueSource::Text(_)) {
+        return Err(format!("`{field}`: the secret read from {} is empty", describe(source)));
+    }
+    Ok(format!("{prefix}{value}"))
+}
+
+fn describe(source: &ValueSource) -> String {
+    match source {
+        ValueSource::Text(_) => "the file".to_owned(),
+        ValueSource::Env(name) => format!("environment variable `{name}`"),
+        ValueSource::File(path) => format!("`{path}`"),
+    }
+}
+
+fn oauth_client(
+    origin: &str,
+    oauth: FileOAuth,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<OAuthClient, ConfigError> {
+    let token_url =
+        expand(&oauth.token_url, lookup).map_err(|why| invalid(origin, format!("`oauth.token_url`: {why}")))?;
+    check_url(&format!("{origin}: oauth.token_url"), &token_url)?;
+    if oauth.client_id.trim().is_empty() {
+        return Err(invalid(origin, "`oauth.client_id` is empty"));
+    }
+    let client_secret = config_value(origin, "oauth.client_secret", oauth.client_secret, lookup)?;
+    if client_secret.expose().is_empty() {
+        return Err(invalid(origin, "`oauth.client_secret` is empty"));
+    }
+    let non_empty = |value: Option<String>| value.filter(|v| !v.trim().is_empty());
+    Ok(OAuthClient {
+        token_url,
+        client_id: oauth.client_id,
+        client_secret,
+        scope: non_empty(oauth.scope),
+        audience: non_empty(oauth.audience),
+        client_auth: oauth.client_auth,
+    })
+}
+
 /// Replaces `${VAR}` with the variable's value; an unset variable is an error, not "".
-fn expand(origin: &str, value: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, ConfigError> {
+fn expand(value: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
     let mut out = String::with_capacity(value.len());
     let mut rest = value;
     while let Some(start) = rest.find("${") {
         out.push_str(&rest[..start]);
         let after = &rest[start + 2..];
-        let end = after.find('}').ok_or_else(|| invalid(origin, "unterminated `${` in a value"))?;
+        let end = after.find('}').ok_or("unterminated `${` in a value")?;
         let name = &after[..end];
-        let resolved =
-            lookup(name).ok_or_else(|| invalid(origin, format!("environment variable `{name}` is not set")))?;
+        let resolved = lookup(name).ok_or_else(|| format!("environment variable `{name}` is not set"))?;
         out.push_str(&resolved);
         rest = &after[end + 1..];
     }
@@ -280,10 +536,37 @@ mod tests {
         let specs = parse_file("f.toml", text, false, &env).unwrap();
         assert_eq!(specs.len(), 2);
         assert_eq!(specs[0].name, "files");
-        assert!(matches!(&specs[0].transport, Transport::Stdio { env, .. } if env["KEY"] == "s3cret"));
-        assert!(
-            matches!(&specs[1].transport, Transport::Http { headers, .. } if headers["Authorization"] == "Bearer s3cret")
-        );
+        assert!(matches!(&specs[0].transport, Transport::Stdio { env, .. } if env["KEY"].expose() == "s3cret"));
+        assert!(matches!(&specs[1].transport, Transport::Http { headers, .. }
+            if headers["Authorization"].expose() == "Bearer s3cret"));
+        // Debug shows the template, never what it expanded to.
+        assert!(!format!("{specs:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn secrets_by_reference() {
+        let text = r#"
+            [servers.files]
+            command = "x"
+            env = { KEY = { env = "TOKEN" }, MODE = "plain" }
+            [servers.search]
+            url = "https://search.example/mcp"
+            headers = { Authorization = { env = "TOKEN", prefix = "Bearer " } }
+            [servers.billing]
+            url = "https://billing.example/mcp"
+            oauth = { token_url = "https://auth.example/token", client_id = "gw", client_secret = { env = "TOKEN" }, scope = "a b", client_auth = "body" }
+        "#;
+        let specs = parse_file("f.toml", text, false, &env).unwrap();
+        let Transport::Stdio { env: vars, .. } = &specs[0].transport else { panic!("{specs:?}") };
+        assert_eq!(vars["KEY"].expose(), "s3cret");
+        assert!(vars["KEY"].is_secret() && !vars["MODE"].is_secret());
+        let Transport::Http { headers, .. } = &specs[1].transport else { panic!("{specs:?}") };
+        assert_eq!(headers["Authorization"].expose(), "Bearer s3cret");
+        let Transport::Http { oauth: Some(oauth), .. } = &specs[2].transport else { panic!("{specs:?}") };
+        assert_eq!(oauth.client_secret.expose(), "s3cret");
+        assert_eq!((oauth.scope.as_deref(), oauth.client_auth), (Some("a b"), ClientAuth::Body));
+        let shown = format!("{specs:?}");
+        assert!(!shown.contains("s3cret") && shown.contains("TOKEN"), "{shown}");
     }
 
     #[test]
@@ -304,6 +587,29 @@ mod tests {
             ("[servers.a__b]\ncommand='x'\n", "server name"),
             ("[servers.a]\ncommand='x'\nheaders={A='b'}\n", "`headers` apply"),
             ("[servers.a]\ncommand='x'\nbogus=1\n", "unknown field"),
+            ("[servers.a]\ncommand='x'\nenv={K={env='TOKEN',file='/f'}}\n", "exactly one of `env` and `file`"),
+            ("[servers.a]\ncommand='x'\nenv={K={vault='x'}}\n", "unknown field `vault`"),
+            (
+                "[servers.a]\nurl='http://h/mcp'\nheaders={A={env='MISSING'}}\n",
+                "`headers.A`: environment variable `MISSING`",
+            ),
+            ("[servers.a]\nurl='http://h/mcp'\nheaders={Accept='x'}\n", "set by the gateway"),
+            (
+                "[servers.a]\ncommand='x'\noauth={token_url='http://t',client_id='c',client_secret='s'}\n",
+                "`oauth` applies",
+            ),
+            (
+                "[servers.a]\nurl='http://h/mcp'\nheaders={Authorization='x'}\noauth={token_url='http://t',client_id='c',client_secret='s'}\n",
+                "not both",
+            ),
+            (
+                "[servers.a]\nurl='http://h/mcp'\noauth={token_url='ftp://t',client_id='c',client_secret='s'}\n",
+                "oauth.token_url",
+            ),
+            (
+                "[servers.a]\nurl='http://h/mcp'\noauth={token_url='http://t',client_id='c',client_secret='s',client_auth='jwt'}\n",
+                "unknown variant",
+            ),
         ];
         for (text, expected) in cases {
             let err = parse_file("f.toml", text, false, &env).unwrap_err().to_string();

@@ -1,7 +1,8 @@
 //! The streamable HTTP transport: the server runs elsewhere, reached at its URL with the
-//! headers its configuration gives (a header that is not valid HTTP is left out).
+//! credentials its configuration gives (headers, an OAuth token: see `credentials`), read again
+//! for every connection.
 
-use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use rmcp::{
     ServiceExt,
@@ -10,6 +11,7 @@ use rmcp::{
 
 use super::{
     client::{Running, UpstreamClient},
+    credentials::{AuthorizedClient, Credentials},
     relay::Tapped,
 };
 
@@ -17,16 +19,11 @@ use super::{
 pub(super) async fn connect(
     client: UpstreamClient,
     url: &str,
-    headers: &BTreeMap<String, String>,
+    credentials: Arc<Credentials>,
 ) -> Result<Running, String> {
-    let headers = headers
-        .iter()
-        .filter_map(|(k, v)| {
-            Some((http::HeaderName::try_from(k.as_str()).ok()?, http::HeaderValue::try_from(v.as_str()).ok()?))
-        })
-        .collect();
-    let config = StreamableHttpClientTransportConfig::with_uri(url).custom_headers(headers);
-    let transport = StreamableHttpClientTransport::from_config(config);
+    credentials.reread()?;
+    let config = StreamableHttpClientTransportConfig::with_uri(url);
+    let transport = StreamableHttpClientTransport::with_client(AuthorizedClient::new(credentials), config);
     let transport = Tapped::new(transport, &client.server, client.relay.clone());
     client.serve(transport).await.map_err(|err| format!("initialize failed: {err}"))
 }

@@ -8,12 +8,14 @@
 //! error until it is back.
 //!
 //! Here: the servers and their state. The supervision loop is in `supervisor`, our side of a
-//! connection in `client`, each transport in `stdio` and `http`, relaying what a server sends
+//! connection in `client`, each transport in `stdio` and `http` (an HTTP server's headers and
+//! OAuth token in `credentials`), relaying what a server sends
 //! during a call (progress, logs, its requests to the client) in `relay`, which clients hear
 //! of a resource's changes in `subscriptions`.
 
 mod client;
 pub mod config;
+mod credentials;
 mod http;
 mod relay;
 mod stdio;
@@ -35,6 +37,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use client::ListChanged;
 pub use config::{Transport, UpstreamSpec};
+pub use credentials::Credentials;
 pub use relay::{CallGuard, Caller, NoCaller, Relay};
 pub use subscriptions::{Downstream, Subscriber, Subscriptions};
 pub use supervisor::Backoff;
@@ -93,6 +96,8 @@ pub struct Upstream {
     status: Mutex<ServerStatus>,
     peer: ArcSwapOption<Peer<RoleClient>>,
     listing: ArcSwap<Listing>,
+    /// An HTTP server's headers and token, kept across its connections (a token outlives one).
+    credentials: Option<Arc<Credentials>>,
 }
 
 impl Upstream {
@@ -107,12 +112,24 @@ impl Upstream {
             connected_at: None,
             pid: None,
         };
+        let credentials = match &spec.transport {
+            Transport::Http { headers, oauth, .. } => {
+                Some(Arc::new(Credentials::new(&spec.name, headers.clone(), oauth.clone())))
+            }
+            Transport::Stdio { .. } => None,
+        };
         Self {
             spec,
             status: Mutex::new(status),
             peer: ArcSwapOption::empty(),
             listing: ArcSwap::from_pointee(Listing::default()),
+            credentials,
         }
+    }
+
+    /// An HTTP server's credentials (none for a stdio server).
+    pub fn credentials(&self) -> Option<&Arc<Credentials>> {
+        self.credentials.as_ref()
     }
 
     pub fn name(&self) -> &str {

@@ -3,6 +3,8 @@
 
 use std::{collections::BTreeMap, process::Stdio};
 
+use super::config::ConfigValue;
+
 use rmcp::{ServiceExt, transport::TokioChildProcess};
 use tokio::io::AsyncBufReadExt;
 
@@ -23,9 +25,14 @@ pub(super) async fn connect(
     client: UpstreamClient,
     command: &str,
     args: &[String],
-    env: &BTreeMap<String, String>,
+    env: &BTreeMap<String, ConfigValue>,
     cwd: Option<&str>,
 ) -> Result<Running, String> {
+    // Read again for every start, so a rotated secret file reaches the next process.
+    let env = env
+        .iter()
+        .map(|(name, value)| Ok((name, value.reread(&format!("env.{name}"))?)))
+        .collect::<Result<Vec<_>, String>>()?;
     let mut cmd = tokio::process::Command::new(command);
     // A server gets a clean environment plus its own `env`: the gateway's secrets
     // (DATABASE_URL, tokens) are not a tool's business, and some servers expose their

@@ -168,6 +168,9 @@ async fn connect(upstream: &Upstream, client: UpstreamClient) -> Result<Running,
         Transport::Stdio { command, args, env, cwd } => {
             stdio::connect(upstream, client, command, args, env, cwd.as_deref()).await
         }
-        Transport::Http { url, headers } => http::connect(client, url, headers).await,
+        Transport::Http { url, .. } => {
+            let credentials = upstream.credentials().ok_or("an HTTP server without credentials")?;
+            http::connect(client, url, credentials.clone()).await
+        }
     }
 }
