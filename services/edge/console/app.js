@@ -1,11 +1,15 @@
 // The Switchyard console: streams chat turns from POST /api/v1/chat/stream (Server-Sent Events
 // read with fetch, since EventSource cannot POST) and draws GET /api/v1/chat/stats as hand-made
-// SVG charts. No dependencies and no build step: the edge serves this file as it is.
+// SVG charts. The role view lists each role (GET /api/context/roles) with the tools it may use
+// under the MCP gateway's policies (POST /api/mcp/policies/query, one subject per role). No
+// dependencies and no build step: the edge serves this file as it is.
 
 const API = {
   stream: "/api/v1/chat/stream",
   stats: "/api/v1/chat/stats",
   feedback: "/api/v1/chat/feedback",
+  roles: "/api/context/roles",
+  policies: "/api/mcp/policies/query",
 };
 const KEY_STORAGE = "switchyard.console.api-key";
 const SVG_NS = "http://www.w3.org/2000/svg";
@@ -23,6 +27,7 @@ const state = {
   controller: null, // the AbortController of the turn in flight
   stats: null, // the last GetRoutingStatsResponse, redrawn on resize
   statsRequest: 0,
+  rolesRequest: 0,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -719,6 +724,123 @@ function formatTick(ms) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Tool access by role: loaded when the view is first opened (the gateway may not be deployed)
+
+async function fetchJson(url, init = {}) {
+  const response = await fetch(url, { ...init, headers: headers(init.body ? { "content-type": "application/json" } : {}) });
+  if (!response.ok) throw new Error(await errorMessage(response));
+  return response.json();
+}
+
+async function allRoles() {
+  const roles = [];
+  let token = "";
+  do {
+    const url = new URL(API.roles, location.href);
+    url.searchParams.set("page_size", "100");
+    if (token) url.searchParams.set("page_token", token);
+    const page = await fetchJson(url);
+    roles.push(...(page.roles || []));
+    token = page.next_page_token || "";
+  } while (token && roles.length < 1000);
+  return roles;
+}
+
+async function refreshRoles() {
+  const request = ++state.rolesRequest;
+  const box = $("#roles");
+  const list = $("#roles-list");
+  box.dataset.state = "loading";
+  box.setAttribute("aria-busy", "true");
+  $("#roles-message").textContent = "Loading…";
+  try {
+    const roles = await allRoles();
+    const access = await Promise.all(
+      roles.map((role) => fetchJson(API.policies, { method: "POST", body: JSON.stringify({ subject: { role: role.id } }) })),
+    );
+    if (request !== state.rolesRequest) return;
+    list.replaceChildren(...roles.map((role, i) => roleAccess(role, access[i])));
+    box.dataset.state = roles.length ? "ready" : "empty";
+    const policies = access[0]?.policies?.length || 0;
+    $("#roles-message").textContent = roles.length
+      ? `${policies} ${policies === 1 ? "policy" : "policies"} in force · updated ${new Date().toLocaleTimeString()}`
+      : "No roles yet.";
+  } catch (error) {
+    if (request !== state.rolesRequest) return;
+    box.dataset.state = "error";
+    list.replaceChildren();
+    $("#roles-message").textContent = `Could not load tool access: ${error.message}`;
+  } finally {
+    if (request === state.rolesRequest) box.setAttribute("aria-busy", "false");
+  }
+}
+
+// One role: the tools it may call, by server (pinned and hidden ones marked), and those it may not.
+function roleAccess(role, access) {
+  const tools = access.tools || [];
+  const callable = tools.filter((t) => t.callable);
+  const refused = tools.filter((t) => !t.callable);
+  const applying = access.applying || [];
+  const byServer = new Map();
+  for (const tool of callable) {
+    if (!byServer.has(tool.server)) byServer.set(tool.server, []);
+    byServer.get(tool.server).push(tool);
+  }
+  const servers = [...byServer.entries()].map(([server, serverTools]) =>
+    el(
+      "div",
+      { class: "role-server", "data-server": server },
+      el("h4", { text: `${server} · ${serverTools.length}` }),
+      el(
+        "ul",
+        { class: "tool-chips" },
+        ...serverTools.map((tool) => {
+          const [, short] = splitTool(tool.name, tool.server);
+          const marks = [tool.pinned && "pinned", !tool.listed && "hidden"].filter(Boolean);
+          return el(
+            "li",
+            {
+              class: `tool-chip${tool.pinned ? " pinned" : ""}${tool.listed ? "" : " unlisted"}`,
+              "data-tool": tool.name,
+              title: marks.length ? `${tool.name} (${marks.join(", ")})` : tool.name,
+            },
+            short,
+            marks.length ? el("span", { class: "tool-mark", text: ` ${marks.join(", ")}` }) : null,
+          );
+        }),
+      ),
+    ),
+  );
+  const denied = refused.length
+    ? el(
+        "div",
+        { class: "role-denied" },
+        el("h4", { text: `Not allowed · ${refused.length}` }),
+        el(
+          "ul",
+          { class: "tool-chips" },
+          ...refused.map((tool) => el("li", { class: "tool-chip denied", "data-tool": tool.name, title: tool.refusal || "denied" }, tool.name)),
+        ),
+      )
+    : null;
+  return el(
+    "article",
+    { class: "role-access", "data-role": role.id, "data-callable": callable.length, "data-denied": refused.length },
+    el(
+      "header",
+      {},
+      el("h3", { text: role.name || role.id }),
+      el("code", { text: role.id }),
+      el("span", { class: "role-count", text: `${callable.length} of ${tools.length} tools` }),
+    ),
+    applying.length ? el("p", { class: "hint", text: `Policies: ${applying.join(", ")}` }) : el("p", { class: "hint", text: "No policy names this role: every tool is allowed." }),
+    ...servers,
+    callable.length ? null : el("p", { class: "hint", text: "No tool may be used." }),
+    denied,
+  );
+}
+
+// ---------------------------------------------------------------------------------------------
 // Wiring
 
 function init() {
@@ -777,6 +899,10 @@ function init() {
   });
 
   $("#stats-refresh").addEventListener("click", refreshStats);
+  $("#roles").addEventListener("toggle", () => {
+    if ($("#roles").open && $("#roles").dataset.state === "idle") refreshRoles();
+  });
+  $("#roles-refresh").addEventListener("click", refreshRoles);
   $("#stats-window").addEventListener("change", refreshStats);
 
   // Redrawn for the new width only: a redraw changes the height, which must not loop.

@@ -2,6 +2,10 @@
 // streamed turn, checks its route and role, then waits for the routing analytics to chart it.
 //
 //   node check.mjs <base-url> <out-dir>
+//   node check.mjs <base-url> <out-dir> roles
+//
+// With `roles`, it opens the "Tool access by role" view instead, waits for it to load, writes
+// <out-dir>/console-roles.png and prints, per role, the tools it may and may not use.
 //
 // Writes <out-dir>/console-turn.png and <out-dir>/console-charts.png and prints one JSON line
 // (route, role, answer length, stats total) on stdout. Any failure, including an error in the
@@ -55,7 +59,7 @@ function loadPlaywright() {
   fail(`playwright-core not found: set NODE_PATH to .tools/npm/node_modules (scripts/install-tools.sh installs it)`);
 }
 
-async function run(baseUrl, outDir) {
+async function run(baseUrl, outDir, mode) {
   const { chromium } = loadPlaywright();
   mkdirSync(outDir, { recursive: true });
   const userDataDir = mkdtempSync(join(tmpdir(), "switchyard-console-"));
@@ -87,6 +91,11 @@ async function run(baseUrl, outDir) {
     const response = await page.goto(baseUrl, { waitUntil: "load", timeout: 30_000 });
     if (!response || !response.ok()) fail(`GET ${baseUrl} answered ${response ? response.status() : "nothing"}`);
     await page.locator("#chat-form").waitFor({ state: "visible", timeout: 10_000 });
+    if (mode === "roles") {
+      const roles = await checkRoles(page, outDir);
+      if (consoleErrors.length) fail("the browser console reported errors");
+      return { roles };
+    }
 
     // One turn, streamed.
     await page.locator("#chat-input").fill(MESSAGE);
@@ -149,6 +158,37 @@ async function run(baseUrl, outDir) {
   }
 }
 
+// Opens the role view and reads, per role, the tools shown as usable and as not allowed.
+async function checkRoles(page, outDir) {
+  await page.locator("#roles > summary").click();
+  try {
+    await page.waitForFunction(() => ["ready", "empty", "error"].includes(document.querySelector("#roles")?.dataset.state), null, {
+      timeout: 30_000,
+      polling: 100,
+    });
+  } catch {
+    fail("the role view did not load within 30 s");
+  }
+  const state = await page.locator("#roles").getAttribute("data-state");
+  if (state !== "ready") fail(`the role view is ${state}: ${await page.locator("#roles-message").textContent()}`);
+  const roles = await page.$$eval("#roles-list .role-access", (articles) =>
+    Object.fromEntries(
+      articles.map((article) => [
+        article.dataset.role,
+        {
+          allowed: [...article.querySelectorAll(".role-server .tool-chip")].map((chip) => chip.dataset.tool),
+          pinned: [...article.querySelectorAll(".tool-chip.pinned")].map((chip) => chip.dataset.tool),
+          denied: [...article.querySelectorAll(".tool-chip.denied")].map((chip) => chip.dataset.tool),
+          visible: article.getBoundingClientRect().height > 0,
+        },
+      ]),
+    ),
+  );
+  await page.locator("#roles").scrollIntoViewIfNeeded();
+  await page.locator("#roles").screenshot({ path: join(outDir, "console-roles.png") });
+  return roles;
+}
+
 // The turn's visible state, for a failure message.
 async function turnSummary(turn) {
   const text = ((await turn.textContent().catch(() => "")) || "").replace(/\s+/g, " ").trim();
@@ -195,7 +235,7 @@ async function waitForStats(page) {
 }
 
 async function main() {
-  const [baseUrl, outDir] = process.argv.slice(2);
+  const [baseUrl, outDir, mode] = process.argv.slice(2);
   if (!baseUrl || !outDir) {
     console.error("usage: node check.mjs <base-url> <out-dir>");
     process.exit(2);
@@ -205,7 +245,7 @@ async function main() {
     process.exit(1);
   }, OVERALL_TIMEOUT_MS);
   try {
-    const summary = await run(baseUrl, resolve(outDir));
+    const summary = await run(baseUrl, resolve(outDir), mode);
     console.log(JSON.stringify(summary));
   } catch (error) {
     // Playwright's messages say what it was doing; a stack only helps with a bug in this script.
