@@ -50,6 +50,8 @@ pub struct Options {
     pub auth: Auth,
     pub configure: Box<dyn FnOnce(&mut EdgeConfig) + Send>,
     pub configure_router: Box<dyn FnOnce(&mut RouterConfig) + Send>,
+    /// With [`Options::gateway`]: changes to the gateway's config (a servers file, say).
+    pub configure_gateway: Box<dyn FnOnce(&mut GatewayConfig) + Send>,
 }
 
 impl Default for Options {
@@ -61,6 +63,7 @@ impl Default for Options {
             auth: Auth::Open,
             configure: Box::new(|_| {}),
             configure_router: Box::new(|_| {}),
+            configure_gateway: Box::new(|_| {}),
         }
     }
 }
@@ -110,6 +113,7 @@ impl Stack {
             let servers = vec![format!("everything={} stdio", peer_tool("mcp-server-everything"))];
             let mut config = GatewayConfig::in_memory(loopback(), loopback(), servers);
             config.model_dir = switchyard_testkit::model_dir();
+            (options.configure_gateway)(&mut config);
             let server = GatewayServer::bind(&config).await.expect("gateway binds");
             let gateway = server.gateway();
             let served = Served::spawn(server.local_addr(), |stop| server.serve(stop));
