@@ -1,11 +1,12 @@
 //! The service kit: what every Switchyard service is built from — configuration flags,
-//! telemetry with W3C trace propagation, the gRPC server (health, reflection, admission
-//! control, identity, graceful shutdown, each failure logged once where it was decided, with
-//! the request id carried across services), the HTTP listener (deadlines for slow and idle
-//! clients, a connection cap), client channels, the shared error codes, caller
-//! identity (tenant, user, session keys), store plumbing (Redis, Postgres schemas, store
-//! flags, secrets), the record buffer that writes Postgres records off the request path,
-//! backoff, wire timestamps, and the rule for text Postgres refuses (NUL).
+//! telemetry with W3C trace propagation and Prometheus metrics (`metrics_export`), the gRPC
+//! server (health, reflection, admission control, identity, rate, errors and latency per method,
+//! graceful shutdown, each failure logged once where it was decided, with the request id carried
+//! across services), the HTTP listener (deadlines for slow and idle clients, a connection cap),
+//! client channels, the shared error codes, caller identity (tenant, user, session keys), store
+//! plumbing (Redis, Postgres schemas, store flags, secrets), the record buffer that writes
+//! Postgres records off the request path, backoff, wire timestamps, and the rule for text
+//! Postgres refuses (NUL).
 
 pub mod backoff;
 pub mod client;
@@ -15,11 +16,13 @@ pub mod failures;
 pub mod health;
 pub mod http_server;
 pub mod identity;
+pub mod metrics_export;
 pub mod postgres;
 pub mod proto_json;
 pub mod proto_time;
 pub mod records;
 pub mod role_id;
+pub mod rpc_metrics;
 pub mod secret;
 pub mod server;
 pub mod store;

@@ -28,7 +28,10 @@ use std::{
 };
 
 use async_trait::async_trait;
-use opentelemetry::{KeyValue, metrics::Counter};
+use opentelemetry::{
+    KeyValue,
+    metrics::{Counter, ObservableGauge},
+};
 use tokio::sync::Notify;
 
 use crate::{backoff::Backoff, store::StoreError};
@@ -125,6 +128,10 @@ pub struct RecordBuffer<R> {
     drop_log: Mutex<DropLog>,
     set_aside: AtomicU64,
     set_aside_metric: Counter<u64>,
+    dropped_metric: Counter<u64>,
+    /// Reports the backlog at each metrics collection (through a weak reference: the meter
+    /// keeps its callback after the buffer is gone).
+    _backlog_gauge: ObservableGauge<u64>,
 }
 
 struct Pending<R> {
@@ -143,19 +150,39 @@ impl<R: BufferedRecord> RecordBuffer<R> {
     /// Creates the buffer and starts its background writer, which stops when the buffer is
     /// dropped.
     pub fn start(sink: Arc<dyn RecordSink<R>>, config: RecordBufferConfig) -> Arc<Self> {
-        let buffer = Arc::new(Self {
-            sink,
-            config,
-            pending: Mutex::new(Pending { queue: VecDeque::new(), coalesced: HashMap::new() }),
-            flushing: tokio::sync::Mutex::new(()),
-            wake: Notify::new(),
-            dropped: AtomicU64::new(0),
-            drop_log: Mutex::new(DropLog::default()),
-            set_aside: AtomicU64::new(0),
-            set_aside_metric: opentelemetry::global::meter("switchyard-kit")
-                .u64_counter("records.set_aside")
-                .with_description("Records the store refused for their content, set aside so the others are written")
-                .build(),
+        let meter = opentelemetry::global::meter("switchyard-kit");
+        let labels = [KeyValue::new("records", config.name)];
+        let buffer = Arc::new_cyclic(|weak: &Weak<Self>| {
+            let weak = weak.clone();
+            Self {
+                sink,
+                config,
+                pending: Mutex::new(Pending { queue: VecDeque::new(), coalesced: HashMap::new() }),
+                flushing: tokio::sync::Mutex::new(()),
+                wake: Notify::new(),
+                dropped: AtomicU64::new(0),
+                drop_log: Mutex::new(DropLog::default()),
+                set_aside: AtomicU64::new(0),
+                set_aside_metric: meter
+                    .u64_counter("records.set_aside")
+                    .with_description(
+                        "Records the store refused for their content, set aside so the others are written",
+                    )
+                    .build(),
+                dropped_metric: meter
+                    .u64_counter("records.dropped")
+                    .with_description("Records lost because the record buffer was full (the store away or slow)")
+                    .build(),
+                _backlog_gauge: meter
+                    .u64_observable_gauge("records.backlog")
+                    .with_description("Records held in the record buffer, waiting to be written")
+                    .with_callback(move |observer| {
+                        if let Some(buffer) = weak.upgrade() {
+                            observer.observe(buffer.backlog() as u64, &labels);
+                        }
+                    })
+                    .build(),
+            }
         });
         tokio::spawn(background_writer(Arc::downgrade(&buffer)));
         buffer
@@ -289,6 +316,7 @@ impl<R: BufferedRecord> RecordBuffer<R> {
 
     fn count_dropped(&self, count: u64) {
         let total = self.dropped.fetch_add(count, Ordering::Relaxed) + count;
+        self.dropped_metric.add(count, &[KeyValue::new("records", self.config.name)]);
         let mut log = self.drop_log.lock().unwrap_or_else(PoisonError::into_inner);
         log.since_last += count;
         let due = log.last.is_none_or(|last| last.elapsed() >= self.config.drop_log_interval);

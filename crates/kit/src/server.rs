@@ -1,10 +1,10 @@
 //! The gRPC server every service runs: health and reflection (v1 and v1alpha, so grpcurl
 //! 1.8 works), a request id, a span per request continuing the caller's trace, admission
-//! control (a global concurrency limit that sheds instead of queueing, and a deadline), every
-//! error answered logged once (`failures`), the caller's identity (`x-tenant-id`,
-//! `x-user-id`), message size limits, and a graceful
-//! shutdown that drains in-flight calls and, when the grace runs out, ends the streams still
-//! open with UNAVAILABLE rather than cutting them mid-frame ([`ShutdownNotice`]).
+//! control (a global concurrency limit that sheds instead of queueing, and a deadline), rate,
+//! errors and latency per method (`rpc_metrics`), every error answered logged once
+//! (`failures`), the caller's identity (`x-tenant-id`, `x-user-id`), message size limits, and a
+//! graceful shutdown that drains in-flight calls and, when the grace runs out, ends the streams
+//! still open with UNAVAILABLE rather than cutting them mid-frame ([`ShutdownNotice`]).
 
 use std::{
     convert::Infallible,
@@ -33,7 +33,10 @@ use tower_http::{
 use tracing::Level;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-use crate::{config::ServerArgs, failures::FailureLogLayer, health::HealthHandle, identity::IdentityLayer, telemetry};
+use crate::{
+    config::ServerArgs, failures::FailureLogLayer, health::HealthHandle, identity::IdentityLayer,
+    rpc_metrics::RpcMetricsLayer, telemetry,
+};
 
 /// A bound, not yet serving, gRPC server.
 pub struct GrpcServer {
@@ -142,6 +145,8 @@ impl GrpcServer {
             // Every error answered, once, with the request id (and the id kept for the calls
             // the request makes); inside the span, outside admission so sheds are counted.
             .layer(FailureLogLayer)
+            // Rate, errors and latency per method; outside admission so sheds count too.
+            .layer(RpcMetricsLayer::new())
             .layer(AdmissionLayer::new(args.concurrency_limit, args.request_timeout))
             // Tenant and user for every service, read once: handlers take `Identity::of`.
             .layer(IdentityLayer::grpc())

@@ -1,10 +1,14 @@
 //! Logging, tracing and metrics: `tracing` with an env filter (text or JSON lines), an
 //! OpenTelemetry layer so every span has a W3C trace context, and OTLP export of traces and
-//! metrics (instruments from `opentelemetry::global::meter`) when an endpoint is set.
+//! metrics (instruments from `opentelemetry::global::meter`) when an endpoint is set; the same
+//! instruments are always readable as Prometheus text (`metrics_export`), served on
+//! `--metrics-listen` when set.
 //!
 //! The OpenTelemetry layer is installed only when traces are exported: without an exporter
 //! it would cost every request span some work and show nothing. Configure the OTLP endpoint
 //! on every service of a deployment so one request is one trace across all of them.
+
+use std::net::SocketAddr;
 
 use http::HeaderMap;
 use opentelemetry::{
@@ -18,15 +22,20 @@ use opentelemetry_sdk::{
     propagation::TraceContextPropagator,
     trace::{Sampler, SdkTracerProvider},
 };
+use tokio_util::sync::CancellationToken;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::{EnvFilter, layer::SubscriberExt, util::SubscriberInitExt};
 
-use crate::config::{LogFormat, TelemetryArgs};
+use crate::{
+    config::{LogFormat, TelemetryArgs},
+    metrics_export::{self, MetricsServer, PrometheusReader},
+};
 
-/// Keeps the tracer provider alive; flushes pending spans when dropped.
+/// Keeps the tracer and meter providers alive; flushes pending spans and metrics when dropped
+/// and stops the metrics listener.
 pub struct TelemetryGuard {
     provider: SdkTracerProvider,
-    meters: Option<SdkMeterProvider>,
+    _metrics: MetricsGuard,
 }
 
 impl Drop for TelemetryGuard {
@@ -34,9 +43,19 @@ impl Drop for TelemetryGuard {
         if let Err(err) = self.provider.shutdown() {
             eprintln!("telemetry shutdown: {err}");
         }
-        if let Some(meters) = &self.meters
-            && let Err(err) = meters.shutdown()
-        {
+    }
+}
+
+/// Keeps the meter provider alive; on drop, stops the metrics listener and flushes the export.
+pub struct MetricsGuard {
+    meters: SdkMeterProvider,
+    listener: CancellationToken,
+}
+
+impl Drop for MetricsGuard {
+    fn drop(&mut self) {
+        self.listener.cancel();
+        if let Err(err) = self.meters.shutdown() {
             eprintln!("metrics shutdown: {err}");
         }
     }
@@ -63,20 +82,7 @@ pub fn init(service_name: &'static str, args: &TelemetryArgs) -> anyhow::Result<
             .build(),
     };
     opentelemetry::global::set_tracer_provider(provider.clone());
-    let meters = match &args.otlp_endpoint {
-        Some(endpoint) => {
-            use opentelemetry_otlp::WithExportConfig;
-            let exporter =
-                opentelemetry_otlp::MetricExporter::builder().with_tonic().with_endpoint(endpoint.clone()).build()?;
-            let meters = SdkMeterProvider::builder()
-                .with_resource(Resource::builder().with_service_name(service_name).build())
-                .with_periodic_exporter(exporter)
-                .build();
-            opentelemetry::global::set_meter_provider(meters.clone());
-            Some(meters)
-        }
-        None => None,
-    };
+    let meters = init_metrics(service_name, args.otlp_endpoint.as_deref(), None)?;
     let otel =
         args.otlp_endpoint.is_some().then(|| tracing_opentelemetry::layer().with_tracer(provider.tracer(service_name)));
 
@@ -97,7 +103,39 @@ pub fn init(service_name: &'static str, args: &TelemetryArgs) -> anyhow::Result<
             .try_init()?,
         LogFormat::Text => registry.with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr)).try_init()?,
     }
-    Ok(TelemetryGuard { provider, meters })
+    Ok(TelemetryGuard { provider, _metrics: meters })
+}
+
+/// Installs the process's meter provider (part of [`init`]; alone, for tests that read
+/// `/metrics` without the rest): always a Prometheus pull reader (so `/metrics` shows the
+/// instruments whether or not anything exports them), and the periodic OTLP exporter when an
+/// endpoint is set; both read the same instruments. With `metrics_listen`, `/metrics` is
+/// served there (bound now, so a taken address fails at start-up). Call once, from within a
+/// tokio runtime, before the services make their instruments.
+pub fn init_metrics(
+    service_name: &'static str,
+    otlp_endpoint: Option<&str>,
+    metrics_listen: Option<SocketAddr>,
+) -> anyhow::Result<MetricsGuard> {
+    let prometheus = PrometheusReader::new();
+    let mut builder = SdkMeterProvider::builder()
+        .with_resource(Resource::builder().with_service_name(service_name).build())
+        .with_reader(prometheus.clone());
+    if let Some(endpoint) = otlp_endpoint {
+        use opentelemetry_otlp::WithExportConfig;
+        let exporter =
+            opentelemetry_otlp::MetricExporter::builder().with_tonic().with_endpoint(endpoint.to_owned()).build()?;
+        builder = builder.with_periodic_exporter(exporter);
+    }
+    let meters = builder.build();
+    opentelemetry::global::set_meter_provider(meters.clone());
+    metrics_export::install(prometheus.clone(), metrics_listen.is_some());
+    let stop = CancellationToken::new();
+    if let Some(addr) = metrics_listen {
+        let server = MetricsServer::bind(addr)?;
+        tokio::spawn(server.serve(prometheus, stop.clone()));
+    }
+    Ok(MetricsGuard { meters, listener: stop })
 }
 
 /// The trace context carried by incoming request headers (`traceparent`, `tracestate`).

@@ -28,6 +28,7 @@ mod openai;
 pub mod provider;
 mod sse;
 mod streaming;
+pub mod telemetry;
 mod transport;
 pub mod types;
 mod vendor;

@@ -1,16 +1,19 @@
 //! What the two vendor APIs share: one JSON body POSTed to one URL with the vendor's headers,
 //! the answer read whole or decoded from Server-Sent Events, through one [`Transport`] (its
 //! timeouts and retries). Each API says only how a request is encoded and how answers are read
-//! ([`Api`]); [`Vendor`] is the provider built from that.
+//! ([`Api`]); [`Vendor`] is the provider built from that. Each call is a GenAI span
+//! (`telemetry`).
 
 use std::{borrow::Cow, fmt, marker::PhantomData};
 
 use bytes::Bytes;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use tracing::Instrument;
 
 use crate::{
     ChatRequest, Completion, ErrorKind, EventStream, Provider, ProviderConfig, ProviderError,
     streaming::{Decoder, event_stream},
+    telemetry,
     transport::Transport,
 };
 
@@ -134,20 +137,43 @@ impl<A: Api> Provider for Vendor<A> {
     }
 
     async fn complete(&self, request: ChatRequest) -> Result<Completion, ProviderError> {
-        let body = self.body(&request, false)?;
-        let headers = self.headers(&request)?;
-        let (body, attempts) = self.transport.post_for_body(&self.url, &headers, body).await?;
-        let mut completion = A::parse_completion(&request, &body)
-            .map_err(|cause| self.transport.error(ErrorKind::Protocol, format!("unexpected response: {cause}")))?;
-        completion.attempts = attempts;
-        Ok(completion)
+        let call = telemetry::CallTrace::start(self.transport.provider(), &request);
+        let answered = async {
+            let body = self.body(&request, false)?;
+            let headers = self.headers(&request)?;
+            let (body, attempts) = self.transport.post_for_body(&self.url, &headers, body).await?;
+            let mut completion = A::parse_completion(&request, &body)
+                .map_err(|cause| self.transport.error(ErrorKind::Protocol, format!("unexpected response: {cause}")))?;
+            completion.attempts = attempts;
+            Ok(completion)
+        }
+        .instrument(call.span.clone())
+        .await;
+        match &answered {
+            Ok(completion) => call.completed(completion),
+            Err(error) => call.failed(error),
+        }
+        answered
     }
 
     async fn stream(&self, request: ChatRequest) -> Result<EventStream, ProviderError> {
-        let body = self.body(&request, true)?;
-        let headers = self.headers(&request)?;
-        let (response, attempts) = self.transport.post_for_stream(&self.url, &headers, body).await?;
-        let decoder = A::decoder(&request, self.transport.provider(), attempts);
-        Ok(event_stream(self.transport.provider(), self.transport.config(), response, decoder))
+        let call = telemetry::CallTrace::start(self.transport.provider(), &request);
+        let started = async {
+            let body = self.body(&request, true)?;
+            let headers = self.headers(&request)?;
+            let (response, attempts) = self.transport.post_for_stream(&self.url, &headers, body).await?;
+            let decoder = A::decoder(&request, self.transport.provider(), attempts);
+            Ok(event_stream(self.transport.provider(), self.transport.config(), response, decoder))
+        }
+        .instrument(call.span.clone())
+        .await;
+        match started {
+            // The span lasts as long as the answer streams.
+            Ok(stream) => Ok(telemetry::traced_stream(call, stream)),
+            Err(error) => {
+                call.failed(&error);
+                Err(error)
+            }
+        }
     }
 }

@@ -13,6 +13,7 @@ pub mod oauth;
 mod paths;
 mod poll;
 pub mod postgres;
+pub mod prometheus;
 pub mod proxy;
 pub mod raw_http;
 pub mod redis;

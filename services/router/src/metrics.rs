@@ -21,6 +21,7 @@ pub struct Metrics {
     tool_call_ms: Histogram<f64>,
     feedback: Counter<u64>,
     held_switches: Counter<u64>,
+    switches: Counter<u64>,
     gateway_tools_unavailable: Counter<u64>,
 }
 
@@ -57,6 +58,10 @@ impl Metrics {
                 .u64_counter("router.feedback")
                 .with_description("Feedback received, by route, helpfulness and whether another route was right")
                 .build(),
+            switches: meter
+                .u64_counter("router.switches")
+                .with_description("Role switches made, by the role switched to")
+                .build(),
             held_switches: meter
                 .u64_counter("router.switches.held")
                 .with_description(
@@ -87,6 +92,9 @@ impl Metrics {
                 KeyValue::new("continuation", meta.continuation),
             ],
         );
+        if meta.role_switched {
+            self.switches.add(1, &[KeyValue::new("role_id", meta.role_id.clone())]);
+        }
         if !meta.held_switch_role_id.is_empty() {
             self.held_switches.add(1, &[KeyValue::new("role_id", meta.held_switch_role_id.clone())]);
         }
