@@ -58,11 +58,16 @@ pub struct TelemetryArgs {
     /// OTLP/gRPC endpoint for traces (e.g. http://otel-collector:4317); no export when unset.
     #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
+
+    /// Address to serve Prometheus metrics on (`GET /metrics`, text format), e.g. 0.0.0.0:9464;
+    /// no metrics listener when unset.
+    #[arg(long, env = "METRICS_LISTEN", global = true)]
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 impl Default for TelemetryArgs {
     fn default() -> Self {
-        Self { log_format: LogFormat::Text, otlp_endpoint: None }
+        Self { log_format: LogFormat::Text, otlp_endpoint: None, metrics_listen: None }
     }
 }
 

@@ -82,7 +82,7 @@ pub fn init(service_name: &'static str, args: &TelemetryArgs) -> anyhow::Result<
             .build(),
     };
     opentelemetry::global::set_tracer_provider(provider.clone());
-    let meters = init_metrics(service_name, args.otlp_endpoint.as_deref(), None)?;
+    let meters = init_metrics(service_name, args.otlp_endpoint.as_deref(), args.metrics_listen)?;
     let otel =
         args.otlp_endpoint.is_some().then(|| tracing_opentelemetry::layer().with_tracer(provider.tracer(service_name)));
 
