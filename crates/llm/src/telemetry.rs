@@ -129,7 +129,7 @@ fn call_span(provider: &str, request: &ChatRequest) -> Span {
         error.type = Empty,
     );
     if let Some(max_tokens) = request.max_tokens {
-        span.record("gen_ai.request.max_tokens", max_tokens);
+        span.record("gen_ai.request.max_tokens", i64::from(max_tokens));
     }
     if let Some(temperature) = request.temperature {
         span.record("gen_ai.request.temperature", temperature);
@@ -153,8 +153,8 @@ fn record_completion(span: &Span, completion: &Completion) {
     if !completion.model.is_empty() {
         span.record("gen_ai.response.model", completion.model.as_str());
     }
-    span.record("gen_ai.usage.input_tokens", completion.usage.prompt_tokens);
-    span.record("gen_ai.usage.output_tokens", completion.usage.completion_tokens);
+    span.record("gen_ai.usage.input_tokens", i64::from(completion.usage.prompt_tokens));
+    span.record("gen_ai.usage.output_tokens", i64::from(completion.usage.completion_tokens));
     let reason = finish_reason(completion.finish_reason);
     span.set_attribute("gen_ai.response.finish_reasons", Value::Array(Array::String(vec![StringValue::from(reason)])));
     if capture_content() {
