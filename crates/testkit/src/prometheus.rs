@@ -226,7 +226,9 @@ fn check_histograms(exposition: &Exposition) -> Result<(), String> {
             continue;
         }
         let bucket_name = format!("{family}_bucket");
-        let mut series: BTreeMap<Vec<(String, String)>, Vec<(f64, f64)>> = BTreeMap::new();
+        // One series per label set (without `le`): its buckets as (le, cumulative count).
+        type Labels = Vec<(String, String)>;
+        let mut series: BTreeMap<Labels, Vec<(f64, f64)>> = BTreeMap::new();
         for sample in exposition.samples.iter().filter(|s| s.name == bucket_name) {
             let le = sample.labels.get("le").ok_or_else(|| format!("{bucket_name} without le"))?;
             let le = parse_value(le)?;

@@ -115,6 +115,8 @@ fn unaccepted(alg: &str) -> ApiError {
 
 #[cfg(test)]
 mod tests {
+    use std::time::SystemTime;
+
     use jsonwebtoken::{EncodingKey, Header, encode};
     use serde_json::json;
 

@@ -38,7 +38,7 @@ pub struct PolicySpec {
 pub struct Glob(String);
 
 impl Glob {
-    fn parse(text: &str) -> Result<Self, String> {
+    pub(super) fn parse(text: &str) -> Result<Self, String> {
         if text.is_empty() {
             return Err("is empty".into());
         }
