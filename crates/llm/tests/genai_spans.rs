@@ -135,12 +135,17 @@ async fn a_failed_call_names_its_error_type() {
     }
 }
 
-/// Runs [`content_capture_child`] in a process of its own with the variable set (the switch is
-/// read once per process).
+/// The switch is read once per process, so the test runs itself again in a process of its own
+/// with the variable set, and that run checks the spans.
 #[test]
 fn message_content_is_captured_only_when_enabled() {
+    if std::env::var(CAPTURE_CONTENT_ENV).as_deref() == Ok("true") {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(content_is_captured());
+        return;
+    }
     let output = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["content_capture_child", "--exact", "--ignored", "--nocapture"])
+        .args(["message_content_is_captured_only_when_enabled", "--exact", "--nocapture"])
         .env(CAPTURE_CONTENT_ENV, "true")
         .output()
         .unwrap();
@@ -149,9 +154,7 @@ fn message_content_is_captured_only_when_enabled() {
     assert!(stdout.contains("1 passed"), "the child test did not run:\n{stdout}");
 }
 
-#[tokio::test]
-#[ignore = "run by message_content_is_captured_only_when_enabled with the variable set"]
-async fn content_capture_child() {
+async fn content_is_captured() {
     assert_eq!(std::env::var(CAPTURE_CONTENT_ENV).as_deref(), Ok("true"));
     let server = ScriptedLlm::start(|_| Reply::text("4, secret-answer-text")).await;
     for (name, provider) in providers(&server) {
