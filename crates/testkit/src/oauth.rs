@@ -150,6 +150,9 @@ async fn metadata(State(state): State<Arc<Shared>>) -> Json<Value> {
     let issuer = &state.issuer;
     Json(json!({
         "issuer": issuer,
+        // RFC 8414 names it even for a server that only grants client credentials, and the MCP
+        // Python SDK refuses metadata without it; nothing here serves it.
+        "authorization_endpoint": format!("{issuer}/authorize"),
         "token_endpoint": format!("{issuer}/token"),
         "jwks_uri": format!("{issuer}/jwks"),
         "grant_types_supported": ["client_credentials"],
