@@ -87,7 +87,8 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     if !seconds.is_finite() || seconds < 0.0 {
         return Err(format!("`{text}` is not a valid duration"));
     }
-    Ok(Duration::from_secs_f64(seconds))
+    // A finite value can still be past what a Duration holds: an error, never a panic.
+    Duration::try_from_secs_f64(seconds).map_err(|_| format!("`{text}` is too long a duration"))
 }
 
 #[cfg(test)]
@@ -102,5 +103,7 @@ mod tests {
         assert_eq!(parse_duration("5"), Ok(Duration::from_secs(5)));
         assert!(parse_duration("5 fortnights").is_err());
         assert!(parse_duration("abc").is_err());
+        assert!(parse_duration("99999999999999999999999").is_err());
+        assert!(parse_duration("99999999999999999999h").is_err());
     }
 }

@@ -23,6 +23,11 @@ impl Secret {
     /// `[redacted]`.
     pub fn url_without_credentials(&self) -> String {
         let Some((scheme, rest)) = self.0.split_once("://") else { return REDACTED.to_owned() };
+        // A "scheme" holding anything but a scheme's characters (RFC 3986: letters, digits, `+`,
+        // `-`, `.`) is not one: `a:pass@b://c` would otherwise show its password.
+        if scheme.is_empty() || !scheme.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')) {
+            return REDACTED.to_owned();
+        }
         let after_userinfo = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
         // Query strings may carry passwords too (`?password=`): drop them.
         let without_query = after_userinfo.split(['?', '#']).next().unwrap_or_default();
@@ -82,5 +87,11 @@ mod tests {
     fn non_urls_are_fully_redacted() {
         assert_eq!(Secret::new("sk-live-abc").url_without_credentials(), "[redacted]");
         assert_eq!(Secret::new("redis://127.0.0.1:6379").url_without_credentials(), "redis://127.0.0.1:6379");
+        assert_eq!(
+            Secret::new("redis+cluster://a:7001,b:7002").url_without_credentials(),
+            "redis+cluster://a:7001,b:7002"
+        );
+        // Userinfo before the first `://`: not a scheme, so nothing of it is shown.
+        assert_eq!(Secret::new("a:hunter2@b://c").url_without_credentials(), "[redacted]");
     }
 }
