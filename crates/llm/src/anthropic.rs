@@ -319,6 +319,7 @@ fn usage(usage: wire::Usage) -> Usage {
     Usage {
         prompt_tokens: usage.prompt_tokens().unwrap_or_default(),
         completion_tokens: usage.output_tokens.unwrap_or_default(),
+        cached_prompt_tokens: usage.cache_read_input_tokens.unwrap_or_default(),
     }
 }
 
@@ -365,7 +366,7 @@ mod tests {
         let completion = parse_completion(body, None).unwrap();
         assert_eq!(completion.content, "hi");
         assert_eq!(completion.finish_reason, FinishReason::Other);
-        assert_eq!(completion.usage, Usage { prompt_tokens: 7, completion_tokens: 2 });
+        assert_eq!(completion.usage, Usage { prompt_tokens: 7, completion_tokens: 2, cached_prompt_tokens: 4 });
         assert!(parse_completion(b"[]", None).is_err());
         assert!(parse_completion(br#"{"content":[{"type":"text","text":7}]}"#, None).is_err());
     }

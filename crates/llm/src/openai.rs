@@ -207,6 +207,7 @@ fn usage(usage: Option<wire::Usage>) -> Usage {
     Usage {
         prompt_tokens: usage.prompt_tokens.unwrap_or_default(),
         completion_tokens: usage.completion_tokens.unwrap_or_default(),
+        cached_prompt_tokens: usage.prompt_tokens_details.and_then(|d| d.cached_tokens).unwrap_or_default(),
     }
 }
 

@@ -216,8 +216,13 @@ pub struct AnthropicHeaders {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Usage {
+    /// Every prompt token, cached or not.
     pub prompt_tokens: u32,
     pub completion_tokens: u32,
+    /// Of `prompt_tokens`, those the vendor read from its prompt cache (billed at its cached
+    /// rate): OpenAI's `prompt_tokens_details.cached_tokens`, Anthropic's
+    /// `cache_read_input_tokens`. (Anthropic's cache writes are ordinary prompt tokens here.)
+    pub cached_prompt_tokens: u32,
 }
 
 impl Usage {
@@ -228,6 +233,12 @@ impl Usage {
     pub fn add(&mut self, other: Usage) {
         self.prompt_tokens = self.prompt_tokens.saturating_add(other.prompt_tokens);
         self.completion_tokens = self.completion_tokens.saturating_add(other.completion_tokens);
+        self.cached_prompt_tokens = self.cached_prompt_tokens.saturating_add(other.cached_prompt_tokens);
+    }
+
+    /// The prompt tokens billed at the full input rate.
+    pub fn uncached_prompt_tokens(&self) -> u32 {
+        self.prompt_tokens.saturating_sub(self.cached_prompt_tokens)
     }
 }
 

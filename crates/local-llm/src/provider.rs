@@ -221,6 +221,7 @@ fn run(
         let usage = |completion_tokens: usize| Usage {
             prompt_tokens: prompt.len() as u32,
             completion_tokens: completion_tokens as u32,
+            cached_prompt_tokens: 0,
         };
         let completion = match tools::plan_call(&mut session, tokenizer, &prompt, &request.tools, &keep_going) {
             Ok(call) => {
@@ -291,7 +292,11 @@ fn run(
         content: generated.text,
         tool_calls: Vec::new(),
         finish_reason,
-        usage: Usage { prompt_tokens: prompt.len() as u32, completion_tokens: generated.tokens as u32 },
+        usage: Usage {
+            prompt_tokens: prompt.len() as u32,
+            completion_tokens: generated.tokens as u32,
+            cached_prompt_tokens: 0,
+        },
         model: MODEL_NAME.to_owned(),
         attempts: 1,
     };

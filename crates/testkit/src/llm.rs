@@ -121,6 +121,8 @@ pub struct Reply {
     outcome: Outcome,
     model: Option<String>,
     usage: (u32, u32),
+    /// Of the prompt tokens, those read from the vendor's prompt cache.
+    cached: u32,
     finish: Option<String>,
     chunk_size: usize,
     delay: Duration,
@@ -147,6 +149,7 @@ impl Reply {
             outcome: Outcome::Answer(vec![part]),
             model: None,
             usage: (10, 5),
+            cached: 0,
             finish: None,
             chunk_size: 3,
             delay: Duration::ZERO,
@@ -183,6 +186,28 @@ impl Reply {
         self
     }
 
+    /// The usage object of an OpenAI answer (or of the last streamed chunk).
+    fn openai_usage(&self) -> Value {
+        let (prompt, completion) = self.usage;
+        let mut usage =
+            json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion});
+        if self.cached > 0 {
+            usage["prompt_tokens_details"] = json!({"cached_tokens": self.cached});
+        }
+        usage
+    }
+
+    /// The usage object of an Anthropic answer (or of `message_start`, with this output count).
+    fn anthropic_usage(&self, output: u32) -> Value {
+        let (prompt, _) = self.usage;
+        let cached = self.cached.min(prompt);
+        let mut usage = json!({"input_tokens": prompt - cached, "output_tokens": output});
+        if cached > 0 {
+            usage["cache_read_input_tokens"] = json!(cached);
+        }
+        usage
+    }
+
     fn push(&mut self, part: Part) {
         if let Outcome::Answer(parts) = &mut self.outcome {
             parts.push(part);
@@ -192,6 +217,14 @@ impl Reply {
     /// Token counts reported (default 10 prompt, 5 completion).
     pub fn usage(mut self, prompt: u32, completion: u32) -> Self {
         self.usage = (prompt, completion);
+        self
+    }
+
+    /// Of the prompt tokens, this many were read from the prompt cache (default none): sent as
+    /// OpenAI's `usage.prompt_tokens_details.cached_tokens`, and as Anthropic's
+    /// `cache_read_input_tokens` beside `input_tokens` (the rest of the prompt).
+    pub fn cached(mut self, tokens: u32) -> Self {
+        self.cached = tokens;
         self
     }
 
@@ -458,7 +491,7 @@ impl Answer<'_> {
     }
 
     fn json(&self) -> Value {
-        let (prompt, completion) = self.reply.usage;
+        let (_, completion) = self.reply.usage;
         let finish = self.reply.finish_for(self.wire);
         match self.wire {
             Wire::OpenAi => {
@@ -483,7 +516,7 @@ impl Answer<'_> {
                     "created": self.created,
                     "model": self.model,
                     "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": finish}],
-                    "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
+                    "usage": self.reply.openai_usage(),
                 })
             }
             Wire::Anthropic => {
@@ -514,7 +547,7 @@ impl Answer<'_> {
                     "content": content,
                     "stop_reason": finish,
                     "stop_sequence": null,
-                    "usage": {"input_tokens": prompt, "output_tokens": completion},
+                    "usage": self.reply.anthropic_usage(completion),
                 })
             }
         }
@@ -579,7 +612,6 @@ impl Answer<'_> {
         let finish = self.reply.finish_for(Wire::OpenAi);
         events.push(self.openai_chunk(json!([{"index": 0, "delta": {}, "logprobs": null, "finish_reason": finish}])));
         if self.include_usage {
-            let (prompt, completion) = self.reply.usage;
             let mut last = json!({
                 "id": format!("chatcmpl-{}", self.number),
                 "object": "chat.completion.chunk",
@@ -587,8 +619,7 @@ impl Answer<'_> {
                 "model": self.model,
                 "choices": [],
             });
-            last["usage"] =
-                json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion});
+            last["usage"] = self.reply.openai_usage();
             events.push(format!("data: {last}\n\n"));
         }
         events.push("data: [DONE]\n\n".to_owned());
@@ -600,12 +631,12 @@ impl Answer<'_> {
             let name = data["type"].as_str().unwrap_or("message").to_owned();
             format!("event: {name}\ndata: {data}\n\n")
         };
-        let (prompt, completion) = self.reply.usage;
+        let (_, completion) = self.reply.usage;
         let mut events = vec![
             frame(json!({"type": "message_start", "message": {
                 "id": format!("msg_{}", self.number), "type": "message", "role": "assistant", "model": self.model,
                 "content": [], "stop_reason": null, "stop_sequence": null,
-                "usage": {"input_tokens": prompt, "output_tokens": 1},
+                "usage": self.reply.anthropic_usage(1),
             }})),
             frame(json!({"type": "ping"})),
         ];

@@ -98,6 +98,9 @@ impl EventDecoder {
         if let Some(prompt) = usage.prompt_tokens() {
             self.usage.prompt_tokens = prompt;
         }
+        if let Some(cached) = usage.cache_read_input_tokens {
+            self.usage.cached_prompt_tokens = cached;
+        }
         // Cumulative in `message_delta`: the last one counts.
         if let Some(output) = usage.output_tokens {
             self.usage.completion_tokens = output;

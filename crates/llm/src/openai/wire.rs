@@ -148,6 +148,15 @@ pub(super) struct Usage {
     pub prompt_tokens: Option<u32>,
     #[serde(default)]
     pub completion_tokens: Option<u32>,
+    #[serde(default)]
+    pub prompt_tokens_details: Option<PromptTokensDetails>,
+}
+
+/// What of the prompt came from the vendor's prompt cache (`null` from some servers).
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct PromptTokensDetails {
+    #[serde(default)]
+    pub cached_tokens: Option<u32>,
 }
 
 /// One streamed `chat.completion.chunk` (or, from some servers, an `error` object mid-stream).

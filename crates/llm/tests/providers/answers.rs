@@ -131,11 +131,16 @@ async fn malformed_tool_arguments_come_through_verbatim(vendor: Vendor) {
 }
 
 async fn usage_and_finish_reason(vendor: Vendor) {
-    let server = ScriptedLlm::start(|_| Reply::text("It was a dark and stormy").usage(123, 45).finish("length")).await;
+    let server =
+        ScriptedLlm::start(|_| Reply::text("It was a dark and stormy").usage(123, 45).cached(100).finish("length"))
+            .await;
     let provider = vendor.on(&server);
     for mode in MODES {
         let (completion, _) = ask(provider.as_ref(), question("Tell me a story"), mode).await.unwrap();
-        assert_eq!(completion.usage, Usage { prompt_tokens: 123, completion_tokens: 45 }, "{mode:?}");
+        // OpenAI's `prompt_tokens_details.cached_tokens`, Anthropic's `cache_read_input_tokens`
+        // (beside the other 23 as `input_tokens`), from the JSON answer and from the stream.
+        let expected = Usage { prompt_tokens: 123, completion_tokens: 45, cached_prompt_tokens: 100 };
+        assert_eq!(completion.usage, expected, "{mode:?}");
         assert_eq!(completion.finish_reason, FinishReason::Length, "{mode:?}");
         assert_eq!(completion.model, "test-model", "the model asked for is echoed");
     }
