@@ -40,6 +40,8 @@ pub struct DevChat {
     /// The MiniLM folder of the fast router and the gateway (default: `models/all-MiniLM-L6-v2`
     /// under the current directory, where `scripts/dev` runs).
     pub embedding_model_dir: Option<std::path::PathBuf>,
+    /// The router's model price table (`ROUTER_MODEL_PRICES`); the shipped one when absent.
+    pub model_prices: Option<std::path::PathBuf>,
 }
 
 impl DevChat {
@@ -110,6 +112,7 @@ impl DevStack {
         router_config.cache_routing = true;
         router_config.providers = chat.providers;
         router_config.fallback_models = chat.fallback_models;
+        router_config.model_prices = chat.model_prices;
         let router = RouterServer::bind(&router_config).await.context("starting the router")?;
         let urls = UpstreamUrls {
             router: format!("http://{}", router.local_addr()),

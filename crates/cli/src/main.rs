@@ -71,6 +71,11 @@ struct DevArgs {
     #[arg(long, env = "UNIFIED_CHAT_FALLBACK_MODELS", value_delimiter = ',')]
     fallback_models: Vec<ModelRef>,
 
+    /// The router's model price table (TOML, USD per million tokens per model; the same as
+    /// switchyard-router's). Default: the shipped table.
+    #[arg(long, env = "ROUTER_MODEL_PRICES")]
+    model_prices: Option<std::path::PathBuf>,
+
     /// A downstream MCP server for the gateway: `NAME=COMMAND [ARGS…]` or `NAME=http(s)://…`.
     /// Repeatable.
     #[arg(long = "mcp-server", value_name = "NAME=COMMAND|URL")]
@@ -108,6 +113,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
         default_model: args.default_model,
         fallback_models: args.fallback_models,
         embedding_model_dir: None,
+        model_prices: args.model_prices,
     };
     let model = chat.model();
     let stack =

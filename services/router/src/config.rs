@@ -93,6 +93,12 @@ pub struct RouterConfig {
     #[arg(long, env = "ROUTER_NO_FAST_ROUTER")]
     pub no_fast_router: bool,
 
+    /// The price table every model call is costed by (TOML: a table per model with
+    /// `input_per_mtok`, `output_per_mtok`, `cached_input_per_mtok` in USD per million tokens).
+    /// Default: the shipped table (services/router/model-prices.toml).
+    #[arg(long, env = "ROUTER_MODEL_PRICES")]
+    pub model_prices: Option<std::path::PathBuf>,
+
     /// Record every turn's routing decision in Postgres (the analytics behind GetRoutingStats).
     #[arg(long, env = "UNIFIED_CHAT_LOG_ROUTING_DECISIONS", default_value_t = true, action = clap::ArgAction::Set)]
     pub log_routing_decisions: bool,
@@ -195,6 +201,7 @@ impl RouterConfig {
             model_dir: std::path::PathBuf::from("models/all-MiniLM-L6-v2"),
             no_fast_router: false,
             local_model_dir: None,
+            model_prices: None,
             log_routing_decisions: true,
             max_chat_message_bytes: 32 * 1024,
             max_history: 100,
