@@ -9,6 +9,7 @@
 //! Postgres refuses (NUL).
 
 pub mod backoff;
+pub mod call_outcome;
 pub mod client;
 pub mod config;
 pub mod error;

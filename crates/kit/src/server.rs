@@ -34,8 +34,7 @@ use tracing::Level;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::{
-    config::ServerArgs, failures::FailureLogLayer, health::HealthHandle, identity::IdentityLayer,
-    rpc_metrics::RpcMetricsLayer, telemetry,
+    call_outcome::CallOutcomeLayer, config::ServerArgs, health::HealthHandle, identity::IdentityLayer, telemetry,
 };
 
 /// A bound, not yet serving, gRPC server.
@@ -142,11 +141,10 @@ impl GrpcServer {
                     .on_response(DefaultOnResponse::new().level(Level::DEBUG))
                     .on_failure(DefaultOnFailure::new().level(Level::DEBUG)),
             )
-            // Every error answered, once, with the request id (and the id kept for the calls
-            // the request makes); inside the span, outside admission so sheds are counted.
-            .layer(FailureLogLayer)
-            // Rate, errors and latency per method; outside admission so sheds count too.
-            .layer(RpcMetricsLayer::new())
+            // Every error answered logged once with the request id (kept for the calls the
+            // request makes), and rate, errors and latency per method; inside the span,
+            // outside admission so sheds are logged and counted too.
+            .layer(CallOutcomeLayer::new())
             .layer(AdmissionLayer::new(args.concurrency_limit, args.request_timeout))
             // Tenant and user for every service, read once: handlers take `Identity::of`.
             .layer(IdentityLayer::grpc())
