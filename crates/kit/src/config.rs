@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use clap::{Args, ValueEnum};
+use clap::{Args, FromArgMatches, ValueEnum};
 
 /// Server limits and behaviour.
 #[derive(Debug, Clone, Args)]
@@ -32,12 +32,7 @@ pub struct ServerArgs {
 
 impl Default for ServerArgs {
     fn default() -> Self {
-        Self {
-            max_message_bytes: 4 * 1024 * 1024,
-            request_timeout: Duration::from_secs(30),
-            concurrency_limit: 1024,
-            shutdown_grace: Duration::from_secs(75),
-        }
+        flag_defaults()
     }
 }
 
@@ -67,8 +62,27 @@ pub struct TelemetryArgs {
 
 impl Default for TelemetryArgs {
     fn default() -> Self {
-        Self { log_format: LogFormat::Text, otlp_endpoint: None, metrics_listen: None }
+        flag_defaults()
     }
+}
+
+/// Parses a flags type from `args` (flags and values, no program name) alone: no environment
+/// variable is read, so what a shell or test process has set cannot leak in. Every flag not
+/// given takes its clap default, which is what makes those defaults the only ones written.
+pub fn parse_flags<T: Args + FromArgMatches>(args: &[&str]) -> Result<T, clap::Error> {
+    let command = T::augment_args(clap::Command::new("flags").no_binary_name(true)).mut_args(|arg| arg.env(None));
+    T::from_arg_matches(&command.try_get_matches_from(args)?)
+}
+
+/// A flags type as its clap defaults alone make it (see [`parse_flags`]): the configuration of
+/// tests and `switchyard dev` starts here.
+///
+/// # Panics
+/// When the defaults do not parse or a flag without a default is required: a mistake in the
+/// type's attributes, which its `in_memory` test catches.
+pub fn flag_defaults<T: Args + FromArgMatches>() -> T {
+    parse_flags(&[])
+        .unwrap_or_else(|err| panic!("the flag defaults of {} do not parse: {err}", std::any::type_name::<T>()))
 }
 
 /// Parses `250ms`, `30s`, `5m`, `1h` or a bare number of seconds.
@@ -105,5 +119,27 @@ mod tests {
         assert!(parse_duration("abc").is_err());
         assert!(parse_duration("99999999999999999999999").is_err());
         assert!(parse_duration("99999999999999999999h").is_err());
+    }
+
+    /// Flags whose environment fallback is a variable every test process has.
+    #[derive(Debug, Args)]
+    struct PathFlags {
+        #[arg(long, env = "PATH", default_value = "unset")]
+        path: String,
+        #[arg(long, default_value_t = 3)]
+        count: u32,
+    }
+
+    #[test]
+    fn flag_defaults_come_from_the_attributes_and_never_from_the_environment() {
+        assert!(std::env::var_os("PATH").is_some(), "the test needs PATH set");
+        let flags: PathFlags = flag_defaults();
+        assert_eq!((flags.path.as_str(), flags.count), ("unset", 3), "the environment leaked into the defaults");
+        let args: ServerArgs = flag_defaults();
+        assert_eq!(args.request_timeout, Duration::from_secs(30));
+        let given: PathFlags = parse_flags(&["--count", "9"]).expect("parses");
+        assert_eq!(given.count, 9);
+        let wrong = parse_flags::<PathFlags>(&["--count", "many"]).expect_err("not a number");
+        assert!(wrong.to_string().contains("--count"), "{wrong}");
     }
 }

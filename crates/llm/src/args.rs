@@ -45,16 +45,9 @@ pub struct ProviderArgs {
 }
 
 impl Default for ProviderArgs {
+    /// The flags' defaults (no provider), whatever the environment holds.
     fn default() -> Self {
-        Self {
-            openai_base_url: None,
-            openai_api_key: None,
-            openai_timeout: Duration::from_secs(60),
-            anthropic_base_url: None,
-            anthropic_api_key: None,
-            anthropic_timeout: Duration::from_secs(60),
-            max_retries: 2,
-        }
+        switchyard_kit::config::flag_defaults()
     }
 }
 

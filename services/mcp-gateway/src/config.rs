@@ -3,7 +3,11 @@
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::Args;
-use switchyard_kit::{ServerArgs, config::parse_duration, http_server::HttpLimits};
+use switchyard_kit::{
+    ServerArgs,
+    config::{flag_defaults, parse_duration},
+    http_server::HttpLimits,
+};
 
 use crate::upstream::{
     Backoff, UpstreamSpec,
@@ -211,46 +215,15 @@ pub enum ToolMode {
 }
 
 impl GatewayConfig {
-    /// Defaults for tests and `switchyard dev`: in memory, gRPC on `listen`, MCP on
-    /// `mcp_listen`, the given servers.
+    /// Every flag at its default, whatever the environment holds.
+    pub fn defaults() -> Self {
+        flag_defaults()
+    }
+
+    /// The defaults, in memory, gRPC on `listen`, MCP on `mcp_listen`, the given servers
+    /// (tests and `switchyard dev`).
     pub fn in_memory(listen: SocketAddr, mcp_listen: SocketAddr, servers: Vec<String>) -> Self {
-        Self {
-            listen,
-            mcp_listen,
-            mcp_header_timeout: HttpLimits::default().header_timeout,
-            mcp_idle_timeout: HttpLimits::default().idle_timeout,
-            mcp_max_connections: HttpLimits::default().max_connections,
-            stdio: false,
-            config_file: None,
-            config_reload: Duration::from_secs(2),
-            servers,
-            top_k: 8,
-            tool_mode: ToolMode::Filtered,
-            prefix_tools: true,
-            allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
-            allowed_origins: Vec::new(),
-            stores: GatewayStoreArgs::in_memory(),
-            context_ttl: Duration::from_secs(24 * 3600),
-            model_dir: PathBuf::from("models/all-MiniLM-L6-v2"),
-            embedding_cache: None,
-            base_adapter: "shipped".to_owned(),
-            no_embeddings: false,
-            recent_contexts: 1024,
-            history_limit: 20_000,
-            history_refresh: Duration::from_secs(60),
-            max_query_bytes: 8 * 1024,
-            max_argument_bytes: 1024 * 1024,
-            call_timeout: Duration::from_secs(60),
-            reconnect_initial: Duration::from_millis(500),
-            reconnect_max: Duration::from_secs(30),
-            record_buffer: 10_000,
-            record_drain_timeout: Duration::from_secs(5),
-            audit_arguments: false,
-            audit_redact: ["password", "secret", "token", "api_key", "authorization"].map(str::to_owned).to_vec(),
-            audit_retention: Duration::from_secs(2160 * 3600),
-            auth: crate::auth::AuthArgs::default(),
-            server: ServerArgs::default(),
-        }
+        Self { listen, mcp_listen, servers, stores: GatewayStoreArgs::in_memory(), ..Self::defaults() }
     }
 
     /// The configured downstream servers: the file's, then the flags'.
@@ -282,5 +255,27 @@ impl GatewayConfig {
 
     pub fn backoff(&self) -> Backoff {
         Backoff::new(self.reconnect_initial, self.reconnect_max)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn in_memory_is_the_flag_defaults_but_for_the_stores_addresses_and_servers() {
+        let (listen, mcp_listen): (SocketAddr, SocketAddr) =
+            ("127.0.0.1:1".parse().expect("addr"), "127.0.0.1:2".parse().expect("addr"));
+        let servers = vec!["echo=http://127.0.0.1:3/mcp".to_owned()];
+        let mut expected = GatewayConfig::defaults();
+        expected.listen = listen;
+        expected.mcp_listen = mcp_listen;
+        expected.servers = servers.clone();
+        expected.stores = GatewayStoreArgs::in_memory();
+        let config = GatewayConfig::in_memory(listen, mcp_listen, servers);
+        assert_eq!(format!("{config:?}"), format!("{expected:?}"));
+        assert!(config.stores.in_memory);
+        assert_eq!(config.auth.mode, crate::auth::AuthMode::Open);
+        assert_eq!(config.mcp_http_limits().idle_timeout, HttpLimits::default().idle_timeout);
     }
 }

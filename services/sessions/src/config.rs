@@ -3,7 +3,10 @@
 use std::{net::SocketAddr, time::Duration};
 
 use clap::Args;
-use switchyard_kit::{ServerArgs, config::parse_duration};
+use switchyard_kit::{
+    ServerArgs,
+    config::{flag_defaults, parse_duration},
+};
 
 use crate::{domain::SessionLimits, recorder::RecordBufferConfig};
 
@@ -75,22 +78,18 @@ pub struct SessionsConfig {
 }
 
 impl SessionsConfig {
-    /// Defaults for tests and `switchyard dev`: in memory, on `listen`, calling `triggers_url`.
+    /// Every flag at its default, whatever the environment holds.
+    pub fn defaults() -> Self {
+        flag_defaults()
+    }
+
+    /// The defaults, in memory, on `listen`, calling `triggers_url` (tests and `switchyard dev`).
     pub fn in_memory(listen: SocketAddr, triggers_url: &str) -> Self {
         Self {
             listen,
             triggers_url: triggers_url.to_owned(),
             stores: SessionsStoreArgs::in_memory(),
-            message_window: 20,
-            default_ttl: Duration::from_secs(24 * 3600),
-            max_ttl: Duration::from_secs(720 * 3600),
-            max_query_bytes: 16 * 1024,
-            record_buffer: 10_000,
-            record_write_timeout: Duration::from_millis(500),
-            record_flush_interval: Duration::from_millis(500),
-            record_drain_timeout: Duration::from_secs(5),
-            role_refresh: Duration::from_secs(5),
-            server: ServerArgs::default(),
+            ..Self::defaults()
         }
     }
 
@@ -100,7 +99,9 @@ impl SessionsConfig {
             message_window: self.message_window,
             default_ttl: self.default_ttl,
             max_ttl: self.max_ttl,
-            ..SessionLimits::default()
+            max_message_bytes: SessionLimits::MAX_MESSAGE_BYTES,
+            max_messages_per_append: SessionLimits::MAX_MESSAGES_PER_APPEND,
+            max_metadata_entries: SessionLimits::MAX_METADATA_ENTRIES,
         }
     }
 
@@ -112,5 +113,23 @@ impl SessionsConfig {
             flush_interval: self.record_flush_interval,
             ..RecordBufferConfig::default()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn in_memory_is_the_flag_defaults_but_for_the_stores_and_addresses() {
+        let listen: SocketAddr = "127.0.0.1:1".parse().expect("addr");
+        let mut expected = SessionsConfig::defaults();
+        expected.listen = listen;
+        expected.triggers_url = "http://triggers".to_owned();
+        expected.stores = SessionsStoreArgs::in_memory();
+        let config = SessionsConfig::in_memory(listen, "http://triggers");
+        assert_eq!(format!("{config:?}"), format!("{expected:?}"));
+        assert!(config.stores.in_memory);
+        assert_eq!(config.limits().max_ttl, std::time::Duration::from_secs(720 * 3600), "--max-ttl's default");
     }
 }

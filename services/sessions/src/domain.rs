@@ -220,17 +220,17 @@ pub struct SessionLimits {
     pub max_ttl: Duration,
 }
 
+impl SessionLimits {
+    /// Limits no flag sets.
+    pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
+    pub const MAX_MESSAGES_PER_APPEND: usize = 100;
+    pub const MAX_METADATA_ENTRIES: usize = 32;
+}
+
 impl Default for SessionLimits {
+    /// The flags' defaults.
     fn default() -> Self {
-        Self {
-            max_query_bytes: 16 * 1024,
-            message_window: 20,
-            max_message_bytes: 64 * 1024,
-            max_messages_per_append: 100,
-            max_metadata_entries: 32,
-            default_ttl: Duration::from_secs(24 * 3600),
-            max_ttl: Duration::from_secs(30 * 24 * 3600),
-        }
+        crate::config::SessionsConfig::defaults().limits()
     }
 }
 

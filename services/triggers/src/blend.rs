@@ -38,11 +38,11 @@ pub struct SemanticScoring {
 }
 
 impl Default for SemanticScoring {
+    /// The flags' defaults, chosen by leave-one-out cross-validation over the exemplars alone
+    /// (each domain and general question routed by all the others; tests/semantic_eval.rs
+    /// prints the grid): see BENCHMARKS.md.
     fn default() -> Self {
-        // Chosen by leave-one-out cross-validation over the exemplars alone (each domain and
-        // general question routed by all the others; tests/semantic_eval.rs prints the grid):
-        // see BENCHMARKS.md.
-        Self { weight: 4.0, floor: DEFAULT_FLOOR, ceiling: 0.5, margin: DEFAULT_MARGIN, nearest: DEFAULT_NEAREST }
+        crate::TriggersConfig::defaults().semantic_scoring()
     }
 }
 

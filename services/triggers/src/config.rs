@@ -3,7 +3,10 @@
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::Args;
-use switchyard_kit::{ServerArgs, config::parse_duration};
+use switchyard_kit::{
+    ServerArgs,
+    config::{flag_defaults, parse_duration},
+};
 
 use crate::{blend, blend::SemanticScoring, domain::Limits, matcher::Scoring, registry::RegistryConfig};
 
@@ -107,30 +110,37 @@ pub struct TriggersConfig {
 }
 
 impl TriggersConfig {
-    /// Defaults for tests and `switchyard dev`: in memory, on `listen`.
+    /// Every flag at its default, whatever the environment holds.
+    pub fn defaults() -> Self {
+        flag_defaults()
+    }
+
+    /// The defaults, in memory, on `listen` (tests and `switchyard dev`).
     pub fn in_memory(listen: SocketAddr) -> Self {
-        Self {
-            listen,
-            stores: TriggersStoreArgs::in_memory(),
-            hysteresis_ratio: 0.8,
-            diversity_bonus: 2,
-            max_query_bytes: 16 * 1024,
-            max_custom_triggers: 1000,
-            max_pattern_bytes: 512,
-            max_regex_bytes: 256 * 1024,
-            max_registry_triggers: 200_000,
-            max_role_examples: 50,
-            max_example_bytes: 1024,
-            model_dir: PathBuf::from("models/all-MiniLM-L6-v2"),
-            no_semantic: false,
-            semantic_weight: 4.0,
-            semantic_floor: blend::DEFAULT_FLOOR,
-            semantic_ceiling: 0.5,
-            semantic_margin: blend::DEFAULT_MARGIN,
-            semantic_nearest: blend::DEFAULT_NEAREST,
-            recent_queries: 4096,
-            sync_interval: Duration::from_secs(1),
-            server: ServerArgs::default(),
+        Self { listen, stores: TriggersStoreArgs::in_memory(), ..Self::defaults() }
+    }
+
+    /// The size limits, unchecked (any value is a valid limit).
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_query_bytes: self.max_query_bytes,
+            max_custom_triggers: self.max_custom_triggers,
+            max_pattern_bytes: self.max_pattern_bytes,
+            max_regex_bytes: self.max_regex_bytes,
+            max_registry_triggers: self.max_registry_triggers,
+            max_role_examples: self.max_role_examples,
+            max_example_bytes: self.max_example_bytes,
+        }
+    }
+
+    /// The semantic signal's settings, unchecked (see [`TriggersConfig::registry_config`]).
+    pub fn semantic_scoring(&self) -> SemanticScoring {
+        SemanticScoring {
+            weight: self.semantic_weight,
+            floor: self.semantic_floor,
+            ceiling: self.semantic_ceiling,
+            margin: self.semantic_margin,
+            nearest: self.semantic_nearest,
         }
     }
 
@@ -157,24 +167,27 @@ impl TriggersConfig {
             return Err("--semantic-nearest must be at least 1".into());
         }
         Ok(RegistryConfig {
-            limits: Limits {
-                max_query_bytes: self.max_query_bytes,
-                max_custom_triggers: self.max_custom_triggers,
-                max_pattern_bytes: self.max_pattern_bytes,
-                max_regex_bytes: self.max_regex_bytes,
-                max_registry_triggers: self.max_registry_triggers,
-                max_role_examples: self.max_role_examples,
-                max_example_bytes: self.max_example_bytes,
-            },
+            limits: self.limits(),
             scoring: Scoring { diversity_bonus_per_kind: self.diversity_bonus },
             hysteresis_ratio: self.hysteresis_ratio,
-            semantic: SemanticScoring {
-                weight: self.semantic_weight,
-                floor: self.semantic_floor,
-                ceiling: self.semantic_ceiling,
-                margin: self.semantic_margin,
-                nearest: self.semantic_nearest,
-            },
+            semantic: self.semantic_scoring(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn in_memory_is_the_flag_defaults_but_for_the_store_and_address() {
+        let listen: SocketAddr = "127.0.0.1:1".parse().expect("addr");
+        let mut expected = TriggersConfig::defaults();
+        expected.listen = listen;
+        expected.stores = TriggersStoreArgs::in_memory();
+        assert_eq!(format!("{:?}", TriggersConfig::in_memory(listen)), format!("{expected:?}"));
+        assert!(TriggersConfig::in_memory(listen).stores.in_memory);
+        assert_eq!(expected.hysteresis_ratio, 0.8, "the documented default hysteresis");
+        assert!(expected.registry_config().is_ok(), "the defaults are a valid configuration");
     }
 }

@@ -33,16 +33,9 @@ pub struct Limits {
 }
 
 impl Default for Limits {
+    /// The flags' defaults.
     fn default() -> Self {
-        Self {
-            max_query_bytes: 16 * 1024,
-            max_custom_triggers: 1000,
-            max_pattern_bytes: 512,
-            max_regex_bytes: 256 * 1024,
-            max_registry_triggers: 200_000,
-            max_role_examples: 50,
-            max_example_bytes: 1024,
-        }
+        crate::TriggersConfig::defaults().limits()
     }
 }
 

@@ -52,8 +52,9 @@ pub struct Scoring {
 }
 
 impl Default for Scoring {
+    /// The flags' default (`--diversity-bonus`).
     fn default() -> Self {
-        Self { diversity_bonus_per_kind: 2 }
+        Self { diversity_bonus_per_kind: crate::TriggersConfig::defaults().diversity_bonus }
     }
 }
 

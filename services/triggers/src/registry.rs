@@ -37,12 +37,14 @@ pub struct RegistryConfig {
 }
 
 impl Default for RegistryConfig {
+    /// The flags' defaults.
     fn default() -> Self {
+        let config = crate::TriggersConfig::defaults();
         Self {
-            limits: Limits::default(),
-            scoring: Scoring::default(),
-            hysteresis_ratio: 0.8,
-            semantic: SemanticScoring::default(),
+            limits: config.limits(),
+            scoring: Scoring { diversity_bonus_per_kind: config.diversity_bonus },
+            hysteresis_ratio: config.hysteresis_ratio,
+            semantic: config.semantic_scoring(),
         }
     }
 }

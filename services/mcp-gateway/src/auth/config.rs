@@ -73,19 +73,9 @@ pub struct AuthArgs {
 }
 
 impl Default for AuthArgs {
+    /// The flags' defaults (open), whatever the environment holds.
     fn default() -> Self {
-        Self {
-            mode: AuthMode::Open,
-            oauth_issuer: None,
-            oauth_audience: None,
-            oauth_jwks_file: None,
-            oauth_jwks_url: None,
-            oauth_required_scope: vec!["mcp:tools".to_owned()],
-            oauth_tenant_claim: vec!["tenant".to_owned(), "tenant_id".to_owned()],
-            oauth_leeway: Duration::from_secs(30),
-            keys_db_schema: None,
-            key_cache_ttl: Duration::from_secs(30),
-        }
+        switchyard_kit::config::flag_defaults()
     }
 }
 
