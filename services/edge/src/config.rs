@@ -3,7 +3,11 @@
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::Args;
-use switchyard_kit::{Secret, config::parse_duration, http_server::HttpLimits};
+use switchyard_kit::{
+    Secret,
+    config::{flag_defaults, parse_duration},
+    http_server::HttpLimits,
+};
 
 use crate::{auth::JwtConfig, clients::UpstreamUrls};
 
@@ -141,8 +145,13 @@ pub struct EdgeConfig {
 }
 
 impl EdgeConfig {
-    /// An open edge on `listen` in front of the given services (for `switchyard dev` and
-    /// tests).
+    /// Every flag at its default, whatever the environment holds.
+    pub fn defaults() -> Self {
+        flag_defaults()
+    }
+
+    /// An open edge on `listen` in front of the given services, otherwise the defaults (for
+    /// `switchyard dev` and tests).
     pub fn open(listen: SocketAddr, urls: &UpstreamUrls) -> Self {
         Self {
             listen,
@@ -150,30 +159,9 @@ impl EdgeConfig {
             sessions_url: urls.sessions.clone(),
             mcp_gateway_url: urls.mcp_gateway.clone(),
             triggers_url: urls.triggers.clone(),
+            // One process on one machine (or a test): no credentials to hand out.
             open: true,
-            database_url: None,
-            db_schema: "edge".into(),
-            key_cache_ttl: Duration::from_secs(30),
-            key_max_staleness: Duration::from_secs(15 * 60),
-            jwt_hs256_secret: None,
-            jwt_jwks_file: None,
-            jwt_issuer: None,
-            jwt_audience: None,
-            jwt_tenant_claim: "tenant".into(),
-            rate_limit: 20,
-            rate_burst: 40,
-            max_body_bytes: 1024 * 1024,
-            request_timeout: Duration::from_secs(120),
-            max_message_bytes: 4 * 1024 * 1024,
-            cors_origins: Vec::new(),
-            header_timeout: HttpLimits::default().header_timeout,
-            idle_timeout: HttpLimits::default().idle_timeout,
-            max_connections: HttpLimits::default().max_connections,
-            shutdown_grace: Duration::from_secs(75),
-            responses_ttl: Duration::from_secs(60 * 60),
-            responses_max: 10_000,
-            redis_url: None,
-            redis_prefix: "sy".into(),
+            ..Self::defaults()
         }
     }
 
@@ -202,5 +190,33 @@ impl EdgeConfig {
             audience: self.jwt_audience.clone(),
             tenant_claim: self.jwt_tenant_claim.clone(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn open_is_the_flag_defaults_but_for_the_addresses_and_open() {
+        let listen: SocketAddr = "127.0.0.1:1".parse().expect("addr");
+        let urls = UpstreamUrls {
+            router: "http://r".into(),
+            sessions: "http://s".into(),
+            triggers: "http://t".into(),
+            mcp_gateway: "http://g".into(),
+        };
+        let mut expected = EdgeConfig::defaults();
+        expected.listen = listen;
+        expected.router_url = urls.router.clone();
+        expected.sessions_url = urls.sessions.clone();
+        expected.triggers_url = urls.triggers.clone();
+        expected.mcp_gateway_url = urls.mcp_gateway.clone();
+        assert!(!expected.open, "closed unless told otherwise");
+        expected.open = true;
+        let config = EdgeConfig::open(listen, &urls);
+        assert_eq!(format!("{config:?}"), format!("{expected:?}"));
+        assert!(config.database_url.is_none() && config.redis_url.is_none());
+        assert_eq!(config.http_limits().max_connections, HttpLimits::default().max_connections);
     }
 }

@@ -4,7 +4,11 @@
 use std::{net::SocketAddr, time::Duration};
 
 use clap::Args;
-use switchyard_kit::{ServerArgs, config::parse_duration, records::RecordBufferConfig};
+use switchyard_kit::{
+    ServerArgs,
+    config::{flag_defaults, parse_duration},
+    records::RecordBufferConfig,
+};
 use switchyard_llm::{ModelRef, ProviderArgs};
 
 use crate::limits::Limits;
@@ -20,6 +24,9 @@ switchyard_kit::store_args! {
 }
 
 #[derive(Debug, Clone, Args)]
+// A turn may run several model calls and tools: a longer default deadline than the other
+// services' 30 s.
+#[command(mut_arg("request_timeout", |arg| arg.default_value("300s")))]
 pub struct RouterConfig {
     /// Address the gRPC server listens on.
     #[arg(long, env = "ROUTER_LISTEN", default_value = "0.0.0.0:50053")]
@@ -181,46 +188,20 @@ pub struct RouterConfig {
 }
 
 impl RouterConfig {
-    /// Defaults for tests and `switchyard dev`: in memory, no provider until one is set.
+    /// Every flag at its default, whatever the environment holds.
+    pub fn defaults() -> Self {
+        flag_defaults()
+    }
+
+    /// The defaults, in memory, on `listen`, calling the given services; no provider until
+    /// one is set (tests and `switchyard dev`).
     pub fn in_memory(listen: SocketAddr, sessions_url: &str, mcp_gateway_url: &str) -> Self {
         Self {
             listen,
             sessions_url: sessions_url.to_owned(),
             mcp_gateway_url: mcp_gateway_url.to_owned(),
             stores: RouterStoreArgs::in_memory(),
-            providers: ProviderArgs::default(),
-            default_model: ModelRef::new("openai", "gpt-4o-mini"),
-            fallback_models: Vec::new(),
-            routing_timeout_ms: 500,
-            cache_routing: false,
-            cache_similarity: 0.92,
-            cache_ttl: Duration::from_secs(24 * 3600),
-            cache_entries: 1024,
-            cache_tenants: 1024,
-            corrections_refresh: Duration::from_secs(5),
-            model_dir: std::path::PathBuf::from("models/all-MiniLM-L6-v2"),
-            no_fast_router: false,
-            local_model_dir: None,
-            model_prices: None,
-            log_routing_decisions: true,
-            max_chat_message_bytes: 32 * 1024,
-            max_history: 100,
-            context_turns: 8,
-            max_tokens_limit: 16_384,
-            max_tool_steps: 6,
-            agent_tools: 8,
-            local_agent_tools: 3,
-            gateway_tools_tenants: Vec::new(),
-            tool_call_timeout: Duration::from_secs(30),
-            max_experts: 4,
-            expert_concurrency: 4,
-            expert_timeout: Duration::from_secs(60),
-            conversation_ttl: Duration::from_secs(24 * 3600),
-            analytics_retention: Duration::from_secs(720 * 3600),
-            record_buffer: 10_000,
-            record_flush_interval: Duration::from_millis(500),
-            record_drain_timeout: Duration::from_secs(5),
-            server: ServerArgs { request_timeout: Duration::from_secs(300), ..ServerArgs::default() },
+            ..Self::defaults()
         }
     }
 
@@ -286,7 +267,7 @@ impl RouterConfig {
             ttl: self.cache_ttl,
             entries_per_tenant: self.cache_entries,
             tenants: self.cache_tenants,
-            ..crate::cache::CacheSettings::default()
+            corrections_per_user: crate::cache::CacheSettings::CORRECTIONS_PER_USER,
         }
     }
 
@@ -330,6 +311,21 @@ mod tests {
         let mut config = RouterConfig::in_memory("127.0.0.1:0".parse().expect("addr"), "http://s", "http://g");
         config.gateway_tools_tenants = items.iter().map(|s| (*s).to_owned()).collect();
         config.gateway_tools()
+    }
+
+    #[test]
+    fn in_memory_is_the_flag_defaults_but_for_the_stores_and_addresses() {
+        let listen: SocketAddr = "127.0.0.1:1".parse().expect("addr");
+        let mut expected = RouterConfig::defaults();
+        expected.listen = listen;
+        expected.sessions_url = "http://s".to_owned();
+        expected.mcp_gateway_url = "http://g".to_owned();
+        expected.stores = RouterStoreArgs::in_memory();
+        let config = RouterConfig::in_memory(listen, "http://s", "http://g");
+        assert_eq!(format!("{config:?}"), format!("{expected:?}"));
+        assert!(config.stores.in_memory);
+        assert!(config.providers.build().expect("providers").is_empty(), "no provider until one is set");
+        assert_eq!(config.server.request_timeout, Duration::from_secs(300), "the router's longer deadline");
     }
 
     #[test]

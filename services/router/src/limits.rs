@@ -21,20 +21,9 @@ pub struct Limits {
 }
 
 impl Default for Limits {
+    /// The flags' defaults.
     fn default() -> Self {
-        Self {
-            max_message_bytes: 32 * 1024,
-            max_history: 100,
-            context_turns: 8,
-            max_tokens: 16_384,
-            max_tool_steps: 6,
-            agent_tools: 8,
-            local_agent_tools: 3,
-            tool_call_timeout: Duration::from_secs(30),
-            max_experts: 4,
-            expert_concurrency: 4,
-            expert_timeout: Duration::from_secs(60),
-        }
+        crate::RouterConfig::defaults().limits()
     }
 }
 

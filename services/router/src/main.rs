@@ -8,9 +8,6 @@ use switchyard_router::{RouterConfig, RouterServer};
 /// or several experts (gRPC: switchyard.router.v1).
 #[derive(Parser)]
 #[command(name = "switchyard-router", version)]
-// A turn may run several model calls and tools: a longer default deadline than the other
-// services' 30 s.
-#[command(mut_arg("request_timeout", |arg| arg.default_value("300s")))]
 struct Cli {
     #[command(flatten)]
     config: RouterConfig,

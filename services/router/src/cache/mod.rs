@@ -46,15 +46,15 @@ pub struct CacheSettings {
     pub corrections_per_user: usize,
 }
 
+impl CacheSettings {
+    /// Corrections kept per user unless set otherwise (no flag sets it).
+    pub const CORRECTIONS_PER_USER: usize = 256;
+}
+
 impl Default for CacheSettings {
+    /// The flags' defaults.
     fn default() -> Self {
-        Self {
-            similarity: 0.92,
-            ttl: Duration::from_secs(24 * 3600),
-            entries_per_tenant: 1024,
-            tenants: 1024,
-            corrections_per_user: 256,
-        }
+        crate::RouterConfig::defaults().cache_settings()
     }
 }
 
