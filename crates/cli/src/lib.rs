@@ -3,16 +3,19 @@
 
 pub mod chat;
 pub mod keys;
+pub mod stack;
 
 use std::net::{IpAddr, SocketAddr};
 
 use anyhow::Context;
-use switchyard_edge::{EdgeConfig, EdgeServer, clients::UpstreamUrls};
+use switchyard_edge::EdgeServer;
 use switchyard_llm::{ModelRef, ProviderArgs};
-use switchyard_mcp_gateway::{GatewayConfig, GatewayServer};
-use switchyard_router::{RouterConfig, RouterServer};
-use switchyard_sessions::{SessionsConfig, SessionsServer};
-use switchyard_triggers::{TriggersConfig, TriggersServer};
+use switchyard_mcp_gateway::GatewayServer;
+use switchyard_router::RouterServer;
+use switchyard_sessions::SessionsServer;
+use switchyard_triggers::TriggersServer;
+
+pub use crate::stack::Stack;
 
 /// Where the dev services listen; port 0 picks a free port.
 #[derive(Debug, Clone, Copy)]
@@ -27,6 +30,14 @@ pub struct DevPorts {
     pub router: u16,
     /// HTTP port of the edge (REST, OpenAI-compatible chat, console).
     pub edge: u16,
+}
+
+impl DevPorts {
+    /// Every service on a free port of loopback (tests).
+    pub fn loopback() -> Self {
+        let host = IpAddr::from([127, 0, 0, 1]);
+        Self { host, triggers: 0, sessions: 0, mcp_gateway: 0, mcp: 0, router: 0, edge: 0 }
+    }
 }
 
 /// The router's LLM providers and models in `switchyard dev` (from the same flags and
@@ -82,48 +93,38 @@ pub struct DevStack {
 
 impl DevStack {
     pub async fn start(ports: DevPorts, mcp: DevMcp, chat: DevChat) -> anyhow::Result<Self> {
-        let mut triggers_config = TriggersConfig::in_memory(SocketAddr::new(ports.host, ports.triggers));
-        if let Some(dir) = &chat.embedding_model_dir {
-            // The same MiniLM as the gateway and the router, for the semantic signal.
-            triggers_config.model_dir = dir.clone();
-        }
-        let triggers = TriggersServer::bind(&triggers_config).await.context("starting triggers")?;
-        let triggers_url = format!("http://{}", triggers.local_addr());
-        let sessions_config = SessionsConfig::in_memory(SocketAddr::new(ports.host, ports.sessions), &triggers_url);
-        let sessions = SessionsServer::bind(&sessions_config).await.context("starting sessions")?;
-        let mut gateway_config = GatewayConfig::in_memory(
-            SocketAddr::new(ports.host, ports.mcp_gateway),
-            SocketAddr::new(ports.host, ports.mcp),
-            mcp.servers,
-        );
-        gateway_config.config_file = mcp.config_file;
-        if let Some(dir) = &chat.embedding_model_dir {
-            gateway_config.model_dir = dir.clone();
-        }
-        let gateway = GatewayServer::bind(&gateway_config).await.context("starting the MCP gateway")?;
-        let mut router_config = RouterConfig::in_memory(
-            SocketAddr::new(ports.host, ports.router),
-            &format!("http://{}", sessions.local_addr()),
-            &format!("http://{}", gateway.local_addr()),
-        );
-        router_config.default_model = chat.model();
-        router_config.model_dir = gateway_config.model_dir.clone();
-        // One process, one user: the routing cache and learning from corrections are on.
-        router_config.cache_routing = true;
-        router_config.providers = chat.providers;
-        router_config.fallback_models = chat.fallback_models;
-        router_config.model_prices = chat.model_prices;
-        let router = RouterServer::bind(&router_config).await.context("starting the router")?;
-        let urls = UpstreamUrls {
-            router: format!("http://{}", router.local_addr()),
-            sessions: format!("http://{}", sessions.local_addr()),
-            triggers: triggers_url.clone(),
-            mcp_gateway: format!("http://{}", gateway.local_addr()),
+        let model_dir = chat.embedding_model_dir.clone();
+        let (triggers_model_dir, gateway_model_dir) = (model_dir.clone(), model_dir.clone());
+        let stack = Stack::builder(ports)
+            .triggers(move |config| {
+                if let Some(dir) = triggers_model_dir {
+                    // The same MiniLM as the gateway and the router, for the semantic signal.
+                    config.model_dir = dir;
+                }
+            })
+            .gateway(move |config| {
+                config.servers = mcp.servers;
+                config.config_file = mcp.config_file;
+                if let Some(dir) = gateway_model_dir {
+                    config.model_dir = dir;
+                }
+            })
+            .router(move |config| {
+                config.default_model = chat.model();
+                if let Some(dir) = model_dir {
+                    config.model_dir = dir;
+                }
+                // One process, one user: the routing cache and learning from corrections are on.
+                config.cache_routing = true;
+                config.providers = chat.providers;
+                config.fallback_models = chat.fallback_models;
+                config.model_prices = chat.model_prices;
+            })
+            .start()
+            .await?;
+        let Stack { triggers, sessions, gateway: Some(gateway), router, edge: Some(edge), .. } = stack else {
+            anyhow::bail!("the dev stack runs every service");
         };
-        // Open: one process on one machine, no credentials to hand out.
-        let edge = EdgeServer::bind(&EdgeConfig::open(SocketAddr::new(ports.host, ports.edge), &urls))
-            .await
-            .context("starting the edge")?;
         Ok(Self { triggers, sessions, gateway, router, edge })
     }
 

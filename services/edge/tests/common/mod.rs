@@ -8,19 +8,20 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use reqwest::{Client, Response};
 use serde_json::Value;
+use switchyard_cli::{
+    DevPorts,
+    stack::{Serving, Stack as Services},
+};
 use switchyard_edge::{
-    EdgeConfig, EdgeServer,
+    EdgeConfig,
     auth::{Authenticator, JwtConfig, JwtVerifier, KeyStore},
-    clients::UpstreamUrls,
 };
 use switchyard_kit::{Secret, TenantId, UserId};
 use switchyard_llm::{ModelRef, ProviderArgs};
-use switchyard_mcp_gateway::{GatewayConfig, GatewayServer};
+use switchyard_mcp_gateway::GatewayConfig;
 use switchyard_router::{RouterConfig, RouterServer, Stores, analytics::PostgresAnalytics, fast::FastPath};
-use switchyard_sessions::{SessionsConfig, SessionsServer};
 pub use switchyard_testkit::{ClosedPort, closed_port, wait_serving};
-use switchyard_testkit::{Schema, Served, database_url, eventually, llm::ScriptedLlm, peer_tool};
-use switchyard_triggers::{TriggersConfig, TriggersServer};
+use switchyard_testkit::{Schema, Served, Shutdown, database_url, eventually, llm::ScriptedLlm, peer_tool};
 
 pub const JWT_SECRET: &str = "edge-test-shared-secret-7c1e";
 
@@ -84,92 +85,44 @@ pub struct Stack {
     schemas: Vec<Schema>,
     _redis_prefix: Option<switchyard_testkit::KeyPrefix>,
     /// Holds the absent gateway's port closed for the stack's lifetime.
-    _down: Option<switchyard_testkit::ClosedPort>,
+    _down: Option<ClosedPort>,
 }
 
 impl Stack {
     pub async fn start(llm: ScriptedLlm, options: Options) -> Self {
-        let triggers = TriggersServer::bind(&TriggersConfig::in_memory(loopback())).await.expect("triggers binds");
-        let triggers = Served::spawn(triggers.local_addr(), |stop| triggers.serve(stop));
-        let mut sessions_config = SessionsConfig::in_memory(loopback(), &triggers.url());
-        let (sessions_schema, redis_prefix) = if options.durable_sessions {
-            let (schema, prefix) = (Schema::new("edge_sessions_test"), switchyard_testkit::KeyPrefix::new("edge"));
-            let stores = &mut sessions_config.stores;
-            stores.in_memory = false;
-            stores.database_url = Some(Secret::new(database_url()));
-            let redis_url = options.sessions_redis_url.clone().unwrap_or_else(switchyard_testkit::redis_url);
-            stores.redis_url = Some(Secret::new(redis_url));
-            stores.db_schema = schema.name().to_owned();
-            stores.redis_prefix = prefix.as_str().to_owned();
-            (Some(schema), Some(prefix))
+        let Options {
+            gateway,
+            durable_sessions,
+            sessions_redis_url,
+            auth,
+            configure,
+            configure_router,
+            configure_gateway,
+        } = options;
+        let (sessions_schema, redis_prefix) = if durable_sessions {
+            (Some(Schema::new("edge_sessions_test")), Some(switchyard_testkit::KeyPrefix::new("edge")))
         } else {
             (None, None)
         };
-        let sessions = SessionsServer::bind(&sessions_config).await.expect("sessions binds");
-        let sessions = Served::spawn(sessions.local_addr(), |stop| sessions.serve(stop));
-        wait_serving(&sessions.url(), "switchyard.sessions.v1.SessionService").await;
-
-        let gateway = if options.gateway {
-            let servers = vec![format!("everything={} stdio", peer_tool("mcp-server-everything"))];
-            let mut config = GatewayConfig::in_memory(loopback(), loopback(), servers);
-            config.model_dir = switchyard_testkit::model_dir();
-            (options.configure_gateway)(&mut config);
-            let server = GatewayServer::bind(&config).await.expect("gateway binds");
-            let gateway = server.gateway();
-            let served = Served::spawn(server.local_addr(), |stop| server.serve(stop));
-            eventually(Duration::from_secs(60), "server-everything's tools in the gateway", || async {
-                let names: Vec<String> = gateway.catalog().tools().iter().map(|t| t.name.clone()).collect();
-                if names.iter().any(|n| n.ends_with("get-sum")) { Ok(()) } else { Err(format!("tools: {names:?}")) }
-            })
-            .await;
-            Some(served)
-        } else {
-            None
+        let durable = sessions_schema.as_ref().zip(redis_prefix.as_ref()).map(|(schema, prefix)| {
+            let redis_url = sessions_redis_url.unwrap_or_else(switchyard_testkit::redis_url);
+            (schema.name().to_owned(), prefix.as_str().to_owned(), redis_url)
+        });
+        let down = (!gateway).then(closed_port);
+        let builder = match &down {
+            Some(port) => Services::builder(DevPorts::loopback()).without_gateway(port.url()),
+            None => Services::builder(DevPorts::loopback()).gateway(|config| {
+                config.servers = vec![format!("everything={} stdio", peer_tool("mcp-server-everything"))];
+                config.model_dir = switchyard_testkit::model_dir();
+                configure_gateway(config);
+            }),
         };
-        let down = gateway.is_none().then(closed_port);
-        let gateway_url =
-            gateway.as_ref().map_or_else(|| down.as_ref().map(ClosedPort::url).unwrap_or_default(), Served::url);
 
         let analytics = Schema::new("edge_router_test");
-        let mut config = RouterConfig::in_memory(loopback(), &sessions.url(), &gateway_url);
-        config.providers = ProviderArgs {
-            openai_base_url: Some(llm.openai_base_url()),
-            openai_api_key: Some(Secret::new("sk-edge-test")),
-            max_retries: 0,
-            ..ProviderArgs::default()
-        };
-        config.default_model = "openai/gpt-4o-mini".parse::<ModelRef>().expect("model");
-        config.no_fast_router = true;
-        config.record_flush_interval = Duration::from_millis(50);
-        (options.configure_router)(&mut config);
-        let store = Arc::new(
-            PostgresAnalytics::connect(&database_url(), analytics.name())
-                .await
-                .unwrap_or_else(|err| panic!("postgres at {} (set DATABASE_URL): {err}", database_url())),
-        );
-        let providers = config.providers.build().expect("providers");
-        let router = RouterServer::bind_with_parts(
-            &config,
-            Stores { analytics: store, cache: None },
-            providers,
-            FastPath::disabled(),
-        )
-        .await
-        .expect("router binds");
-        let router = Served::spawn(router.local_addr(), |stop| router.serve(stop));
-
-        let urls = UpstreamUrls {
-            router: router.url(),
-            sessions: sessions.url(),
-            triggers: triggers.url(),
-            mcp_gateway: gateway_url,
-        };
-        let mut edge_config = EdgeConfig::open(loopback(), &urls);
         let analytics_schema = analytics.name().to_owned();
-        let sessions_schema_name = sessions_schema.as_ref().map(|schema| schema.name().to_owned());
-        let mut schemas: Vec<Schema> = [Some(analytics), sessions_schema].into_iter().flatten().collect();
-        let (auth, keys) = match options.auth {
-            Auth::Open => (Authenticator::new(true, None, None), None),
+        let mut schemas: Vec<Schema> = vec![analytics];
+        let (authenticator, keys, open) = match auth {
+            Auth::Open => (Authenticator::new(true, None, None), None, true),
             Auth::Closed { jwks_file } => {
                 let schema = Schema::new("edge_keys_test");
                 // No remembering: a revoked key fails on the next request.
@@ -185,18 +138,77 @@ impl Stack {
                     tenant_claim: "tenant".into(),
                 })
                 .expect("jwt verifier");
-                edge_config.open = false;
-                (Authenticator::new(false, Some(keys.clone()), Some(Arc::new(jwt))), Some(keys))
+                (Authenticator::new(false, Some(keys.clone()), Some(Arc::new(jwt))), Some(keys), false)
             }
-            Auth::Keys(keys) => {
-                edge_config.open = false;
-                (Authenticator::new(false, Some(keys.clone()), None), Some(keys))
-            }
+            Auth::Keys(keys) => (Authenticator::new(false, Some(keys.clone()), None), Some(keys), false),
         };
-        (options.configure)(&mut edge_config);
-        let edge = EdgeServer::bind_with_auth(&edge_config, auth).await.expect("edge binds");
-        let edge = Served::spawn(edge.local_addr(), |stop| edge.serve(stop));
+        let openai_base_url = llm.openai_base_url();
+        let router_schema = analytics_schema.clone();
+        let stack = builder
+            .sessions(move |config| {
+                if let Some((schema, prefix, redis_url)) = durable {
+                    let stores = &mut config.stores;
+                    stores.in_memory = false;
+                    stores.database_url = Some(Secret::new(database_url()));
+                    stores.redis_url = Some(Secret::new(redis_url));
+                    stores.db_schema = schema;
+                    stores.redis_prefix = prefix;
+                }
+            })
+            .router(move |config| {
+                config.providers = ProviderArgs {
+                    openai_base_url: Some(openai_base_url),
+                    openai_api_key: Some(Secret::new("sk-edge-test")),
+                    max_retries: 0,
+                    ..ProviderArgs::default()
+                };
+                config.default_model = "openai/gpt-4o-mini".parse::<ModelRef>().expect("model");
+                config.no_fast_router = true;
+                config.record_flush_interval = Duration::from_millis(50);
+                configure_router(config);
+            })
+            .bind_router(move |config| async move {
+                let store = Arc::new(
+                    PostgresAnalytics::connect(&database_url(), &router_schema)
+                        .await
+                        .unwrap_or_else(|err| panic!("postgres at {} (set DATABASE_URL): {err}", database_url())),
+                );
+                let providers = config.providers.build()?;
+                RouterServer::bind_with_parts(
+                    &config,
+                    Stores { analytics: store, cache: None },
+                    providers,
+                    FastPath::disabled(),
+                )
+                .await
+            })
+            .edge(move |config| {
+                config.open = open;
+                configure(config);
+            })
+            .edge_auth(authenticator)
+            .start()
+            .await
+            .expect("the stack starts");
+
+        let Serving { triggers, sessions, gateway, router, edge, .. } =
+            stack.serve_each::<_, Shutdown, _>(Served::spawn);
+        let edge = edge.expect("the stack has an edge");
+        wait_serving(&sessions.url(), "switchyard.sessions.v1.SessionService").await;
+        let gateway = match gateway {
+            Some((gateway, served)) => {
+                eventually(Duration::from_secs(60), "server-everything's tools in the gateway", || async {
+                    let names: Vec<String> = gateway.catalog().tools().iter().map(|t| t.name.clone()).collect();
+                    if names.iter().any(|n| n.ends_with("get-sum")) { Ok(()) } else { Err(format!("tools: {names:?}")) }
+                })
+                .await;
+                Some(served)
+            }
+            None => None,
+        };
         let http = Client::builder().timeout(Duration::from_secs(60)).build().expect("client");
+        let sessions_schema_name = sessions_schema.as_ref().map(|schema| schema.name().to_owned());
+        schemas.extend(sessions_schema);
         Self {
             llm,
             edge,

@@ -63,12 +63,15 @@ forward! {
     list_tool_calls(pb::ListToolCallsRequest) -> pb::ListToolCallsResponse, "ListToolCalls";
 }
 
-/// Serves the counting hop on loopback in front of the gateway at `gateway_url`.
-pub async fn serve(gateway_url: &str) -> (Served, GatewayCalls) {
+/// Serves the counting hop on loopback in front of the gateway at `gateway_url` (without
+/// awaiting anything, so a stack's router configuration can start it).
+pub fn serve(gateway_url: &str) -> (Served, GatewayCalls) {
     let gateway =
         McpGatewayServiceClient::new(Channel::from_shared(gateway_url.to_owned()).expect("gateway url").connect_lazy());
     let calls = GatewayCalls::default();
-    let listener = tokio::net::TcpListener::bind(super::loopback()).await.expect("bind the counting hop");
+    let listener = std::net::TcpListener::bind(super::loopback()).expect("bind the counting hop");
+    listener.set_nonblocking(true).expect("non-blocking listener");
+    let listener = tokio::net::TcpListener::from_std(listener).expect("listener on the runtime");
     let addr = listener.local_addr().expect("addr");
     let service = McpGatewayServiceServer::new(Counting { gateway, calls: calls.clone() });
     let served = Served::spawn(addr, |stop| async move {

@@ -7,19 +7,17 @@ pub mod gateway_calls;
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
+use switchyard_cli::{DevPorts, Stack, stack::Serving};
 use switchyard_kit::Secret;
 use switchyard_llm::{ModelRef, ProviderArgs};
-use switchyard_mcp_gateway::{GatewayConfig, GatewayServer};
 use switchyard_proto::router::v1::{
     ChatRequest, ChatStreamRequest, ChatStreamResponse, router_service_client::RouterServiceClient,
 };
 use switchyard_router::{
     RouterConfig, RouterServer, Stores, analytics::PostgresAnalytics, cache::RoutingCache, fast::FastPath,
 };
-use switchyard_sessions::{SessionsConfig, SessionsServer};
 pub use switchyard_testkit::{ClosedPort, closed_port, wait_serving};
-use switchyard_testkit::{Schema, Served, database_url, eventually, llm::ScriptedLlm, peer_tool};
-use switchyard_triggers::{TriggersConfig, TriggersServer};
+use switchyard_testkit::{Schema, Served, Shutdown, database_url, eventually, llm::ScriptedLlm, peer_tool};
 use tonic::{Request, transport::Channel};
 
 /// A key the scripted vendor receives; tests check it never shows in errors.
@@ -75,7 +73,7 @@ pub struct Suite {
     pub config: RouterConfig,
     redis_cache: Option<switchyard_testkit::KeyPrefix>,
     /// Holds the absent gateway's port closed for the stack's lifetime.
-    _down: Option<switchyard_testkit::ClosedPort>,
+    _down: Option<ClosedPort>,
 }
 
 impl Suite {
@@ -84,74 +82,80 @@ impl Suite {
     }
 
     pub async fn with(llm: ScriptedLlm, options: Options) -> Self {
-        let triggers = TriggersServer::bind(&TriggersConfig::in_memory(loopback())).await.expect("triggers binds");
-        let triggers = Served::spawn(triggers.local_addr(), |stop| triggers.serve(stop));
-        let sessions = SessionsServer::bind(&SessionsConfig::in_memory(loopback(), &triggers.url()))
+        // A gateway that is not running: calls to it fail as a real outage does.
+        let down = (!options.gateway).then(closed_port);
+        let builder = match &down {
+            Some(port) => Stack::builder(DevPorts::loopback()).without_gateway(port.url()),
+            None => Stack::builder(DevPorts::loopback()).gateway(|config| {
+                config.servers = vec![format!("everything={} stdio", peer_tool("mcp-server-everything"))];
+                config.model_dir = switchyard_testkit::model_dir();
+            }),
+        };
+        // The counting hop goes between the router and the gateway as the router is configured.
+        let hop = Arc::new(std::sync::Mutex::new(None));
+        let hop_slot = hop.clone();
+        let count_gateway_calls = options.count_gateway_calls;
+        // Its keys are deleted when the suite is dropped.
+        let prefix = options.redis_cache.then(|| switchyard_testkit::KeyPrefix::new("router-cache"));
+        let cache_prefix = prefix.as_ref().map(|prefix| prefix.as_str().to_owned());
+        let (openai_base_url, anthropic_base_url) = (llm.openai_base_url(), llm.anthropic_base_url());
+        let Options { default_model, fallback_models, fast_router, redis_cache, configure, .. } = options;
+        let schema = Schema::new("router_test");
+        let schema_name = schema.name().to_owned();
+        let stack = builder
+            .router(move |config| {
+                if count_gateway_calls {
+                    let (served, calls) = gateway_calls::serve(&config.mcp_gateway_url);
+                    config.mcp_gateway_url = served.url();
+                    *hop_slot.lock().unwrap() = Some((served, calls));
+                }
+                config.providers = ProviderArgs {
+                    openai_base_url: Some(openai_base_url),
+                    openai_api_key: Some(Secret::new(OPENAI_KEY)),
+                    anthropic_base_url: Some(anthropic_base_url),
+                    anthropic_api_key: Some(Secret::new(ANTHROPIC_KEY)),
+                    max_retries: 1,
+                    ..ProviderArgs::default()
+                };
+                config.default_model = default_model.parse::<ModelRef>().expect("model");
+                config.fallback_models = fallback_models.iter().map(|m| m.parse().expect("model")).collect();
+                config.record_flush_interval = Duration::from_millis(50);
+                config.no_fast_router = !fast_router;
+                config.model_dir = switchyard_testkit::model_dir();
+                if let Some(prefix) = cache_prefix {
+                    config.cache_routing = true;
+                    config.stores.redis_prefix = prefix;
+                }
+                configure(config);
+            })
+            .bind_router(move |config| async move { Ok(Self::bind_replica(&config, &schema_name, redis_cache).await) })
+            .without_edge()
+            .start()
             .await
-            .expect("sessions binds");
-        let sessions = Served::spawn(sessions.local_addr(), |stop| sessions.serve(stop));
+            .expect("the suite starts");
+        let Serving { triggers, sessions, gateway, router, router_config: config, .. } =
+            stack.serve_each::<_, Shutdown, _>(Served::spawn);
         // Ready once its roles are registered with triggers (each registration recompiles the
         // matcher; a turn before that would wait behind it).
         wait_serving(&sessions.url(), "switchyard.sessions.v1.SessionService").await;
-
-        let gateway = if options.gateway {
-            let servers = vec![format!("everything={} stdio", peer_tool("mcp-server-everything"))];
-            let mut config = GatewayConfig::in_memory(loopback(), loopback(), servers);
-            config.model_dir = switchyard_testkit::model_dir();
-            let server = GatewayServer::bind(&config).await.expect("gateway binds");
-            let gateway = server.gateway();
-            let served = Served::spawn(server.local_addr(), |stop| server.serve(stop));
-            eventually(Duration::from_secs(60), "server-everything's tools in the gateway", || async {
-                let names: Vec<String> = gateway.catalog().tools().iter().map(|t| t.name.clone()).collect();
-                if names.iter().any(|n| n.ends_with("get-sum"))
-                    && (gateway.catalog().embedded || !gateway.has_embedder())
-                {
-                    Ok(())
-                } else {
-                    Err(format!("tools so far: {names:?}"))
-                }
-            })
-            .await;
-            Some(served)
-        } else {
-            None
+        let gateway = match gateway {
+            Some((gateway, served)) => {
+                eventually(Duration::from_secs(60), "server-everything's tools in the gateway", || async {
+                    let names: Vec<String> = gateway.catalog().tools().iter().map(|t| t.name.clone()).collect();
+                    if names.iter().any(|n| n.ends_with("get-sum"))
+                        && (gateway.catalog().embedded || !gateway.has_embedder())
+                    {
+                        Ok(())
+                    } else {
+                        Err(format!("tools so far: {names:?}"))
+                    }
+                })
+                .await;
+                Some(served)
+            }
+            None => None,
         };
-        // A gateway that is not running: calls to it fail as a real outage does.
-        let down = gateway.is_none().then(closed_port);
-        let mut gateway_url =
-            gateway.as_ref().map_or_else(|| down.as_ref().map(ClosedPort::url).unwrap_or_default(), Served::url);
-        let (counting_hop, gateway_calls) = if options.count_gateway_calls {
-            let (hop, calls) = gateway_calls::serve(&gateway_url).await;
-            gateway_url = hop.url();
-            (Some(hop), Some(calls))
-        } else {
-            (None, None)
-        };
-
-        let mut config = RouterConfig::in_memory(loopback(), &sessions.url(), &gateway_url);
-        config.providers = ProviderArgs {
-            openai_base_url: Some(llm.openai_base_url()),
-            openai_api_key: Some(Secret::new(OPENAI_KEY)),
-            anthropic_base_url: Some(llm.anthropic_base_url()),
-            anthropic_api_key: Some(Secret::new(ANTHROPIC_KEY)),
-            max_retries: 1,
-            ..ProviderArgs::default()
-        };
-        config.default_model = options.default_model.parse::<ModelRef>().expect("model");
-        config.fallback_models = options.fallback_models.iter().map(|m| m.parse().expect("model")).collect();
-        config.record_flush_interval = Duration::from_millis(50);
-        config.no_fast_router = !options.fast_router;
-        config.model_dir = switchyard_testkit::model_dir();
-        // Its keys are deleted when the suite is dropped.
-        let prefix = options.redis_cache.then(|| switchyard_testkit::KeyPrefix::new("router-cache"));
-        if let Some(prefix) = &prefix {
-            config.cache_routing = true;
-            config.stores.redis_prefix = prefix.as_str().to_owned();
-        }
-        (options.configure)(&mut config);
-
-        let schema = Schema::new("router_test");
-        let router = Self::replica(&config, &schema, options.redis_cache).await;
+        let (counting_hop, gateway_calls) = hop.lock().unwrap().take().unzip();
         Self {
             llm,
             router,
@@ -170,8 +174,15 @@ impl Suite {
     /// A router on `config` with its analytics in `schema` (and, for `redis_cache`, its exact
     /// routing cache in the test Redis), serving, with its fast router loaded when configured.
     async fn replica(config: &RouterConfig, schema: &Schema, redis_cache: bool) -> Served {
+        let router = Self::bind_replica(config, schema.name(), redis_cache).await;
+        Served::spawn(router.local_addr(), |stop| router.serve(stop))
+    }
+
+    /// A router on `config` with its analytics in `schema` (and, for `redis_cache`, its exact
+    /// routing cache in the test Redis), with its fast router loaded when configured.
+    async fn bind_replica(config: &RouterConfig, schema: &str, redis_cache: bool) -> RouterServer {
         let store = Arc::new(
-            PostgresAnalytics::connect(&database_url(), schema.name())
+            PostgresAnalytics::connect(&database_url(), schema)
                 .await
                 .unwrap_or_else(|err| panic!("postgres at {} (set DATABASE_URL): {err}", database_url())),
         );
@@ -197,8 +208,7 @@ impl Suite {
         };
         let providers = config.providers.build().expect("providers");
         let stores = Stores { analytics: store, cache };
-        let router = RouterServer::bind_with_parts(config, stores, providers, fast).await.expect("router binds");
-        Served::spawn(router.local_addr(), |stop| router.serve(stop))
+        RouterServer::bind_with_parts(config, stores, providers, fast).await.expect("router binds")
     }
 
     /// A second router replica sharing this one's Postgres schema (and Redis cache).
