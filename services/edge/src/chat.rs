@@ -42,6 +42,17 @@ pub fn metadata_json(metadata: &router::RouteMetadata) -> Value {
         "client_tools_called": metadata.client_tools_called,
         "gateway_tools_offered": metadata.gateway_tools_offered,
         "gateway_tool_calls": metadata.gateway_tool_calls,
+        "cost_usd": metadata.cost_usd,
+        "cost_parts": metadata.cost_parts.iter().map(|part| json!({
+            "kind": part.kind,
+            "model": part.model,
+            "role_id": part.role_id,
+            "prompt_tokens": part.prompt_tokens,
+            "cached_prompt_tokens": part.cached_prompt_tokens,
+            "completion_tokens": part.completion_tokens,
+            "cost_usd": part.cost_usd,
+            "priced": part.priced,
+        })).collect::<Vec<_>>(),
     })
 }
 
@@ -136,11 +147,26 @@ mod tests {
                 ..Default::default()
             }),
             finish_reason: "stop".into(),
-            usage: Some(router::Usage { prompt_tokens: 3, completion_tokens: 2, total_tokens: 5 }),
+            usage: Some(router::Usage {
+                prompt_tokens: 3,
+                completion_tokens: 2,
+                total_tokens: 5,
+                ..Default::default()
+            }),
             metadata: Some(router::RouteMetadata {
                 route_type: RouteType::McpAgent as i32,
                 execution_time_ms: 42,
                 tools_used: vec!["everything__echo".into()],
+                cost_usd: 0.000_012,
+                cost_parts: vec![router::CallCost {
+                    kind: "routing".into(),
+                    model: "openai/gpt-4o-mini".into(),
+                    prompt_tokens: 3,
+                    completion_tokens: 2,
+                    cost_usd: 0.000_012,
+                    priced: true,
+                    ..Default::default()
+                }],
                 ..Default::default()
             }),
             session_id: "s-1".into(),
@@ -156,5 +182,8 @@ mod tests {
         assert_eq!(json["_metadata"]["execution_time_ms"], 42);
         assert_eq!(json["_metadata"]["reasoning"], Value::Null);
         assert_eq!(json["_metadata"]["tools_used"][0], "everything__echo");
+        assert_eq!(json["_metadata"]["cost_usd"], 0.000_012);
+        assert_eq!(json["_metadata"]["cost_parts"][0]["kind"], "routing");
+        assert_eq!(json["_metadata"]["cost_parts"][0]["priced"], true);
     }
 }

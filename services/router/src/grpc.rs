@@ -12,7 +12,8 @@ use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
 use crate::{
-    analytics::{AnalyticsStore, Correction, Feedback, RecordedTurn},
+    analytics::{AnalyticsStore, Correction, Feedback, RecordedTurn, Spend},
+    cost::{NANOS_PER_USD, nanos_to_usd},
     error::RouterError,
     events::{Events, TurnEvent},
     outcome::TurnOutcome,
@@ -171,8 +172,27 @@ impl RouterService for RouterGrpc {
                 execution_time_p95_ms: f.execution_p95_ms,
                 feedback_count: f.feedback,
                 false_routing_rate: f.false_routing_rate(),
+                cost_usd: nanos_to_usd(f.spend.cost_nanousd),
+                cost_per_turn_usd: if f.count == 0 { 0.0 } else { nanos_to_usd(f.spend.cost_nanousd) / f.count as f64 },
+                prompt_tokens: f.spend.prompt_tokens,
+                cached_prompt_tokens: f.spend.cached_prompt_tokens,
+                completion_tokens: f.spend.completion_tokens,
             })
             .collect();
+        let groups = |groups: &[(String, Spend)]| -> Vec<pb::CostFigures> {
+            groups
+                .iter()
+                .map(|(key, spend)| pb::CostFigures {
+                    key: key.clone(),
+                    calls: spend.calls,
+                    prompt_tokens: spend.prompt_tokens,
+                    cached_prompt_tokens: spend.cached_prompt_tokens,
+                    completion_tokens: spend.completion_tokens,
+                    cost_usd: nanos_to_usd(spend.cost_nanousd),
+                    unpriced_calls: spend.unpriced_calls,
+                })
+                .collect()
+        };
         let overall = &stats.overall;
         Ok(Response::new(pb::GetRoutingStatsResponse {
             total: stats.total,
@@ -192,6 +212,18 @@ impl RouterService for RouterGrpc {
             client_tools_turns: stats.client_tools,
             continuation_turns: stats.continuations,
             held_switches: stats.held_switches,
+            cost_usd: nanos_to_usd(overall.spend.cost_nanousd),
+            prompt_tokens: overall.spend.prompt_tokens,
+            cached_prompt_tokens: overall.spend.cached_prompt_tokens,
+            completion_tokens: overall.spend.completion_tokens,
+            models: groups(&stats.models),
+            roles: groups(&stats.roles),
+            call_kinds: groups(&stats.call_kinds),
+            routing_calls_avoided: stats.routing_calls_avoided,
+            routing_call_cost_usd: stats.routing_call_nanousd() / NANOS_PER_USD,
+            routing_savings_usd: stats.routing_savings_nanousd() / NANOS_PER_USD,
+            unpriced_calls: overall.spend.unpriced_calls,
+            tenant_id: identity.tenant.as_str().to_owned(),
         }))
     }
 

@@ -11,6 +11,7 @@ pub mod cache;
 pub mod clients;
 pub mod config;
 pub mod conversations;
+pub mod cost;
 pub mod error;
 pub mod events;
 pub mod fast;
@@ -38,6 +39,7 @@ use crate::{
     cache::{Learning, RoutingCache},
     clients::{GatewayClient, SessionsClient},
     conversations::ConversationKeys,
+    cost::Prices,
     fast::FastPath,
     llm_chain::LlmChain,
     metrics::Metrics,
@@ -165,6 +167,8 @@ impl RouterServer {
     ) -> anyhow::Result<Self> {
         check(config)?;
         let Stores { analytics: store, cache } = stores;
+        let prices = Prices::load(config.model_prices.as_deref())?;
+        tracing::info!(models = prices.len(), file = ?config.model_prices, "model prices loaded");
         if providers.is_empty() {
             tracing::warn!(
                 "no LLM provider configured (OPENAI_API_KEY/OPENAI_BASE_URL, ANTHROPIC_API_KEY/ANTHROPIC_BASE_URL): \
@@ -184,6 +188,7 @@ impl RouterServer {
             gateway_reachable: std::sync::atomic::AtomicBool::new(true),
             default_model: config.default_model.clone(),
             fallback_models: config.fallback_models.clone(),
+            prices,
             recorder,
             metrics: Metrics::new(),
             fast: fast.clone(),

@@ -5,7 +5,10 @@ use switchyard_kit::proto_time::timestamp;
 use switchyard_llm::{ToolCall, Usage};
 use switchyard_proto::router::v1 as pb;
 
-use crate::route::{Route, route_to_proto};
+use crate::{
+    cost::{CallCost, nanos_to_usd},
+    route::{Route, route_to_proto},
+};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Metadata {
@@ -38,6 +41,10 @@ pub struct Metadata {
     pub gateway_tools_offered: Vec<String>,
     /// The gateway's tools the model called on such a turn, run by the router.
     pub gateway_tool_calls: Vec<String>,
+    /// What the turn's model calls cost: the sum of `cost_parts`, in nano-dollars.
+    pub cost_nanousd: i64,
+    /// Every model call of the turn, priced, in the order made.
+    pub cost_parts: Vec<CallCost>,
 }
 
 impl Default for Metadata {
@@ -65,6 +72,8 @@ impl Default for Metadata {
             client_tools_called: Vec::new(),
             gateway_tools_offered: Vec::new(),
             gateway_tool_calls: Vec::new(),
+            cost_nanousd: 0,
+            cost_parts: Vec::new(),
         }
     }
 }
@@ -94,6 +103,8 @@ impl Metadata {
             client_tools_called: self.client_tools_called.clone(),
             gateway_tools_offered: self.gateway_tools_offered.clone(),
             gateway_tool_calls: self.gateway_tool_calls.clone(),
+            cost_usd: nanos_to_usd(self.cost_nanousd),
+            cost_parts: self.cost_parts.iter().map(CallCost::to_proto).collect(),
         }
     }
 }
@@ -127,6 +138,7 @@ pub fn usage_proto(usage: Usage) -> pb::Usage {
         prompt_tokens: usage.prompt_tokens,
         completion_tokens: usage.completion_tokens,
         total_tokens: usage.total(),
+        cached_prompt_tokens: usage.cached_prompt_tokens,
     }
 }
 

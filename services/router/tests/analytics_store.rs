@@ -7,13 +7,67 @@ use std::sync::Arc;
 use chrono::{Duration, TimeZone, Utc};
 use switchyard_kit::TenantId;
 use switchyard_router::{
-    analytics::{AnalyticsStore, Correction, DecisionRecord, Feedback, MemoryAnalytics, PostgresAnalytics},
+    analytics::{AnalyticsStore, Correction, DecisionRecord, Feedback, MemoryAnalytics, PostgresAnalytics, Spend},
+    cost::{CallCost, CallKind},
     route::Route,
 };
 use switchyard_testkit::{Schema, database_url};
 
+/// A priced model call of a turn.
+fn part(kind: CallKind, model: &str, role: &str, prompt: u32, cached: u32, completion: u32, cost: i64) -> CallCost {
+    CallCost {
+        kind,
+        model: model.to_owned(),
+        role_id: role.to_owned(),
+        prompt_tokens: prompt,
+        cached_prompt_tokens: cached,
+        completion_tokens: completion,
+        cost_nanousd: cost,
+        priced: !model.starts_with("openai/unpriced"),
+    }
+}
+
+/// The calls of decision `id` on `route`: a routing call (none on a cache hit), then the
+/// route's calls, with sizes and costs that vary with `id`; every eleventh turn's answer is of
+/// a model without a price.
+fn parts(id: usize, route: Route) -> Vec<CallCost> {
+    let n = id as u32;
+    let cost = |base: i64| base * (id as i64 + 1) + 7;
+    let mut parts = Vec::new();
+    if !id.is_multiple_of(5) {
+        parts.push(part(CallKind::Routing, "openai/gpt-4o-mini", "general-assistant", 100 + n, n % 7, 9, cost(1_500)));
+    }
+    let answer_model = if id.is_multiple_of(11) { "openai/unpriced-model" } else { "openai/gpt-4o-mini" };
+    match route {
+        Route::Direct => {}
+        Route::McpAgent => {
+            parts.push(part(
+                CallKind::AgentStep,
+                "openai/gpt-4o-mini",
+                "general-assistant",
+                300 + n,
+                0,
+                20,
+                cost(2_700),
+            ));
+            parts.push(part(CallKind::AgentStep, answer_model, "general-assistant", 400, 50, 30 + n, cost(3_100)));
+        }
+        Route::Multiagent => {
+            parts.push(part(CallKind::Expert, "anthropic/claude-haiku-4-5", "finance-expert", 500, 0, 40, cost(9_000)));
+            parts.push(part(CallKind::Expert, "openai/gpt-4o-mini", "tech-expert", 450 + n, 10, 35, cost(4_400)));
+            parts.push(part(CallKind::Synthesis, answer_model, "general-assistant", 900, 300, 60 + n, cost(5_300)));
+        }
+    }
+    if route == Route::Direct && id.is_multiple_of(5) {
+        parts.push(part(CallKind::Answer, answer_model, "general-assistant", 120, 0, 15 + n, cost(1_900)));
+    }
+    parts
+}
+
 fn decision(id: usize, tenant: &str, route: Route, routing_ms: u64, minutes_ago: i64) -> DecisionRecord {
     let now = Utc.with_ymd_and_hms(2026, 11, 1, 12, 0, 0).single().expect("time");
+    let cost_parts = parts(id, route);
+    let sum = |f: fn(&CallCost) -> u32| cost_parts.iter().map(f).sum::<u32>();
     DecisionRecord {
         id: format!("chat-{id}"),
         occurred_at: now - Duration::minutes(minutes_ago),
@@ -32,8 +86,12 @@ fn decision(id: usize, tenant: &str, route: Route, routing_ms: u64, minutes_ago:
         fallback_used: id.is_multiple_of(7),
         attempts: 1,
         model_fallbacks: 0,
-        prompt_tokens: 10,
-        completion_tokens: 5,
+        prompt_tokens: sum(|p| p.prompt_tokens),
+        completion_tokens: sum(|p| p.completion_tokens),
+        cached_prompt_tokens: sum(|p| p.cached_prompt_tokens),
+        cost_nanousd: cost_parts.iter().map(|p| p.cost_nanousd).sum(),
+        routing_call_avoided: id.is_multiple_of(5),
+        cost_parts,
         tools_used: Vec::new(),
         domains: Vec::new(),
         degraded: if id.is_multiple_of(4) { vec!["expert x: timed out".to_owned()] } else { Vec::new() },
@@ -113,6 +171,40 @@ async fn memory_and_postgres_give_the_same_figures() {
         assert!(close(m.execution_p95_ms, p.execution_p95_ms), "{m:?} vs {p:?}");
     }
     assert_eq!(from_memory.routes.len(), 3);
+
+    // Cost and tokens agree exactly, per route, overall and per model, role and kind of call.
+    for ((_, m), (_, p)) in from_memory.routes.iter().zip(&from_postgres.routes) {
+        assert_eq!(m.spend, p.spend);
+    }
+    assert_eq!(from_memory.overall.spend, from_postgres.overall.spend);
+    assert_eq!(from_memory.models, from_postgres.models);
+    assert_eq!(from_memory.roles, from_postgres.roles);
+    assert_eq!(from_memory.call_kinds, from_postgres.call_kinds);
+    assert_eq!(from_memory.routing_calls_avoided, from_postgres.routing_calls_avoided);
+    // And they are the sums of the window's parts (decisions 0 to 44).
+    let window: Vec<CallCost> =
+        (0..45).flat_map(|i| parts(i, [Route::Direct, Route::McpAgent, Route::Multiagent][i % 3])).collect();
+    let overall = &from_postgres.overall.spend;
+    assert_eq!(overall.cost_nanousd, window.iter().map(|p| p.cost_nanousd).sum::<i64>());
+    assert_eq!(overall.calls, window.len() as u64);
+    assert_eq!(overall.cached_prompt_tokens, window.iter().map(|p| u64::from(p.cached_prompt_tokens)).sum::<u64>());
+    assert_eq!(overall.unpriced_calls, window.iter().filter(|p| !p.priced).count() as u64);
+    assert!(overall.unpriced_calls > 0);
+    let of = |groups: &[(String, Spend)], key: &str| groups.iter().find(|(k, _)| k == key).map(|(_, s)| s.clone());
+    let finance = of(&from_postgres.roles, "finance-expert").expect("finance-expert spend");
+    let expected: i64 = window.iter().filter(|p| p.role_id == "finance-expert").map(|p| p.cost_nanousd).sum();
+    assert_eq!((finance.calls, finance.cost_nanousd), (15, expected));
+    let haiku = of(&from_postgres.models, "anthropic/claude-haiku-4-5").expect("haiku spend");
+    assert_eq!(haiku, finance, "only the finance expert ran on it");
+    let kinds: Vec<&str> = from_postgres.call_kinds.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(kinds.len(), 5, "{kinds:?}");
+    assert!(from_postgres.models.windows(2).all(|w| w[0].1.cost_nanousd >= w[1].1.cost_nanousd), "costliest first");
+    // Cache hits (every fifth) made no routing call: 9 of 45 avoided, at the mean routing call.
+    assert_eq!(from_postgres.routing_calls_avoided, 9);
+    let routing = of(&from_postgres.call_kinds, "routing").expect("routing spend");
+    assert_eq!(routing.calls, 36);
+    assert!((from_postgres.routing_savings_nanousd() - 9.0 * routing.cost_nanousd as f64 / 36.0).abs() < 1e-6);
+
     let direct = &from_memory.routes[0].1;
     // Feedback on chat-0 (helpful) and chat-3 (misrouted): both direct.
     assert_eq!((direct.feedback, direct.helpful, direct.misrouted), (2, 1, 1));

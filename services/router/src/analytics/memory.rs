@@ -7,10 +7,10 @@ use chrono::{DateTime, Utc};
 use switchyard_kit::{TenantId, store::StoreError};
 
 use super::{
-    AnalyticsStore, Correction, DecisionRecord, Feedback, RecordedTurn, RouteFigures, RoutingStats, StoredCorrection,
-    percentile,
+    AnalyticsStore, Correction, DecisionRecord, Feedback, RecordedTurn, RouteFigures, RoutingStats, Spend,
+    StoredCorrection, percentile, stats::sort_groups,
 };
-use crate::route::Route;
+use crate::{cost::CallCost, route::Route};
 
 #[derive(Default)]
 pub struct MemoryAnalytics {
@@ -49,6 +49,13 @@ fn figures<'a>(
         ..RouteFigures::default()
     };
     for decision in decisions {
+        let spend = &mut figures.spend;
+        spend.calls += decision.cost_parts.len() as u64;
+        spend.prompt_tokens += u64::from(decision.prompt_tokens);
+        spend.cached_prompt_tokens += u64::from(decision.cached_prompt_tokens);
+        spend.completion_tokens += u64::from(decision.completion_tokens);
+        spend.cost_nanousd += decision.cost_nanousd;
+        spend.unpriced_calls += decision.cost_parts.iter().filter(|part| !part.priced).count() as u64;
         if let Some(f) = feedback.get(&decision.id) {
             figures.feedback += 1;
             figures.helpful += u64::from(f.helpful);
@@ -56,6 +63,20 @@ fn figures<'a>(
         }
     }
     figures
+}
+
+/// The window's model calls grouped by `key`, in [`sort_groups`] order.
+fn group<'a>(
+    decisions: impl Iterator<Item = &'a DecisionRecord>,
+    key: impl Fn(&CallCost) -> String,
+) -> Vec<(String, Spend)> {
+    let mut groups: HashMap<String, Spend> = HashMap::new();
+    for part in decisions.flat_map(|d| &d.cost_parts) {
+        groups.entry(key(part)).or_default().add_part(part);
+    }
+    let mut groups: Vec<(String, Spend)> = groups.into_iter().collect();
+    sort_groups(&mut groups);
+    groups
 }
 
 #[async_trait]
@@ -117,7 +138,11 @@ impl AnalyticsStore for MemoryAnalytics {
             client_tools: window.clone().filter(|d| d.client_tools).count() as u64,
             continuations: window.clone().filter(|d| d.continuation).count() as u64,
             held_switches: window.clone().filter(|d| d.held_switch_role_id.is_some()).count() as u64,
+            routing_calls_avoided: window.clone().filter(|d| d.routing_call_avoided).count() as u64,
             routes: Vec::new(),
+            models: group(window.clone(), |part| part.model.clone()),
+            roles: group(window.clone(), |part| part.role_id.clone()),
+            call_kinds: group(window.clone(), |part| part.kind.as_str().to_owned()),
         };
         for route in Route::ALL {
             let of_route = window.clone().filter(move |d| d.route == route);

@@ -20,9 +20,9 @@ use switchyard_llm::ModelRef;
 
 pub use memory::MemoryAnalytics;
 pub use postgres::PostgresAnalytics;
-pub use stats::{RouteFigures, RoutingStats, percentile};
+pub use stats::{RouteFigures, RoutingStats, Spend, percentile};
 
-use crate::{outcome::TurnOutcome, route::Route};
+use crate::{cost::CallCost, outcome::TurnOutcome, route::Route};
 
 /// One turn's routing decision, as recorded.
 #[derive(Debug, Clone, PartialEq)]
@@ -62,6 +62,15 @@ pub struct DecisionRecord {
     pub held_switch_role_id: Option<String>,
     /// The caller's tools the model called.
     pub client_tools_called: Vec<String>,
+    /// Of `prompt_tokens`, those read from the vendors' prompt caches.
+    pub cached_prompt_tokens: u32,
+    /// What the turn cost: the sum of `cost_parts`, in nano-dollars.
+    pub cost_nanousd: i64,
+    /// Every model call of the turn, priced.
+    pub cost_parts: Vec<CallCost>,
+    /// The route was decided without a routing call (a cache hit, or the fast router in its
+    /// place).
+    pub routing_call_avoided: bool,
 }
 
 impl DecisionRecord {
@@ -96,6 +105,10 @@ impl DecisionRecord {
             continuation: meta.continuation,
             held_switch_role_id: (!meta.held_switch_role_id.is_empty()).then(|| meta.held_switch_role_id.clone()),
             client_tools_called: meta.client_tools_called.clone(),
+            cached_prompt_tokens: outcome.usage.cached_prompt_tokens,
+            cost_nanousd: meta.cost_nanousd,
+            cost_parts: meta.cost_parts.clone(),
+            routing_call_avoided: meta.cache_hit || meta.routing_model == crate::turn::FAST_ROUTER,
         }
     }
 }

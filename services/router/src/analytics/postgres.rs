@@ -8,7 +8,8 @@ use sqlx::{PgPool, QueryBuilder, Row, postgres::PgRow};
 use switchyard_kit::{TenantId, store::StoreError, text::scrub_nul};
 
 use super::{
-    AnalyticsStore, Correction, DecisionRecord, Feedback, RecordedTurn, RouteFigures, RoutingStats, StoredCorrection,
+    AnalyticsStore, Correction, DecisionRecord, Feedback, RecordedTurn, RouteFigures, RoutingStats, Spend,
+    StoredCorrection, stats::sort_groups,
 };
 use crate::route::Route;
 
@@ -55,7 +56,41 @@ const FIGURES: &str = "count(*) AS n, \
      count(*) FILTER (WHERE cardinality(d.degraded) > 0) AS degraded, \
      count(*) FILTER (WHERE d.client_tools) AS client_tools, \
      count(*) FILTER (WHERE d.continuation) AS continuations, \
-     count(*) FILTER (WHERE d.held_switch_role_id IS NOT NULL) AS held_switches";
+     count(*) FILTER (WHERE d.held_switch_role_id IS NOT NULL) AS held_switches, \
+     count(*) FILTER (WHERE d.routing_call_avoided) AS routing_calls_avoided, \
+     coalesce(sum(jsonb_array_length(d.cost_parts)), 0)::bigint AS calls, \
+     coalesce(sum(d.prompt_tokens), 0)::bigint AS prompt_tokens, \
+     coalesce(sum(d.cached_prompt_tokens), 0)::bigint AS cached_prompt_tokens, \
+     coalesce(sum(d.completion_tokens), 0)::bigint AS completion_tokens, \
+     coalesce(sum(d.cost_nanousd), 0)::bigint AS cost_nanousd, \
+     coalesce(sum(d.unpriced_calls), 0)::bigint AS unpriced_calls";
+
+/// The window's model calls (the parts of each turn's cost), grouped by model, by role and by
+/// kind of call in one scan.
+const GROUPS: &str = "SELECT c.model, c.role_id, c.kind, \
+     grouping(c.model) AS not_model, grouping(c.role_id) AS not_role, \
+     count(*) AS calls, \
+     coalesce(sum(c.prompt_tokens), 0)::bigint AS prompt_tokens, \
+     coalesce(sum(c.cached_prompt_tokens), 0)::bigint AS cached_prompt_tokens, \
+     coalesce(sum(c.completion_tokens), 0)::bigint AS completion_tokens, \
+     coalesce(sum(c.cost_nanousd), 0)::bigint AS cost_nanousd, \
+     count(*) FILTER (WHERE NOT c.priced) AS unpriced_calls \
+     FROM routing_decisions d, jsonb_to_recordset(d.cost_parts) AS c(kind text, model text, role_id text, \
+     prompt_tokens bigint, cached_prompt_tokens bigint, completion_tokens bigint, cost_nanousd bigint, priced boolean) \
+     WHERE d.tenant_id = $1 AND d.occurred_at >= $2 AND d.occurred_at < $3 \
+     GROUP BY GROUPING SETS ((c.model), (c.role_id), (c.kind))";
+
+fn spend(row: &PgRow) -> Result<Spend, sqlx::Error> {
+    let count = |name: &str| row.try_get::<i64, _>(name).map(|n| n.max(0) as u64);
+    Ok(Spend {
+        calls: count("calls")?,
+        prompt_tokens: count("prompt_tokens")?,
+        cached_prompt_tokens: count("cached_prompt_tokens")?,
+        completion_tokens: count("completion_tokens")?,
+        cost_nanousd: row.try_get("cost_nanousd")?,
+        unpriced_calls: count("unpriced_calls")?,
+    })
+}
 
 fn figures(row: &PgRow) -> Result<RouteFigures, sqlx::Error> {
     let count = |name: &str| row.try_get::<i64, _>(name).map(|n| n.max(0) as u64);
@@ -69,6 +104,7 @@ fn figures(row: &PgRow) -> Result<RouteFigures, sqlx::Error> {
         feedback: count("feedback")?,
         helpful: count("helpful")?,
         misrouted: count("misrouted")?,
+        spend: spend(row)?,
     })
 }
 
@@ -82,7 +118,8 @@ impl AnalyticsStore for PostgresAnalytics {
             "INSERT INTO routing_decisions (id, occurred_at, tenant_id, user_id, session_id, role_id, route, \
              reasoning, routing_ms, execution_ms, provider, model, routing_model, cache_hit, fallback_used, \
              attempts, model_fallbacks, prompt_tokens, completion_tokens, tools_used, domains, degraded, message, \
-             interrupted, client_tools, continuation, held_switch_role_id, client_tools_called) ",
+             interrupted, client_tools, continuation, held_switch_role_id, client_tools_called, \
+             cached_prompt_tokens, cost_nanousd, cost_parts, unpriced_calls, routing_call_avoided) ",
         );
         insert.push_values(decisions, |mut row, d| {
             row.push_bind(&d.id)
@@ -112,7 +149,12 @@ impl AnalyticsStore for PostgresAnalytics {
                 .push_bind(d.client_tools)
                 .push_bind(d.continuation)
                 .push_bind(d.held_switch_role_id.as_deref().map(scrub_nul))
-                .push_bind(scrub_nul_all(&d.client_tools_called));
+                .push_bind(scrub_nul_all(&d.client_tools_called))
+                .push_bind(i32::try_from(d.cached_prompt_tokens).unwrap_or(i32::MAX))
+                .push_bind(d.cost_nanousd)
+                .push_bind(sqlx::types::Json(&d.cost_parts))
+                .push_bind(i32::try_from(d.cost_parts.iter().filter(|part| !part.priced).count()).unwrap_or(i32::MAX))
+                .push_bind(d.routing_call_avoided);
         });
         // A batch retried after a timeout may have landed already.
         insert.push(" ON CONFLICT (id) DO NOTHING");
@@ -233,6 +275,7 @@ impl AnalyticsStore for PostgresAnalytics {
                 stats.client_tools = count("client_tools")?;
                 stats.continuations = count("continuations")?;
                 stats.held_switches = count("held_switches")?;
+                stats.routing_calls_avoided = count("routing_calls_avoided")?;
                 stats.overall = figures;
             } else {
                 let route: String = row.try_get("route").map_err(unavailable)?;
@@ -242,6 +285,29 @@ impl AnalyticsStore for PostgresAnalytics {
             }
         }
         stats.routes.sort_by_key(|(route, _)| Route::ALL.iter().position(|r| r == route));
+
+        let rows = sqlx::query(GROUPS)
+            .bind(tenant.as_str())
+            .bind(since)
+            .bind(until)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(unavailable)?;
+        for row in &rows {
+            let spend = spend(row).map_err(unavailable)?;
+            let not_model: i32 = row.try_get("not_model").map_err(unavailable)?;
+            let not_role: i32 = row.try_get("not_role").map_err(unavailable)?;
+            let (groups, column) = match (not_model, not_role) {
+                (0, _) => (&mut stats.models, "model"),
+                (_, 0) => (&mut stats.roles, "role_id"),
+                _ => (&mut stats.call_kinds, "kind"),
+            };
+            let key: Option<String> = row.try_get(column).map_err(unavailable)?;
+            groups.push((key.unwrap_or_default(), spend));
+        }
+        for groups in [&mut stats.models, &mut stats.roles, &mut stats.call_kinds] {
+            sort_groups(groups);
+        }
         Ok(stats)
     }
 

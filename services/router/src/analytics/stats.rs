@@ -15,6 +15,42 @@ pub struct RouteFigures {
     pub helpful: u64,
     /// Feedback naming another route as the right one.
     pub misrouted: u64,
+    /// The turns' model calls, tokens and cost.
+    pub spend: Spend,
+}
+
+/// Model calls, their tokens and what they cost, summed exactly (nano-dollars).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Spend {
+    pub calls: u64,
+    pub prompt_tokens: u64,
+    pub cached_prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub cost_nanousd: i64,
+    /// Calls of models without a price (counted as 0).
+    pub unpriced_calls: u64,
+}
+
+impl Spend {
+    pub fn add_part(&mut self, part: &crate::cost::CallCost) {
+        self.calls += 1;
+        self.prompt_tokens += u64::from(part.prompt_tokens);
+        self.cached_prompt_tokens += u64::from(part.cached_prompt_tokens);
+        self.completion_tokens += u64::from(part.completion_tokens);
+        self.cost_nanousd += part.cost_nanousd;
+        self.unpriced_calls += u64::from(!part.priced);
+    }
+
+    /// The mean cost of one call, in nano-dollars (0 without calls).
+    pub fn per_call_nanousd(&self) -> f64 {
+        if self.calls == 0 { 0.0 } else { self.cost_nanousd as f64 / self.calls as f64 }
+    }
+}
+
+/// Spend grouped by one key (a model, a role, a kind of call), costliest first, then by key:
+/// the order both stores give.
+pub fn sort_groups(groups: &mut [(String, Spend)]) {
+    groups.sort_by(|(a_key, a), (b_key, b)| b.cost_nanousd.cmp(&a.cost_nanousd).then_with(|| a_key.cmp(b_key)));
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -33,6 +69,12 @@ pub struct RoutingStats {
     pub continuations: u64,
     /// Role switches held back inside a tool loop.
     pub held_switches: u64,
+    /// Spend per model, per role and per kind of call (see [`sort_groups`] for the order).
+    pub models: Vec<(String, Spend)>,
+    pub roles: Vec<(String, Spend)>,
+    pub call_kinds: Vec<(String, Spend)>,
+    /// Turns decided without a routing call (cache hit, fast router).
+    pub routing_calls_avoided: u64,
 }
 
 fn ratio(part: u64, whole: u64) -> f64 {
@@ -64,6 +106,20 @@ impl RoutingStats {
 
     pub fn degraded_rate(&self) -> f64 {
         ratio(self.degraded, self.total)
+    }
+
+    /// The mean cost of a routing call over the window, in nano-dollars.
+    pub fn routing_call_nanousd(&self) -> f64 {
+        self.call_kinds
+            .iter()
+            .find(|(kind, _)| kind == crate::cost::CallKind::Routing.as_str())
+            .map_or(0.0, |(_, spend)| spend.per_call_nanousd())
+    }
+
+    /// What the routing cache and the fast router saved: routing calls avoided × the mean cost
+    /// of a routing call, in nano-dollars.
+    pub fn routing_savings_nanousd(&self) -> f64 {
+        self.routing_calls_avoided as f64 * self.routing_call_nanousd()
     }
 }
 

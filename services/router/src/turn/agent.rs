@@ -5,11 +5,12 @@
 
 use std::time::Instant;
 
-use switchyard_llm::{Message, ToolCall, ToolChoice, ToolSpec, Usage};
+use switchyard_llm::{Message, ToolCall, ToolChoice, ToolSpec};
 
 use super::{RouteAnswer, Scope};
 use crate::{
     clients::AgentTool,
+    cost::{CallKind, ModelCall},
     error::RouterError,
     events::{ToolActivity, TurnEvent},
     outcome::Metadata,
@@ -67,7 +68,7 @@ pub(super) async fn run(
         .collect();
 
     let mut messages = ctx.messages_with_user();
-    let mut usage = Usage::default();
+    let mut model_calls = Vec::new();
     let mut fallbacks = 0;
     let mut step = 0;
     loop {
@@ -78,6 +79,7 @@ pub(super) async fn run(
         let call = scope.call(agent_prompt(&ctx.persona, &decision.reasoning), messages.clone(), specs.clone(), choice);
         let mut answered = router.llm.stream_answer(chain, call, events).await?;
         fallbacks += answered.fallbacks;
+        model_calls.push(ModelCall::of(CallKind::AgentStep, &answered));
         if answered.completion.tool_calls.is_empty() || last_step {
             if last_step && !answered.completion.tool_calls.is_empty() {
                 meta.degraded.push(format!("mcp_agent: stopped after {} tool steps", router.limits.max_tool_steps));
@@ -89,9 +91,8 @@ pub(super) async fn run(
             }
             answered.completion.tool_calls.clear();
             answered.fallbacks = fallbacks;
-            return Ok(RouteAnswer { answered, usage });
+            return Ok(RouteAnswer { answered, calls: model_calls });
         }
-        usage.add(answered.completion.usage);
         let calls = answered.completion.tool_calls.clone();
         messages.push(Message::Assistant { content: answered.completion.content.clone(), tool_calls: calls.clone() });
         for call in &calls {

@@ -7,11 +7,16 @@
 use std::{sync::Arc, time::Duration};
 
 use futures::{StreamExt, stream};
-use switchyard_llm::{Message, ModelRef, ToolChoice, Usage};
+use switchyard_llm::{Message, ModelRef, ToolChoice};
 use switchyard_proto::sessions::v1::Role;
 
 use super::{RouteAnswer, Scope};
-use crate::{error::RouterError, outcome::Metadata, route::Decision};
+use crate::{
+    cost::{CallKind, ModelCall},
+    error::RouterError,
+    outcome::Metadata,
+    route::Decision,
+};
 
 const GENERAL_ASSISTANT: &str = "general-assistant";
 
@@ -90,7 +95,7 @@ fn synthesis_prompt(persona: &str) -> String {
 
 struct ExpertAnswer {
     role: Role,
-    result: Result<(String, Usage), String>,
+    result: Result<(String, ModelCall), String>,
 }
 
 pub(super) async fn run(
@@ -120,12 +125,12 @@ pub(super) async fn run(
     meta.expert_role_ids = experts.iter().map(|r| r.id.clone()).collect();
 
     let answers = consult(scope, experts).await;
-    let mut usage = Usage::default();
+    let mut model_calls = Vec::new();
     let mut perspectives = String::new();
     for answer in &answers {
         match &answer.result {
-            Ok((text, used)) => {
-                usage.add(*used);
+            Ok((text, call)) => {
+                model_calls.push(call.clone());
                 perspectives.push_str(&format!("\n\n### {} ({})\n{}", answer.role.name, answer.role.id, text.trim()));
             }
             Err(why) => meta.degraded.push(format!("expert {}: {why}", answer.role.id)),
@@ -134,7 +139,8 @@ pub(super) async fn run(
     if perspectives.is_empty() {
         meta.degraded.push("multiagent: no expert answered; answered directly".to_owned());
         return scope.answer_directly().await.map(|mut a| {
-            a.usage.add(usage);
+            model_calls.append(&mut a.calls);
+            a.calls = model_calls;
             a
         });
     }
@@ -143,7 +149,8 @@ pub(super) async fn run(
     messages.push(Message::user(format!("{}\n\n---\nThe experts' answers:{perspectives}", ctx.message)));
     let call = scope.call(synthesis_prompt(&ctx.persona), messages, Vec::new(), ToolChoice::None);
     let answered = router.llm.stream_answer(chain, call, events).await?;
-    Ok(RouteAnswer { answered, usage })
+    model_calls.push(ModelCall::of(CallKind::Synthesis, &answered));
+    Ok(RouteAnswer { answered, calls: model_calls })
 }
 
 /// Asks every expert at once (at most `expert_concurrency` at a time), each with its own
@@ -166,7 +173,10 @@ async fn consult(scope: &Scope<'_>, experts: Vec<Role>) -> Vec<ExpertAnswer> {
             models.extend(chain.iter().filter(|m| !models.contains(m)).cloned().collect::<Vec<_>>());
             let call = scope.call(expert_prompt(&role), ctx.messages_with_user(), Vec::new(), ToolChoice::None);
             let result = match tokio::time::timeout(timeout, router.llm.complete(&models, call)).await {
-                Ok(Ok(answered)) => Ok((answered.completion.content, answered.completion.usage)),
+                Ok(Ok(answered)) => {
+                    let call = ModelCall { role_id: role.id.clone(), ..ModelCall::of(CallKind::Expert, &answered) };
+                    Ok((answered.completion.content, call))
+                }
                 Ok(Err(err)) => Err(err.to_string()),
                 Err(_) => Err(format!("timed out after {timeout:?}")),
             };

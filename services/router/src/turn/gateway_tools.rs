@@ -14,12 +14,13 @@
 use std::{collections::HashSet, sync::atomic::Ordering};
 
 use switchyard_kit::{Identity, SessionId};
-use switchyard_llm::{FinishReason, Message, ToolCall, ToolChoice, ToolSpec, Usage};
+use switchyard_llm::{FinishReason, Message, ToolCall, ToolChoice, ToolSpec};
 
 use super::{RouteAnswer, Router, Scope, TurnContext, agent};
 use crate::{
     clients::{AgentTool, SessionTurn},
     conversations::{HiddenSteps, LoopTools, StoredCall, StoredMessage, StoredTool},
+    cost::{CallKind, ModelCall},
     error::RouterError,
     outcome::Metadata,
     request::TurnRequest,
@@ -169,7 +170,7 @@ pub(super) async fn run(
     let mut messages = ctx.messages_with_user();
     // This turn's gateway calls and results so far.
     let mut before: Vec<Message> = Vec::new();
-    let mut usage = Usage::default();
+    let mut model_calls = Vec::new();
     let mut fallbacks = 0;
     let mut step = 0;
     loop {
@@ -183,6 +184,7 @@ pub(super) async fn run(
         call.response_format = request.response_format.clone();
         let mut answered = router.llm.stream_client_answer_hiding(chain, call, events, &hidden).await?;
         fallbacks += answered.fallbacks;
+        model_calls.push(ModelCall::of(CallKind::Answer, &answered));
         let all_calls = answered.completion.tool_calls.clone();
         let (gateway_calls, callers_calls): (Vec<ToolCall>, Vec<ToolCall>) =
             all_calls.iter().cloned().partition(|c| hidden.contains(&c.name));
@@ -206,7 +208,7 @@ pub(super) async fn run(
                 answered.completion.finish_reason = FinishReason::Stop;
             }
             answered.fallbacks = fallbacks;
-            return Ok((RouteAnswer { answered, usage }, steps));
+            return Ok((RouteAnswer { answered, calls: model_calls }, steps));
         }
 
         // The gateway's calls run first (their results go back to the model now, or — when
@@ -227,9 +229,8 @@ pub(super) async fn run(
             };
             answered.completion.tool_calls = callers_calls;
             answered.fallbacks = fallbacks;
-            return Ok((RouteAnswer { answered, usage }, Some(steps)));
+            return Ok((RouteAnswer { answered, calls: model_calls }, Some(steps)));
         }
-        usage.add(answered.completion.usage);
         let assistant = Message::Assistant { content: answered.completion.content.clone(), tool_calls: gateway_calls };
         messages.push(assistant.clone());
         before.push(assistant);

@@ -26,6 +26,7 @@ use crate::{
     clients::{GatewayClient, SessionTurn, SessionsClient},
     config::GatewayToolsTenants,
     conversations::{ConversationKeys, LoopPersona},
+    cost::{CallKind, ModelCall, Prices, price_calls},
     error::RouterError,
     events::{Events, TurnEvent},
     fast::FastPath,
@@ -56,6 +57,8 @@ pub struct Router {
     pub(crate) gateway_reachable: std::sync::atomic::AtomicBool,
     pub(crate) default_model: ModelRef,
     pub(crate) fallback_models: Vec<ModelRef>,
+    /// What model calls cost (`ROUTER_MODEL_PRICES`).
+    pub(crate) prices: Prices,
     pub(crate) recorder: Option<Arc<Recorder>>,
     pub(crate) metrics: Metrics,
     /// The fast router and the embedder (loaded in the background after start).
@@ -112,7 +115,7 @@ impl Scope<'_> {
     async fn answer_directly(&self) -> Result<RouteAnswer, RouterError> {
         let call = self.call(self.ctx.persona.clone(), self.ctx.messages_with_user(), Vec::new(), ToolChoice::Auto);
         let answered = self.router.llm.stream_answer(self.chain, call, self.events).await?;
-        Ok(RouteAnswer { answered, usage: Usage::default() })
+        Ok(RouteAnswer { calls: vec![ModelCall::of(CallKind::Answer, &answered)], answered })
     }
 
     /// The caller's own agent loop: a direct answer in the session's role with the caller's
@@ -129,7 +132,7 @@ impl Scope<'_> {
         call.parallel_tool_calls = request.parallel_tool_calls.filter(|_| !request.tools.is_empty());
         call.response_format = request.response_format.clone();
         let answered = self.router.llm.stream_client_answer(self.chain, call, self.events).await?;
-        Ok(RouteAnswer { answered, usage: Usage::default() })
+        Ok(RouteAnswer { calls: vec![ModelCall::of(CallKind::Answer, &answered)], answered })
     }
 }
 
@@ -145,7 +148,8 @@ struct Interrupted<'a> {
 /// An answer a route produced.
 struct RouteAnswer {
     answered: Answered,
-    usage: Usage,
+    /// Every model call the route made, the one that answered last.
+    calls: Vec<ModelCall>,
 }
 
 impl Router {
@@ -264,14 +268,14 @@ impl Router {
         // server is shutting down (UNAVAILABLE) while the stream can still carry it.
         let answering = async {
             // The routing decision: forced, or the routing call (which may answer itself).
-            let (decision, direct_answer, mut usage) = match request.force_route {
+            let (decision, direct_answer, mut calls) = match request.force_route {
                 Some(route) => {
                     let decision =
                         Decision { route, reasoning: "route forced by the caller".to_owned(), ..Decision::direct() };
                     meta.route = route;
                     meta.reasoning = decision.reasoning.clone();
                     events.send(route_event(&meta)).await?;
-                    (decision, None, Usage::default())
+                    (decision, None, Vec::new())
                 }
                 None if callers_turn => {
                     let reasoning = if continuation {
@@ -285,18 +289,20 @@ impl Router {
                     meta.route = Route::Direct;
                     meta.reasoning = decision.reasoning.clone();
                     events.send(route_event(&meta)).await?;
-                    (decision, None, Usage::default())
+                    (decision, None, Vec::new())
                 }
                 None => {
                     let routed = routing::route(&scope, &mut meta, started, &route_event).await?;
-                    (routed.decision, routed.answer, routed.usage)
+                    (routed.decision, routed.answer, routed.calls)
                 }
             };
             span.record("route", decision.route.as_str());
 
             let mut hidden_steps = None;
-            let answer = match (decision.route, direct_answer) {
-                (Route::Direct, Some(answered)) => RouteAnswer { answered, usage: Usage::default() },
+            let mut answer = match (decision.route, direct_answer) {
+                (Route::Direct, Some(answered)) => {
+                    RouteAnswer { calls: vec![ModelCall::of(CallKind::Routing, &answered)], answered }
+                }
                 (Route::Direct, None) if callers_turn => match &gateway {
                     Some(tools) if tools.offered && !tools.tools.is_empty() => {
                         let (answer, steps) = gateway_tools::run(&scope, tools, &mut meta).await?;
@@ -309,11 +315,10 @@ impl Router {
                 (Route::McpAgent, _) => agent::run(&scope, &decision, &mut meta).await?,
                 (Route::Multiagent, _) => experts::run(&scope, &decision, &mut meta).await?,
             };
-            usage.add(answer.usage);
-            usage.add(answer.answered.completion.usage);
-            Ok::<_, RouterError>((answer, usage, hidden_steps))
+            calls.append(&mut answer.calls);
+            Ok::<_, RouterError>((answer, calls, hidden_steps))
         };
-        let (answer, usage, hidden_steps) = tokio::select! {
+        let (answer, calls, hidden_steps) = tokio::select! {
             biased;
             answered = answering => answered?,
             () = self.stopping.cut() => {
@@ -331,6 +336,12 @@ impl Router {
         };
         meta.client_tools_called = tool_calls.iter().map(|c| c.name.clone()).collect();
         meta.client_tools_called.dedup();
+        let usage = calls.iter().fold(Usage::default(), |mut total, call| {
+            total.add(call.usage);
+            total
+        });
+        meta.cost_parts = price_calls(&self.prices, &calls, &meta.role_id);
+        meta.cost_nanousd = meta.cost_parts.iter().map(|part| part.cost_nanousd).sum();
 
         let outcome = TurnOutcome {
             id,

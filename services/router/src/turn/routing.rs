@@ -14,11 +14,12 @@
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use switchyard_llm::{Completion, EventStream, ProviderError, StreamEvent, ToolChoice, Usage};
+use switchyard_llm::{Completion, EventStream, ProviderError, StreamEvent, ToolChoice};
 
 use super::Scope;
 use crate::{
     cache::{CachedRoute, Hit},
+    cost::{CallKind, ModelCall},
     error::RouterError,
     events::TurnEvent,
     llm_chain::{Answered, Opened},
@@ -33,13 +34,14 @@ pub struct Routed {
     pub decision: Decision,
     /// The routing call's own answer, when it answered directly.
     pub answer: Option<Answered>,
-    /// Tokens the routing call used when a handler answers (a direct answer carries its own).
-    pub usage: Usage,
+    /// The routing call, when a handler (or a separate direct call) answers: a direct answer
+    /// of the routing call's own is that call.
+    pub calls: Vec<ModelCall>,
 }
 
 impl Routed {
     fn decided(decision: Decision) -> Self {
-        Self { decision, answer: None, usage: Usage::default() }
+        Self { decision, answer: None, calls: Vec::new() }
     }
 }
 
@@ -322,8 +324,12 @@ async fn routing_call(
     if meta.fallback_used {
         // The fast router said direct and the route was announced: the routing call's answer
         // is the answer, unless it called a routing tool, when a direct call answers instead.
-        let answer = decision.is_none().then_some(Answered { model, completion, fallbacks: 0 });
-        return Ok(Routed { decision: Decision::direct(), answer, usage: Usage::default() });
+        let answered = Answered { model, completion, fallbacks: 0 };
+        if decision.is_none() {
+            return Ok(Routed { decision: Decision::direct(), answer: Some(answered), calls: Vec::new() });
+        }
+        let calls = vec![ModelCall::of(CallKind::Routing, &answered)];
+        return Ok(Routed { decision: Decision::direct(), answer: None, calls });
     }
     let Some(decision) = decision else {
         if !announced_direct {
@@ -334,7 +340,7 @@ async fn routing_call(
         }
         // Its fallbacks are already counted in the metadata.
         let answer = Answered { model, completion, fallbacks: 0 };
-        return Ok(Routed { decision: Decision::direct(), answer: Some(answer), usage: Usage::default() });
+        return Ok(Routed { decision: Decision::direct(), answer: Some(answer), calls: Vec::new() });
     };
 
     meta.route = decision.route;
@@ -346,5 +352,6 @@ async fn routing_call(
     }
     // Sent even after a direct preamble: the route changed (see RouteDecided in the proto).
     events.send(route_event(meta)).await?;
-    Ok(Routed { decision, answer: None, usage: completion.usage })
+    let calls = vec![ModelCall::of(CallKind::Routing, &Answered { model, completion, fallbacks: 0 })];
+    Ok(Routed { decision, answer: None, calls })
 }

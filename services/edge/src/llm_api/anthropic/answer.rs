@@ -247,7 +247,12 @@ mod tests {
             }),
             ChatEvent::Completed(router::ChatCompleted {
                 finish_reason: "tool_calls".into(),
-                usage: Some(router::Usage { prompt_tokens: 3, completion_tokens: 4, total_tokens: 7 }),
+                usage: Some(router::Usage {
+                    prompt_tokens: 3,
+                    completion_tokens: 4,
+                    total_tokens: 7,
+                    ..Default::default()
+                }),
                 tool_calls: vec![router::ToolCall {
                     id: "t1".into(),
                     name: "ls".into(),
