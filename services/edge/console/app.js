@@ -550,6 +550,8 @@ function renderStats(stats) {
   $("#stats-exec-p50").textContent = total ? formatMs(stats.execution_time_p50_ms) : "–";
   $("#stats-exec-p95").textContent = total ? formatMs(stats.execution_time_p95_ms) : "–";
   $("#stats-feedback").textContent = num(stats.feedback_count).toLocaleString();
+  $("#stats-cost").textContent = total ? formatUsd(stats.cost_usd) : "–";
+  $("#stats-cost-note").textContent = total ? costNote(stats) : "";
 
   const fmt = (t) => (t ? new Date(t).toLocaleString([], { dateStyle: "medium", timeStyle: "short" }) : "");
   $("#stats-window-label").textContent =
@@ -575,6 +577,65 @@ function drawCharts() {
   slot("routes").replaceChildren(routesChart(stats, width));
   slot("latency").replaceChildren(latencyChart(stats, width));
   slot("rates").replaceChildren(ratesChart(stats, width));
+  slot("cost").replaceChildren(costChart(stats, width));
+}
+
+function formatUsd(value) {
+  const n = num(value);
+  if (n === 0) return "$0";
+  if (n >= 100) return `$${n.toFixed(0)}`;
+  if (n >= 1) return `$${n.toFixed(2)}`;
+  return `$${n.toPrecision(2)}`;
+}
+
+// The costliest models and what the routing cache and the fast router saved.
+function costNote(stats) {
+  const models = (stats.models || []).slice(0, 3).map((m) => `${m.key} ${formatUsd(m.cost_usd)}`);
+  const parts = [];
+  if (models.length) parts.push(`By model: ${models.join(", ")}`);
+  const avoided = num(stats.routing_calls_avoided);
+  if (avoided) parts.push(`${avoided.toLocaleString()} routing calls avoided, saving ${formatUsd(stats.routing_savings_usd)}`);
+  const unpriced = num(stats.unpriced_calls);
+  if (unpriced) parts.push(`${unpriced.toLocaleString()} calls of unpriced models`);
+  return parts.join(" · ");
+}
+
+// Horizontal bars, one per route: the mean cost of a turn, and the route's total.
+function costChart(stats, width) {
+  const rows = (stats.routes || []).map((r) => ({
+    info: routeInfo(r.route_type),
+    perTurn: num(r.cost_per_turn_usd),
+    total: num(r.cost_usd),
+  }));
+  const rowHeight = 32;
+  const labelWidth = 92;
+  const valueWidth = 120;
+  const height = Math.max(1, rows.length) * rowHeight + 2;
+  const description = rows.map((row) => `${row.info.label}: ${formatUsd(row.perTurn)} per turn, ${formatUsd(row.total)} in all`).join("; ");
+  const root = chartSvg("cost", width, height, "Cost per turn by route", description);
+  const barSpace = Math.max(20, width - labelWidth - valueWidth);
+  const max = Math.max(...rows.map((row) => row.perTurn), 1e-12);
+  rows.forEach((row, i) => {
+    const y = i * rowHeight + 4;
+    root.append(svg("text", { x: 0, y: y + 12, class: "label" }, row.info.label));
+    root.append(svg("text", { x: 0, y: y + 25, class: "sublabel" }, `${formatUsd(row.total)} in all`));
+    root.append(svg("rect", { x: labelWidth, y: y + 2, width: barSpace, height: 12, rx: 6, class: "track" }));
+    const w = row.perTurn > 0 ? Math.max(3, (row.perTurn / max) * barSpace) : 0;
+    root.append(
+      svg("rect", {
+        x: labelWidth,
+        y: y + 2,
+        width: w.toFixed(1),
+        height: 12,
+        rx: 6,
+        class: "bar",
+        "data-route": row.info.slug,
+        "data-value": row.perTurn,
+      }),
+    );
+    root.append(svg("text", { x: width, y: y + 13, class: "value", "text-anchor": "end" }, formatUsd(row.perTurn)));
+  });
+  return root;
 }
 
 function chartSvg(name, width, height, title, description) {

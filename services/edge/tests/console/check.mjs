@@ -139,7 +139,7 @@ async function run(baseUrl, outDir, mode) {
       bars.filter((bar) => Number(bar.dataset.value) > 0 && bar.getBBox().width > 0).length,
     );
     if (routeBars < 1) fail("the route chart has no bar");
-    for (const name of ["latency", "rates"]) {
+    for (const name of ["latency", "rates", "cost"]) {
       if ((await page.locator(`#charts svg[data-chart="${name}"]`).count()) !== 1) fail(`no ${name} chart`);
     }
     await page.locator("section.analytics").screenshot({ path: join(outDir, "console-charts.png") });
