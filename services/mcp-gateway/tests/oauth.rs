@@ -15,7 +15,7 @@ use switchyard_auth::KeyStore;
 use switchyard_kit::{Secret, TenantId, UserId};
 use switchyard_mcp_gateway::{Stores, audit::AuditQuery, auth::AuthMode};
 use switchyard_testkit::{
-    Schema, database_url, free_port,
+    Schema, database_url, eventually, free_port,
     mcp::{FixtureServer, Seen, tool},
     oauth::{AuthorizationServer, Client, SigningKey, now},
     peer_tool, root,
@@ -310,6 +310,34 @@ async fn tokens_are_checked_and_refusals_point_at_the_metadata() {
     let call = calls.first().unwrap_or_else(|| panic!("the refused call is audited: {calls:?}"));
     assert_eq!((call.tenant.as_str(), call.user.as_deref()), ("acme", Some("ann")), "{call:?}");
     assert_eq!(call.groups, ["contractors"], "{call:?}");
+    setup.running.stop().await;
+}
+
+/// A verified token is taken on trust for later requests only while its key is in the JWKS:
+/// rotate the file to a new key and the old token is refused (once the file is re-read), while
+/// a token from the new key is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remembered_token_stops_when_its_key_leaves_the_jwks() {
+    let setup = setup(None).await;
+    let (url, audience, issuer) = (setup.running.mcp_url(), setup.audience.clone(), &setup.issuer);
+    let list = json!({});
+    let old = issuer.mint(&issuer.claims(&audience, "mcp:tools"));
+    for _ in 0..3 {
+        let (status, _, body) = rpc(&url, &[("authorization", &bearer(&old))], "tools/list", list.clone()).await;
+        assert_eq!(status, 200, "{body}");
+    }
+
+    let rotated = SigningKey::generate("rotated-key");
+    std::fs::write(setup._dir.path().join("jwks.json"), rotated.jwks().to_string()).unwrap();
+    let within = switchyard_auth::jwks::FILE_RECHECK + Duration::from_secs(10);
+    eventually(within, "the old key's token is refused after the rotation", || async {
+        let (status, _, _) = rpc(&url, &[("authorization", &bearer(&old))], "tools/list", list.clone()).await;
+        status == 401
+    })
+    .await;
+    let new = rotated.sign(&issuer.claims(&audience, "mcp:tools"));
+    let (status, _, body) = rpc(&url, &[("authorization", &bearer(&new))], "tools/list", list.clone()).await;
+    assert_eq!(status, 200, "the new key's token: {body}");
     setup.running.stop().await;
 }
 

@@ -4,13 +4,15 @@
 //! (RFC 9728) that tells clients where to get them.
 
 use std::{
+    collections::HashMap,
     sync::Mutex,
-    time::{Duration, Instant},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
 use arc_swap::ArcSwapOption;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation, decode, decode_header};
 use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
 use switchyard_auth::{JwksFile, KeySet};
 use switchyard_kit::{RoleId, TenantId, UserId};
 
@@ -32,6 +34,56 @@ const ALGORITHMS: [Algorithm; 9] = [
 /// Least time between two fetches of a JWKS URL (a token naming an unknown `kid` asks for one).
 const REFETCH_EVERY: Duration = Duration::from_secs(30);
 const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest a verified token is taken on trust before its signature is checked again: a key
+/// that leaves the issuer's JWKS stops its tokens within this time.
+const VERIFIED_FOR: Duration = Duration::from_secs(60);
+/// Most tokens remembered as verified (a few hundred bytes each).
+const MAX_VERIFIED: usize = 10_000;
+
+/// Tokens whose signature and claims were checked, by their SHA-256: a client sends the same
+/// bearer with every request, and checking an RSA signature costs a tenth of a millisecond or
+/// more. An entry holds the caller the token stands for and the key that signed it until the
+/// token's `exp` or [`VERIFIED_FOR`], whichever comes first; only fully valid tokens are kept,
+/// and one is taken on trust only while its key is still in the issuer's JWKS.
+#[derive(Default)]
+struct Verified {
+    entries: Mutex<HashMap<[u8; 32], Remembered>>,
+}
+
+#[derive(Clone)]
+struct Remembered {
+    subject: Subject,
+    kid: Option<String>,
+    until: Instant,
+}
+
+impl Verified {
+    fn digest(token: &str) -> [u8; 32] {
+        Sha256::digest(token.as_bytes()).into()
+    }
+
+    fn get(&self, digest: &[u8; 32]) -> Option<Remembered> {
+        let entries = self.entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        entries.get(digest).filter(|entry| Instant::now() < entry.until).cloned()
+    }
+
+    /// Keeps `subject` for the token signed by `kid` until `exp` (seconds since the epoch) or
+    /// VERIFIED_FOR.
+    fn keep(&self, digest: [u8; 32], subject: &Subject, kid: Option<String>, exp: Option<u64>) {
+        let unix_now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let Some(left) = exp.map(|exp| exp.saturating_sub(unix_now)).filter(|left| *left > 0) else { return };
+        let until = Instant::now() + VERIFIED_FOR.min(Duration::from_secs(left));
+        let mut entries = self.entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if entries.len() >= MAX_VERIFIED {
+            let now = Instant::now();
+            entries.retain(|_, entry| entry.until > now);
+            if entries.len() >= MAX_VERIFIED {
+                entries.clear();
+            }
+        }
+        entries.insert(digest, Remembered { subject: subject.clone(), kid, until });
+    }
+}
 
 /// Why a token is refused: `invalid_token` (401) or `insufficient_scope` (403).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -144,6 +196,7 @@ pub struct TokenVerifier {
     tenant_claims: Vec<String>,
     leeway: u64,
     keys: Keys,
+    verified: Verified,
     /// The protected resource metadata document, and where it is served.
     metadata: Value,
     metadata_url: String,
@@ -210,6 +263,7 @@ impl TokenVerifier {
             tenant_claims,
             leeway: args.oauth_leeway.as_secs(),
             keys,
+            verified: Verified::default(),
             metadata,
             metadata_url,
         })
@@ -237,16 +291,48 @@ impl TokenVerifier {
 
     /// The caller a token stands for, or why it is refused.
     pub async fn verify(&self, token: &str) -> Result<Subject, TokenError> {
+        let digest = Verified::digest(token);
+        let remembered = match self.verified.get(&digest) {
+            Some(entry) if self.key(entry.kid.as_deref()).await.is_some() => Some(entry.subject),
+            _ => None,
+        };
+        let (subject, fresh) = match remembered {
+            Some(subject) => (subject, None),
+            None => {
+                let (subject, kid, exp) = self.check(token).await?;
+                (subject, Some((kid, exp)))
+            }
+        };
+        let missing: Vec<String> =
+            self.required_scopes.iter().filter(|s| !subject.scopes.contains(s)).cloned().collect();
+        if !missing.is_empty() {
+            return Err(TokenError::InsufficientScope { missing });
+        }
+        if let Some((kid, exp)) = fresh {
+            self.verified.keep(digest, &subject, kid, exp);
+        }
+        Ok(subject)
+    }
+
+    /// The issuer's key named `kid`, as the keys are now.
+    async fn key(&self, kid: Option<&str>) -> Option<DecodingKey> {
+        match &self.keys {
+            Keys::File(file) => file.key(kid),
+            Keys::Url(remote) => remote.key(kid).await,
+        }
+    }
+
+    /// The signature and claims of a token: the caller it stands for, its key and its `exp`.
+    async fn check(&self, token: &str) -> Result<(Subject, Option<String>, Option<u64>), TokenError> {
         let invalid = |why: String| TokenError::Invalid(why);
         let header = decode_header(token).map_err(|err| invalid(format!("not a JWT: {err}")))?;
         if !ALGORITHMS.contains(&header.alg) {
             return Err(invalid(format!("{:?} tokens are not accepted (asymmetric signatures only)", header.alg)));
         }
-        let key = match &self.keys {
-            Keys::File(file) => file.key(header.kid.as_deref()),
-            Keys::Url(remote) => remote.key(header.kid.as_deref()).await,
-        }
-        .ok_or_else(|| invalid("signed with a key the issuer's JWKS does not hold".into()))?;
+        let key = self
+            .key(header.kid.as_deref())
+            .await
+            .ok_or_else(|| invalid("signed with a key the issuer's JWKS does not hold".into()))?;
         let mut validation = Validation::new(header.alg);
         validation.algorithms = vec![header.alg];
         validation.set_required_spec_claims(&["exp", "iss", "aud"]);
@@ -257,12 +343,7 @@ impl TokenVerifier {
         let claims =
             decode::<Map<String, Value>>(token, &key, &validation).map_err(|err| invalid(describe(&err)))?.claims;
         let subject = self.subject(&claims).map_err(invalid)?;
-        let missing: Vec<String> =
-            self.required_scopes.iter().filter(|s| !subject.scopes.contains(s)).cloned().collect();
-        if !missing.is_empty() {
-            return Err(TokenError::InsufficientScope { missing });
-        }
-        Ok(subject)
+        Ok((subject, header.kid, claims.get("exp").and_then(Value::as_u64)))
     }
 
     /// Claims to the caller: tenant (the first tenant claim present, else the default), user
@@ -352,6 +433,35 @@ mod tests {
             well_known("https://idp.example/tenants/a", "oauth-authorization-server"),
             "https://idp.example/.well-known/oauth-authorization-server/tenants/a"
         );
+    }
+
+    #[test]
+    fn a_verified_token_is_remembered_until_its_expiry_at_most_a_minute() {
+        let verified = Verified::default();
+        let subject = Subject { scopes: vec!["mcp:tools".into()], ..Subject::default() };
+        let unix_now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
+        let (live, expired, no_exp) =
+            (Verified::digest("live"), Verified::digest("expired"), Verified::digest("no-exp"));
+        verified.keep(live, &subject, Some("k1".into()), Some(unix_now + 3600));
+        verified.keep(expired, &subject, Some("k1".into()), Some(unix_now.saturating_sub(1)));
+        verified.keep(no_exp, &subject, Some("k1".into()), None);
+        let entry = verified.get(&live).expect("remembered");
+        assert_eq!((entry.subject.scopes, entry.kid.as_deref()), (vec!["mcp:tools".to_owned()], Some("k1")));
+        assert!(verified.get(&expired).is_none(), "an expired token is never taken on trust");
+        assert!(verified.get(&no_exp).is_none());
+        let entries = verified.entries.lock().unwrap();
+        assert!(entries[&live].until <= Instant::now() + VERIFIED_FOR, "at most VERIFIED_FOR, though it lives an hour");
+    }
+
+    #[test]
+    fn the_verified_tokens_stay_bounded() {
+        let verified = Verified::default();
+        let unix_now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
+        for i in 0..=MAX_VERIFIED {
+            verified.keep(Verified::digest(&i.to_string()), &Subject::default(), None, Some(unix_now + 600));
+        }
+        assert!(verified.entries.lock().unwrap().len() <= MAX_VERIFIED);
+        assert!(verified.get(&Verified::digest(&MAX_VERIFIED.to_string())).is_some(), "the newest is kept");
     }
 
     #[test]
