@@ -60,4 +60,18 @@ async fn a_chat_turn_is_one_trace_across_the_services() {
     ] {
         assert!(in_trace.contains(expected), "{expected} is not in the turn's trace: {in_trace:?}");
     }
+    // The gateway's tool execution carries the OpenTelemetry MCP and GenAI attributes.
+    let tool_call = spans
+        .iter()
+        .find(|s| s.span_context.trace_id() == trace_id && s.name == "mcp tools/call")
+        .expect("the gateway's tool call span");
+    let attribute = |key: &str| {
+        tool_call.attributes.iter().find(|kv| kv.key.as_str() == key).map(|kv| kv.value.as_str().into_owned())
+    };
+    assert_eq!(attribute("gen_ai.operation.name").as_deref(), Some("execute_tool"), "{:?}", tool_call.attributes);
+    assert_eq!(attribute("mcp.method.name").as_deref(), Some("tools/call"), "{:?}", tool_call.attributes);
+    let tool = attribute("gen_ai.tool.name").expect("gen_ai.tool.name");
+    assert!(tool.ends_with("get-sum"), "the tool called: {tool}");
+    assert!(attribute("mcp.session.id").is_some_and(|id| !id.is_empty()), "{:?}", tool_call.attributes);
+    assert_eq!(attribute("error.type"), None, "the call succeeded");
 }

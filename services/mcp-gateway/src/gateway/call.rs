@@ -66,7 +66,22 @@ impl Gateway {
 
     /// [`Self::call_tool_for`] for `subject`: a tool its policies do not let it call is
     /// refused here and never reaches its server.
-    #[tracing::instrument(name = "mcp tools/call", skip_all, fields(tool = name, server))]
+    /// Its span carries the OpenTelemetry MCP and GenAI attributes of a tool execution
+    /// (`mcp.method.name`, `gen_ai.operation.name` = `execute_tool`, `gen_ai.tool.name`,
+    /// `mcp.session.id`, and `error.type` when it fails), so a GenAI-aware trace viewer shows it.
+    #[tracing::instrument(
+        name = "mcp tools/call",
+        skip_all,
+        fields(
+            tool = name,
+            server,
+            mcp.method.name = "tools/call",
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = name,
+            mcp.session.id = key.map(|k| k.id.as_str()),
+            error.type = tracing::field::Empty,
+        )
+    )]
     pub async fn call_tool_as(
         &self,
         subject: &Subject,
@@ -79,6 +94,9 @@ impl Gateway {
         let (arguments_sha256, arguments_bytes) = audit::digest(arguments.as_ref());
         let kept = self.settings.audit.kept(arguments.as_ref());
         let result = self.call_checked(subject, key, name, arguments, arguments_bytes, caller).await;
+        if let Err(err) = &result {
+            tracing::Span::current().record("error.type", error_type(err));
+        }
         self.audit_call(subject, key, name, (arguments_sha256, arguments_bytes, kept), &result, started.elapsed());
         result
     }
@@ -268,5 +286,19 @@ impl Gateway {
             duration_ms: u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
             at: Utc::now(),
         });
+    }
+}
+
+/// A failed call's `error.type`: a low-cardinality name of what went wrong.
+fn error_type(err: &GatewayError) -> &'static str {
+    match err {
+        GatewayError::InvalidArgument { .. } => "invalid_argument",
+        GatewayError::UnknownTool(_) => "unknown_tool",
+        GatewayError::Denied { .. } => "denied",
+        GatewayError::ServerUnavailable(_) => "server_unavailable",
+        GatewayError::Timeout { .. } => "timeout",
+        GatewayError::Downstream(_) => "downstream_error",
+        GatewayError::Store(_) => "store",
+        GatewayError::Internal(_) => "internal",
     }
 }
