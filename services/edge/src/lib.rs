@@ -17,6 +17,7 @@ pub mod config;
 pub mod console;
 pub mod error;
 pub mod health;
+pub mod http_metrics;
 pub mod limit;
 pub mod llm_api;
 pub mod openapi;
@@ -67,6 +68,7 @@ pub struct Edge {
     pub shutdown: ShutdownNotice,
     /// `/v1/responses` answers, for `previous_response_id` and `GET /v1/responses/{id}`.
     pub responses: responses::ResponseStore,
+    pub http_metrics: http_metrics::HttpMetrics,
 }
 
 impl Edge {
@@ -113,6 +115,7 @@ pub fn app(edge: Arc<Edge>, cors_origins: &[String]) -> Router {
         .route("/console/{asset}", get(console::asset))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
+        .route("/metrics", get(http_metrics::scrape))
         .route("/openapi.json", get(openapi::document))
         .route("/v1/models", get(openai::models))
         .route("/v1/chat/completions", post(openai::chat_completions))
@@ -123,6 +126,8 @@ pub fn app(edge: Arc<Edge>, cors_origins: &[String]) -> Router {
         .route("/v1/responses/{id}", get(responses::retrieve))
         .route("/api/context/process/stream", post(rest::process_stream))
         .fallback(rest::transcode)
+        // Rate, errors and latency per route template; inside the request id layers.
+        .layer(axum::middleware::from_fn_with_state(edge.clone(), http_metrics::measure))
         .with_state(edge)
         // A request id for every request (the caller's, or a new one), answered in
         // `x-request-id`, sent on to the services and named in the one log line of a failure.
@@ -243,6 +248,7 @@ impl EdgeServer {
             readiness,
             shutdown: ShutdownNotice::default(),
             responses,
+            http_metrics: http_metrics::HttpMetrics::new(),
         });
         let app = app(edge.clone(), &config.cors_origins);
         let listener =
