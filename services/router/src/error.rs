@@ -18,6 +18,14 @@ pub enum RouterError {
     #[error("{0}")]
     ModelsUnavailable(String),
 
+    /// The caller may not do this (budgets are the operator's).
+    #[error("{0}")]
+    PermissionDenied(String),
+
+    /// A budget of the caller is spent; the message names it.
+    #[error("{0}")]
+    BudgetSpent(String),
+
     /// The client went away before the turn finished.
     #[error("the client cancelled the request")]
     Cancelled,
@@ -76,6 +84,8 @@ impl ServiceError for RouterError {
             Self::NotFound(_) => ErrorCode::NotFound,
             Self::FailedPrecondition(_) => ErrorCode::FailedPrecondition,
             Self::ModelsUnavailable(_) => ErrorCode::Unavailable,
+            Self::BudgetSpent(_) => ErrorCode::ResourceExhausted,
+            Self::PermissionDenied(_) => ErrorCode::PermissionDenied,
             Self::Cancelled => ErrorCode::Unavailable,
             Self::ShuttingDown => ErrorCode::Unavailable,
             Self::Dependency { code, .. } => *code,

@@ -5,7 +5,7 @@ use std::{pin::Pin, sync::Arc};
 
 use chrono::{DateTime, Duration as ChronoDuration, Utc};
 use futures::Stream;
-use switchyard_kit::{Identity, proto_time::timestamp, to_status};
+use switchyard_kit::{Identity, TenantId, proto_time::timestamp, to_status};
 use switchyard_proto::router::v1::{self as pb, router_service_server::RouterService};
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status};
@@ -13,6 +13,7 @@ use tracing::Instrument;
 
 use crate::{
     analytics::{AnalyticsStore, Correction, Feedback, RecordedTurn, Spend},
+    budget::{Budget, BudgetStatus, Period},
     cost::{NANOS_PER_USD, nanos_to_usd},
     error::RouterError,
     events::{Events, TurnEvent},
@@ -26,6 +27,9 @@ use crate::{
 const MAX_COMMENT_BYTES: usize = 4 * 1024;
 /// Longest response id accepted (`chat-` and a UUID is 41).
 const MAX_RESPONSE_ID_BYTES: usize = 64;
+/// Response metadata a turn past a budget's soft threshold carries: which budget, how much is
+/// spent.
+pub const BUDGET_WARNING_HEADER: &str = "x-switchyard-budget-warning";
 /// Stream events buffered towards a slow client before the turn waits for it.
 const STREAM_BUFFER: usize = 64;
 
@@ -91,7 +95,13 @@ impl RouterService for RouterGrpc {
         let identity = Identity::of(&request);
         let turn = TurnRequest::validate(RawTurn::from(request.into_inner()), &self.router.limits).map_err(status)?;
         let outcome = self.router.turn(identity, turn, Events::none()).await.map_err(status)?;
-        Ok(Response::new(outcome.to_response()))
+        let mut response = Response::new(outcome.to_response());
+        if let Some(warning) = &outcome.budget_warning
+            && let Ok(value) = tonic::metadata::MetadataValue::try_from(warning.as_str())
+        {
+            response.metadata_mut().insert(BUDGET_WARNING_HEADER, value);
+        }
+        Ok(response)
     }
 
     type ChatStreamStream = ChatEvents;
@@ -227,6 +237,30 @@ impl RouterService for RouterGrpc {
         }))
     }
 
+    async fn set_budget(
+        &self,
+        request: Request<pb::SetBudgetRequest>,
+    ) -> Result<Response<pb::SetBudgetResponse>, Status> {
+        let identity = Identity::of(&request);
+        self.set_budget_for(&identity, request.into_inner()).await.map(Response::new).map_err(status)
+    }
+
+    async fn list_budgets(
+        &self,
+        request: Request<pb::ListBudgetsRequest>,
+    ) -> Result<Response<pb::ListBudgetsResponse>, Status> {
+        let identity = Identity::of(&request);
+        self.list_budgets_for(&identity, request.into_inner()).await.map(Response::new).map_err(status)
+    }
+
+    async fn delete_budget(
+        &self,
+        request: Request<pb::DeleteBudgetRequest>,
+    ) -> Result<Response<pb::DeleteBudgetResponse>, Status> {
+        let identity = Identity::of(&request);
+        self.delete_budget_for(&identity, request.into_inner()).await.map(Response::new).map_err(status)
+    }
+
     async fn submit_feedback(
         &self,
         request: Request<pb::SubmitFeedbackRequest>,
@@ -300,7 +334,99 @@ impl RouterService for RouterGrpc {
     }
 }
 
+/// Budgets are set by the operator: an administrator of the default tenant.
+fn operator(identity: &Identity) -> Result<(), RouterError> {
+    if identity.admin && identity.tenant == TenantId::default_tenant() {
+        Ok(())
+    } else {
+        Err(RouterError::PermissionDenied(
+            "budgets are set by the operator: an administrator of the default tenant".to_owned(),
+        ))
+    }
+}
+
+fn budget_period(period: i32) -> Option<Period> {
+    match pb::BudgetPeriod::try_from(period).ok()? {
+        pb::BudgetPeriod::Day => Some(Period::Day),
+        pb::BudgetPeriod::Month => Some(Period::Month),
+        pb::BudgetPeriod::Unspecified => None,
+    }
+}
+
+fn budget_proto(status: &BudgetStatus) -> pb::Budget {
+    let budget = &status.budget;
+    pb::Budget {
+        tenant_id: budget.tenant.as_str().to_owned(),
+        key_id: budget.key_id.clone(),
+        limit_usd: nanos_to_usd(budget.limit_nanousd),
+        soft_usd: nanos_to_usd(budget.soft_nanousd),
+        period: match budget.period {
+            Period::Day => pb::BudgetPeriod::Day,
+            Period::Month => pb::BudgetPeriod::Month,
+        } as i32,
+        spent_usd: nanos_to_usd(status.spent_nanousd),
+        period_start: Some(timestamp(status.period_start)),
+    }
+}
+
+fn budget_tenant(text: &str) -> Result<TenantId, RouterError> {
+    TenantId::parse(text).map_err(|_| {
+        RouterError::invalid("tenant_id", format!("`{text}` must be 1 to 64 characters of [A-Za-z0-9._-]"))
+    })
+}
+
 impl RouterGrpc {
+    pub(crate) async fn set_budget_for(
+        &self,
+        identity: &Identity,
+        request: pb::SetBudgetRequest,
+    ) -> Result<pb::SetBudgetResponse, RouterError> {
+        operator(identity)?;
+        let sent = request.budget.ok_or_else(|| RouterError::invalid("budget", "is required"))?;
+        let tenant = if sent.tenant_id.is_empty() { identity.tenant.as_str() } else { sent.tenant_id.as_str() };
+        let budget = Budget::new(tenant, &sent.key_id, sent.limit_usd, sent.soft_usd, budget_period(sent.period))?;
+        let status = self.router.budgets.set(&budget).await?;
+        tracing::info!(tenant = %budget.tenant.as_str(), key_id = %budget.key_id, limit_usd = sent.limit_usd, soft_usd = sent.soft_usd, period = budget.period.as_str(), "budget set");
+        Ok(pb::SetBudgetResponse { budget: Some(budget_proto(&status)) })
+    }
+
+    pub(crate) async fn list_budgets_for(
+        &self,
+        identity: &Identity,
+        request: pb::ListBudgetsRequest,
+    ) -> Result<pb::ListBudgetsResponse, RouterError> {
+        if !identity.admin {
+            return Err(RouterError::PermissionDenied("budgets are read by an administrator".to_owned()));
+        }
+        let is_operator = operator(identity).is_ok();
+        let tenant = match (request.tenant_id.as_str(), is_operator) {
+            ("", true) => None,
+            ("", false) => Some(identity.tenant.clone()),
+            (named, _) => {
+                let named = budget_tenant(named)?;
+                if !is_operator && named != identity.tenant {
+                    return Err(RouterError::PermissionDenied(
+                        "another tenant's budgets are the operator's".to_owned(),
+                    ));
+                }
+                Some(named)
+            }
+        };
+        let statuses = self.router.budgets.list(tenant.as_ref()).await?;
+        Ok(pb::ListBudgetsResponse { budgets: statuses.iter().map(budget_proto).collect() })
+    }
+
+    pub(crate) async fn delete_budget_for(
+        &self,
+        identity: &Identity,
+        request: pb::DeleteBudgetRequest,
+    ) -> Result<pb::DeleteBudgetResponse, RouterError> {
+        operator(identity)?;
+        let tenant = budget_tenant(&request.tenant_id)?;
+        let deleted = self.router.budgets.delete(&tenant, &request.key_id).await?;
+        Ok(pb::DeleteBudgetResponse { deleted })
+    }
+
     /// What an answer recorded. Decisions are written in batches, so feedback that follows
     /// its answer closely may find it still buffered: flush once and look again.
     async fn recorded_turn(&self, identity: &Identity, id: &str) -> Result<Option<RecordedTurn>, RouterError> {

@@ -7,6 +7,7 @@
 //! every decision and computes the figures of GetRoutingStats.
 
 pub mod analytics;
+pub mod budget;
 pub mod cache;
 pub mod clients;
 pub mod config;
@@ -36,6 +37,7 @@ pub use turn::Router;
 
 use crate::{
     analytics::{AnalyticsStore, DecisionSink, MemoryAnalytics, PostgresAnalytics, Recorder},
+    budget::{Budgets, PostgresBudgetBook, RedisSpendCounters},
     cache::{Learning, RoutingCache},
     clients::{GatewayClient, SessionsClient},
     conversations::ConversationKeys,
@@ -106,6 +108,34 @@ pub async fn open_conversations(config: &RouterConfig) -> anyhow::Result<Arc<Con
     }
 }
 
+/// Budgets in Postgres with their spend counted in Redis (shared by replicas); in memory with
+/// `--in-memory`, or when no Redis is configured (one replica's counters, rebuilt from
+/// Postgres on a restart).
+pub async fn open_budgets(config: &RouterConfig) -> anyhow::Result<Arc<Budgets>> {
+    let args = config.stores.store_args();
+    match args.plan("router", false).map_err(anyhow::Error::msg)? {
+        StorePlan::InMemory => Ok(Arc::new(Budgets::memory())),
+        StorePlan::Durable { database_url, .. } => {
+            let book = Arc::new(
+                PostgresBudgetBook::connect(database_url.expose(), &args.db_schema)
+                    .await
+                    .with_context(|| format!("opening Postgres at {}", database_url.url_without_credentials()))?,
+            );
+            let counters: Arc<dyn budget::SpendCounters> = match &args.redis_url {
+                Some(url) => {
+                    let conn = switchyard_kit::store::RedisConnection::connect(url)
+                        .await
+                        .with_context(|| format!("opening Redis at {}", url.url_without_credentials()))?;
+                    let prefix = switchyard_kit::store::KeyPrefix::parse(&args.redis_prefix)?;
+                    Arc::new(RedisSpendCounters::new(conn, prefix))
+                }
+                None => Arc::new(budget::MemorySpendCounters::default()),
+            };
+            Ok(Arc::new(Budgets::new(book, counters)))
+        }
+    }
+}
+
 /// Checks the settings no flag parser can.
 fn check(config: &RouterConfig) -> anyhow::Result<()> {
     let similarity = config.cache_similarity;
@@ -133,7 +163,8 @@ impl RouterServer {
         let providers = with_local_model(config, config.providers.build()?).await?;
         let fast = fast_path(config);
         let conversations = open_conversations(config).await?;
-        Self::bind_with_conversations(config, stores, conversations, providers, fast).await
+        let budgets = open_budgets(config).await?;
+        Self::bind_with_budgets(config, stores, conversations, budgets, providers, fast).await
     }
 
     /// Binds with a given analytics store (and an in-process routing cache when the
@@ -158,10 +189,23 @@ impl RouterServer {
         Self::bind_with_conversations(config, stores, conversations, providers, fast).await
     }
 
+    /// Binds with the given parts; budgets are kept in memory.
     pub async fn bind_with_conversations(
         config: &RouterConfig,
         stores: Stores,
         conversations: Arc<ConversationKeys>,
+        providers: Providers,
+        fast: Arc<FastPath>,
+    ) -> anyhow::Result<Self> {
+        let budgets = Arc::new(Budgets::memory());
+        Self::bind_with_budgets(config, stores, conversations, budgets, providers, fast).await
+    }
+
+    pub async fn bind_with_budgets(
+        config: &RouterConfig,
+        stores: Stores,
+        conversations: Arc<ConversationKeys>,
+        budgets: Arc<Budgets>,
         providers: Providers,
         fast: Arc<FastPath>,
     ) -> anyhow::Result<Self> {
@@ -189,6 +233,7 @@ impl RouterServer {
             default_model: config.default_model.clone(),
             fallback_models: config.fallback_models.clone(),
             prices,
+            budgets,
             recorder,
             metrics: Metrics::new(),
             fast: fast.clone(),

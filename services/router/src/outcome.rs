@@ -124,6 +124,8 @@ pub struct TurnOutcome {
     pub tool_calls: Vec<ToolCall>,
     pub usage: Usage,
     pub metadata: Metadata,
+    /// Set when the turn went on past a budget's soft threshold.
+    pub budget_warning: Option<String>,
 }
 
 fn tool_calls_proto(calls: &[ToolCall]) -> Vec<pb::ToolCall> {

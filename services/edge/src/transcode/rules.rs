@@ -42,9 +42,12 @@ impl Upstream {
     }
 }
 
-/// RPCs that change a tenant's roles or the trigger registry: callers need an administrator
-/// credential.
+/// RPCs that change a tenant's roles or the trigger registry, or set and read budgets: callers
+/// need an administrator credential.
 const ADMIN_RPCS: &[&str] = &[
+    "switchyard.router.v1.RouterService.SetBudget",
+    "switchyard.router.v1.RouterService.ListBudgets",
+    "switchyard.router.v1.RouterService.DeleteBudget",
     "switchyard.sessions.v1.RoleService.CreateRole",
     "switchyard.sessions.v1.RoleService.UpdateRole",
     "switchyard.sessions.v1.RoleService.DeleteRole",
@@ -55,7 +58,10 @@ const ADMIN_RPCS: &[&str] = &[
 /// RPCs on the trigger registry itself, which holds every tenant's roles (their ids and
 /// patterns) and decides for all of them: only an administrator of the `default` tenant (the
 /// operator's; open mode is one) may call them. Tenants reach detection through their sessions.
+/// Budgets are the operator's to set, too (a tenant's administrator may read its own).
 const OPERATOR_RPCS: &[&str] = &[
+    "switchyard.router.v1.RouterService.SetBudget",
+    "switchyard.router.v1.RouterService.DeleteBudget",
     "switchyard.triggers.v1.TriggerService.RegisterRoleTriggers",
     "switchyard.triggers.v1.TriggerService.UnregisterRole",
     "switchyard.triggers.v1.TriggerService.ListRoleTriggers",

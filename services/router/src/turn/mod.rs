@@ -22,6 +22,7 @@ use tracing::Instrument;
 
 use crate::{
     analytics::{DecisionRecord, Recorder},
+    budget::{Allowance, Budgets},
     cache::{Learning, RoutingCache},
     clients::{GatewayClient, SessionTurn, SessionsClient},
     config::GatewayToolsTenants,
@@ -59,6 +60,8 @@ pub struct Router {
     pub(crate) fallback_models: Vec<ModelRef>,
     /// What model calls cost (`ROUTER_MODEL_PRICES`).
     pub(crate) prices: Prices,
+    /// Spend budgets: checked before a turn, charged after it.
+    pub(crate) budgets: Arc<Budgets>,
     pub(crate) recorder: Option<Arc<Recorder>>,
     pub(crate) metrics: Metrics,
     /// The fast router and the embedder (loaded in the background after start).
@@ -219,6 +222,15 @@ impl Router {
     ) -> Result<TurnOutcome, RouterError> {
         let started = Instant::now();
         self.check_models(&request)?;
+        let allowance = match self.budgets.check(&identity.tenant).await {
+            Ok(allowance) => allowance,
+            Err(spent @ RouterError::BudgetSpent(_)) => return Err(spent),
+            // Budgets that cannot be read do not stop the service: the turn goes on uncounted.
+            Err(err) => {
+                tracing::warn!(error = %err, "could not check the tenant's budgets; the turn goes on");
+                Allowance::default()
+            }
+        };
         let id = format!("chat-{}", uuid::Uuid::new_v4());
         let continuation = request.is_continuation();
         let mut session = self.open_session(&identity, &request).await?;
@@ -342,6 +354,7 @@ impl Router {
         });
         meta.cost_parts = price_calls(&self.prices, &calls, &meta.role_id);
         meta.cost_nanousd = meta.cost_parts.iter().map(|part| part.cost_nanousd).sum();
+        self.budgets.charge(&identity.tenant, &allowance, meta.cost_nanousd).await;
 
         let outcome = TurnOutcome {
             id,
@@ -353,6 +366,7 @@ impl Router {
             tool_calls,
             usage,
             metadata: meta,
+            budget_warning: allowance.warning.clone(),
         };
         if let Err(status) = self
             .sessions
@@ -510,6 +524,7 @@ impl Router {
             tool_calls: Vec::new(),
             usage: Usage::default(),
             metadata,
+            budget_warning: None,
         };
         if let Some(recorder) = &self.recorder {
             let message = self.learning.is_some().then_some(request.message.as_str());

@@ -14,7 +14,12 @@ use switchyard_proto::router::v1::{
     ChatRequest, ChatStreamRequest, ChatStreamResponse, router_service_client::RouterServiceClient,
 };
 use switchyard_router::{
-    RouterConfig, RouterServer, Stores, analytics::PostgresAnalytics, cache::RoutingCache, fast::FastPath,
+    RouterConfig, RouterServer, Stores,
+    analytics::PostgresAnalytics,
+    budget::{Budgets, PostgresBudgetBook, RedisSpendCounters},
+    cache::RoutingCache,
+    conversations::ConversationKeys,
+    fast::FastPath,
 };
 pub use switchyard_testkit::{ClosedPort, closed_port, wait_serving};
 use switchyard_testkit::{Schema, Served, Shutdown, database_url, eventually, llm::ScriptedLlm, peer_tool};
@@ -42,6 +47,9 @@ pub struct Options {
     pub fast_router: bool,
     /// Turn the routing cache on, with its exact entries in the test Redis under a fresh prefix.
     pub redis_cache: bool,
+    /// Keep budgets in the suite's Postgres schema and count their spend in the test Redis
+    /// under a fresh prefix (otherwise budgets are in memory).
+    pub budgets: bool,
     pub configure: Box<dyn FnOnce(&mut RouterConfig) + Send>,
 }
 
@@ -54,6 +62,7 @@ impl Default for Options {
             fallback_models: Vec::new(),
             fast_router: false,
             redis_cache: false,
+            budgets: false,
             configure: Box::new(|_| {}),
         }
     }
@@ -72,6 +81,8 @@ pub struct Suite {
     /// The router's configuration, for a second replica.
     pub config: RouterConfig,
     redis_cache: Option<switchyard_testkit::KeyPrefix>,
+    /// Where the budgets' spend counters are, with `budgets`.
+    pub budget_prefix: Option<switchyard_testkit::KeyPrefix>,
     /// Holds the absent gateway's port closed for the stack's lifetime.
     _down: Option<ClosedPort>,
 }
@@ -99,6 +110,8 @@ impl Suite {
         let prefix = options.redis_cache.then(|| switchyard_testkit::KeyPrefix::new("router-cache"));
         let cache_prefix = prefix.as_ref().map(|prefix| prefix.as_str().to_owned());
         let (openai_base_url, anthropic_base_url) = (llm.openai_base_url(), llm.anthropic_base_url());
+        let budget_prefix = options.budgets.then(|| switchyard_testkit::KeyPrefix::new("router-budget"));
+        let budget_counters = budget_prefix.as_ref().map(|prefix| prefix.as_str().to_owned());
         let Options { default_model, fallback_models, fast_router, redis_cache, configure, .. } = options;
         let schema = Schema::new("router_test");
         let schema_name = schema.name().to_owned();
@@ -128,7 +141,9 @@ impl Suite {
                 }
                 configure(config);
             })
-            .bind_router(move |config| async move { Ok(Self::bind_replica(&config, &schema_name, redis_cache).await) })
+            .bind_router(move |config| async move {
+                Ok(Self::bind_replica(&config, &schema_name, redis_cache, budget_counters.as_deref()).await)
+            })
             .without_edge()
             .start()
             .await
@@ -167,20 +182,27 @@ impl Suite {
             schema,
             config,
             redis_cache: prefix,
+            budget_prefix,
             _down: down,
         }
     }
 
     /// A router on `config` with its analytics in `schema` (and, for `redis_cache`, its exact
     /// routing cache in the test Redis), serving, with its fast router loaded when configured.
-    async fn replica(config: &RouterConfig, schema: &Schema, redis_cache: bool) -> Served {
-        let router = Self::bind_replica(config, schema.name(), redis_cache).await;
+    async fn replica(config: &RouterConfig, schema: &Schema, redis_cache: bool, budgets: Option<&str>) -> Served {
+        let router = Self::bind_replica(config, schema.name(), redis_cache, budgets).await;
         Served::spawn(router.local_addr(), |stop| router.serve(stop))
     }
 
     /// A router on `config` with its analytics in `schema` (and, for `redis_cache`, its exact
-    /// routing cache in the test Redis), with its fast router loaded when configured.
-    async fn bind_replica(config: &RouterConfig, schema: &str, redis_cache: bool) -> RouterServer {
+    /// routing cache in the test Redis), with its fast router loaded when configured, and its
+    /// budgets' spend counted in the test Redis under `budgets` when given.
+    async fn bind_replica(
+        config: &RouterConfig,
+        schema: &str,
+        redis_cache: bool,
+        budgets: Option<&str>,
+    ) -> RouterServer {
         let store = Arc::new(
             PostgresAnalytics::connect(&database_url(), schema)
                 .await
@@ -208,14 +230,27 @@ impl Suite {
         };
         let providers = config.providers.build().expect("providers");
         let stores = Stores { analytics: store, cache };
-        RouterServer::bind_with_parts(config, stores, providers, fast).await.expect("router binds")
+        let Some(budget_prefix) = budgets else {
+            return RouterServer::bind_with_parts(config, stores, providers, fast).await.expect("router binds");
+        };
+        let book = PostgresBudgetBook::connect(&database_url(), schema).await.expect("budgets in postgres");
+        let url = Secret::new(switchyard_testkit::redis_url());
+        let conn = switchyard_kit::store::RedisConnection::connect(&url)
+            .await
+            .unwrap_or_else(|err| panic!("redis at {} (set REDIS_URL): {err}", url.url_without_credentials()));
+        let prefix = switchyard_kit::store::KeyPrefix::parse(budget_prefix).expect("prefix");
+        let budgets = Arc::new(Budgets::new(Arc::new(book), Arc::new(RedisSpendCounters::new(conn, prefix))));
+        let conversations = Arc::new(ConversationKeys::memory(config.conversation_ttl));
+        RouterServer::bind_with_budgets(config, stores, conversations, budgets, providers, fast)
+            .await
+            .expect("router binds")
     }
 
     /// A second router replica sharing this one's Postgres schema (and Redis cache).
     pub async fn second_replica(&self) -> Served {
         let mut config = self.config.clone();
         config.listen = loopback();
-        Self::replica(&config, &self.schema, self.redis_cache.is_some()).await
+        Self::replica(&config, &self.schema, self.redis_cache.is_some(), self.budget_prefix.as_deref()).await
     }
 
     pub async fn channel(&self) -> Channel {

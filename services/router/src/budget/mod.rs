@@ -1,0 +1,375 @@
+//! Spend budgets per tenant: a hard limit that refuses new turns once the period's spend
+//! reaches it, and a soft threshold that only warns. The budgets themselves live in a
+//! [`BudgetBook`] (Postgres, or memory for `switchyard dev`); what was spent is counted in
+//! [`SpendCounters`] (Redis, shared by replicas, or memory), one counter per budget and period,
+//! rebuilt from the recorded decisions' costs when Redis has lost it.
+
+mod memory;
+mod postgres;
+mod redis;
+
+use std::{
+    collections::HashSet,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Datelike, NaiveDate, TimeZone, Utc};
+use opentelemetry::{
+    KeyValue,
+    metrics::{Counter, Gauge},
+};
+use switchyard_kit::{TenantId, store::StoreError};
+
+pub use memory::{MemoryBudgetBook, MemorySpendCounters};
+pub use postgres::PostgresBudgetBook;
+pub use redis::RedisSpendCounters;
+
+use crate::{
+    cost::{NANOS_PER_USD, nanos_to_usd},
+    error::RouterError,
+};
+
+/// A counter outlives its period by this much, so a late turn still finds it.
+const COUNTER_MARGIN: Duration = Duration::from_secs(24 * 3600);
+
+/// The window a budget counts spend over: a UTC calendar day or month.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Period {
+    Day,
+    Month,
+}
+
+impl Period {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Day => "day",
+            Self::Month => "month",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "day" => Some(Self::Day),
+            "month" => Some(Self::Month),
+            _ => None,
+        }
+    }
+
+    /// The start of the window `now` falls in, and the start of the next one.
+    pub fn window(self, now: DateTime<Utc>) -> (DateTime<Utc>, DateTime<Utc>) {
+        let today = now.date_naive();
+        let (start, end) = match self {
+            Self::Day => (today, today.succ_opt().unwrap_or(today)),
+            Self::Month => {
+                let first = NaiveDate::from_ymd_opt(today.year(), today.month(), 1).unwrap_or(today);
+                let next = if today.month() == 12 {
+                    NaiveDate::from_ymd_opt(today.year() + 1, 1, 1)
+                } else {
+                    NaiveDate::from_ymd_opt(today.year(), today.month() + 1, 1)
+                };
+                (first, next.unwrap_or(first))
+            }
+        };
+        let at_midnight = |date: NaiveDate| Utc.from_utc_datetime(&date.and_hms_opt(0, 0, 0).unwrap_or_default());
+        (at_midnight(start), at_midnight(end))
+    }
+}
+
+/// A budget as set: valid by construction (a positive limit, a soft threshold below it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Budget {
+    pub tenant: TenantId,
+    /// Empty: the whole tenant.
+    pub key_id: String,
+    pub limit_nanousd: i64,
+    /// 0: no soft threshold.
+    pub soft_nanousd: i64,
+    pub period: Period,
+}
+
+/// Longest API key id accepted.
+const MAX_KEY_ID_BYTES: usize = 128;
+
+impl Budget {
+    /// Checks a budget as a caller sent it; errors name the field.
+    pub fn new(
+        tenant: &str,
+        key_id: &str,
+        limit_usd: f64,
+        soft_usd: f64,
+        period: Option<Period>,
+    ) -> Result<Self, RouterError> {
+        let tenant = TenantId::parse(tenant).map_err(|_| {
+            RouterError::invalid("tenant_id", format!("`{tenant}` must be 1 to 64 characters of [A-Za-z0-9._-]"))
+        })?;
+        if key_id.len() > MAX_KEY_ID_BYTES
+            || !key_id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+        {
+            return Err(RouterError::invalid("key_id", "must be at most 128 characters of [A-Za-z0-9._-]"));
+        }
+        let period = period.ok_or_else(|| RouterError::invalid("period", "must be day or month"))?;
+        let limit_nanousd = usd_to_nanos(limit_usd).filter(|n| *n > 0).ok_or_else(|| {
+            RouterError::invalid("limit_usd", format!("must be a positive amount of dollars, got {limit_usd}"))
+        })?;
+        let soft_nanousd = usd_to_nanos(soft_usd).ok_or_else(|| {
+            RouterError::invalid("soft_usd", format!("must be zero or a positive amount of dollars, got {soft_usd}"))
+        })?;
+        if soft_nanousd > limit_nanousd {
+            return Err(RouterError::invalid(
+                "soft_usd",
+                format!("must not be above limit_usd ({soft_usd} > {limit_usd})"),
+            ));
+        }
+        Ok(Self { tenant, key_id: key_id.to_owned(), limit_nanousd, soft_nanousd, period })
+    }
+
+    /// How the budget is named to callers: `tenant` or `tenant/key`.
+    pub fn name(&self) -> String {
+        if self.key_id.is_empty() {
+            self.tenant.as_str().to_owned()
+        } else {
+            format!("{}/{}", self.tenant.as_str(), self.key_id)
+        }
+    }
+}
+
+/// Whole dollars and fractions to nano-dollars; `None` for negative, non-finite or huge.
+fn usd_to_nanos(usd: f64) -> Option<i64> {
+    let nanos = (usd * NANOS_PER_USD).round();
+    (usd.is_finite() && nanos >= 0.0 && nanos < i64::MAX as f64).then_some(nanos as i64)
+}
+
+/// A budget with what was spent in its current period.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BudgetStatus {
+    pub budget: Budget,
+    pub spent_nanousd: i64,
+    pub period_start: DateTime<Utc>,
+}
+
+/// Where budgets are kept, and the record of what turns cost that spend is rebuilt from.
+#[async_trait]
+pub trait BudgetBook: Send + Sync + 'static {
+    async fn put(&self, budget: &Budget) -> Result<(), StoreError>;
+    /// Removes a budget; false when there was none.
+    async fn delete(&self, tenant: &TenantId, key_id: &str) -> Result<bool, StoreError>;
+    /// One tenant's budgets, or every tenant's.
+    async fn list(&self, tenant: Option<&TenantId>) -> Result<Vec<Budget>, StoreError>;
+    /// What the tenant's recorded turns cost since `since`, in nano-dollars.
+    async fn recorded_spend(&self, tenant: &TenantId, since: DateTime<Utc>) -> Result<i64, StoreError>;
+}
+
+/// Spend counters shared by replicas. Every counter of a tenant is in one Redis Cluster slot.
+#[async_trait]
+pub trait SpendCounters: Send + Sync + 'static {
+    /// The counters' values; `None` where a counter is missing (never set, expired or lost).
+    async fn read(&self, tenant: &TenantId, counters: &[String]) -> Result<Vec<Option<i64>>, StoreError>;
+    /// Sets a missing counter (a replica that got there first wins); returns its value.
+    async fn seed(&self, tenant: &TenantId, counter: &str, nanos: i64, ttl: Duration) -> Result<i64, StoreError>;
+    /// Adds to the counters that exist (a missing one is rebuilt on the next check).
+    async fn add(&self, tenant: &TenantId, counters: &[String], nanos: i64) -> Result<(), StoreError>;
+}
+
+/// A check's result for a turn allowed to go on.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Allowance {
+    /// The counters the turn's cost is added to.
+    counters: Vec<String>,
+    /// Set when a soft threshold is passed: says which budget and how much is spent.
+    pub warning: Option<String>,
+}
+
+/// The router's budgets: the check before a turn and the charge after it.
+pub struct Budgets {
+    book: Arc<dyn BudgetBook>,
+    counters: Arc<dyn SpendCounters>,
+    /// (budget name, period start) pairs already warned about by this replica.
+    warned: Mutex<HashSet<(String, DateTime<Utc>)>>,
+    warnings: Counter<u64>,
+    used_ratio: Gauge<f64>,
+}
+
+impl Budgets {
+    pub fn new(book: Arc<dyn BudgetBook>, counters: Arc<dyn SpendCounters>) -> Self {
+        let meter = opentelemetry::global::meter("switchyard-router");
+        Self {
+            book,
+            counters,
+            warned: Mutex::default(),
+            warnings: meter
+                .u64_counter("router.budget.warnings")
+                .with_description("Turns that went on past a budget's soft threshold, by tenant and key")
+                .build(),
+            used_ratio: meter
+                .f64_gauge("switchyard.budget.used_ratio")
+                .with_description("Share of a budget's hard limit spent in its current period, by tenant and key")
+                .build(),
+        }
+    }
+
+    /// In memory (one replica, `switchyard dev`, tests).
+    pub fn memory() -> Self {
+        Self::new(Arc::new(MemoryBudgetBook::default()), Arc::new(MemorySpendCounters::default()))
+    }
+
+    pub async fn set(&self, budget: &Budget) -> Result<BudgetStatus, RouterError> {
+        self.book.put(budget).await.map_err(|err| RouterError::unavailable("storing the budget", err.to_string()))?;
+        let mut statuses = self.statuses(std::slice::from_ref(budget)).await?;
+        Ok(statuses.remove(0))
+    }
+
+    pub async fn delete(&self, tenant: &TenantId, key_id: &str) -> Result<bool, RouterError> {
+        self.book
+            .delete(tenant, key_id)
+            .await
+            .map_err(|err| RouterError::unavailable("deleting the budget", err.to_string()))
+    }
+
+    pub async fn list(&self, tenant: Option<&TenantId>) -> Result<Vec<BudgetStatus>, RouterError> {
+        let budgets =
+            self.book.list(tenant).await.map_err(|err| RouterError::unavailable("reading budgets", err.to_string()))?;
+        let mut statuses = Vec::with_capacity(budgets.len());
+        for budget in budgets {
+            statuses.extend(self.statuses(std::slice::from_ref(&budget)).await?);
+        }
+        Ok(statuses)
+    }
+
+    /// Before a turn: refuses it when one of the tenant's budgets is spent; otherwise says
+    /// which counters its cost goes to and warns past a soft threshold. Budgets of API keys are
+    /// kept but not applied to turns here: the router is not told which key a turn came with.
+    pub async fn check(&self, tenant: &TenantId) -> Result<Allowance, RouterError> {
+        let budgets = self
+            .book
+            .list(Some(tenant))
+            .await
+            .map_err(|err| RouterError::unavailable("reading budgets", err.to_string()))?;
+        let budgets: Vec<Budget> = budgets.into_iter().filter(|budget| budget.key_id.is_empty()).collect();
+        if budgets.is_empty() {
+            return Ok(Allowance::default());
+        }
+        let statuses = self.statuses(&budgets).await?;
+        let mut allowance = Allowance::default();
+        for status in statuses {
+            let budget = &status.budget;
+            let labels = [
+                KeyValue::new("tenant", budget.tenant.as_str().to_owned()),
+                KeyValue::new("key", budget.key_id.clone()),
+            ];
+            self.used_ratio.record(status.spent_nanousd as f64 / budget.limit_nanousd as f64, &labels);
+            let limit = dollars(budget.limit_nanousd);
+            let spent = dollars(status.spent_nanousd);
+            if status.spent_nanousd >= budget.limit_nanousd {
+                return Err(RouterError::BudgetSpent(format!(
+                    "budget {} of {limit} per {} is spent ({spent})",
+                    budget.name(),
+                    budget.period.as_str()
+                )));
+            }
+            if budget.soft_nanousd > 0 && status.spent_nanousd >= budget.soft_nanousd {
+                let warning = format!(
+                    "budget {} of {limit} per {}: {spent} spent, past its soft threshold of {}",
+                    budget.name(),
+                    budget.period.as_str(),
+                    dollars(budget.soft_nanousd)
+                );
+                self.warnings.add(1, &labels);
+                let first = self
+                    .warned
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .insert((budget.name(), status.period_start));
+                if first {
+                    tracing::warn!(tenant = %budget.tenant.as_str(), key_id = %budget.key_id, spent = %spent, soft = %dollars(budget.soft_nanousd), limit = %limit, "budget past its soft threshold");
+                }
+                allowance.warning = Some(warning);
+            }
+            allowance.counters.push(counter_name(budget, status.period_start));
+        }
+        Ok(allowance)
+    }
+
+    /// After a turn: adds its cost to the counters of the budgets it was checked against. A
+    /// failure is logged, not returned: the answer stands.
+    pub async fn charge(&self, tenant: &TenantId, allowance: &Allowance, cost_nanousd: i64) {
+        if allowance.counters.is_empty() || cost_nanousd <= 0 {
+            return;
+        }
+        if let Err(err) = self.counters.add(tenant, &allowance.counters, cost_nanousd).await {
+            tracing::warn!(tenant = %tenant.as_str(), error = %err, "could not count a turn's spend; the counter is rebuilt from the recorded costs when lost");
+        }
+    }
+
+    /// What each budget has spent in its current period: its counter, rebuilt from the recorded
+    /// turns' costs when missing.
+    async fn statuses(&self, budgets: &[Budget]) -> Result<Vec<BudgetStatus>, RouterError> {
+        let Some(first) = budgets.first() else { return Ok(Vec::new()) };
+        let tenant = &first.tenant;
+        let now = Utc::now();
+        let windows: Vec<(DateTime<Utc>, DateTime<Utc>)> = budgets.iter().map(|b| b.period.window(now)).collect();
+        let names: Vec<String> = budgets.iter().zip(&windows).map(|(b, (start, _))| counter_name(b, *start)).collect();
+        let unavailable = |err: StoreError| RouterError::unavailable("reading budget spend", err.to_string());
+        let values = self.counters.read(tenant, &names).await.map_err(unavailable)?;
+        let mut statuses = Vec::with_capacity(budgets.len());
+        for (((budget, (start, end)), name), value) in budgets.iter().zip(&windows).zip(&names).zip(values) {
+            let spent = match value {
+                Some(spent) => spent,
+                None => {
+                    let recorded = self.book.recorded_spend(tenant, *start).await.map_err(unavailable)?;
+                    let ttl = (*end - now).to_std().unwrap_or_default() + COUNTER_MARGIN;
+                    self.counters.seed(tenant, name, recorded, ttl).await.map_err(unavailable)?
+                }
+            };
+            statuses.push(BudgetStatus { budget: budget.clone(), spent_nanousd: spent, period_start: *start });
+        }
+        Ok(statuses)
+    }
+}
+
+/// A budget's counter for the period starting at `start` (within the tenant's slot).
+fn counter_name(budget: &Budget, start: DateTime<Utc>) -> String {
+    let key = if budget.key_id.is_empty() { "*" } else { budget.key_id.as_str() };
+    format!("{key}:{}:{}", budget.period.as_str(), start.format("%Y-%m-%d"))
+}
+
+fn dollars(nanos: i64) -> String {
+    format!("${:.2}", nanos_to_usd(nanos))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_are_utc_days_and_months() {
+        let at = Utc.with_ymd_and_hms(2026, 12, 31, 15, 4, 5).unwrap();
+        assert_eq!(
+            Period::Day.window(at),
+            (Utc.with_ymd_and_hms(2026, 12, 31, 0, 0, 0).unwrap(), Utc.with_ymd_and_hms(2027, 1, 1, 0, 0, 0).unwrap())
+        );
+        assert_eq!(
+            Period::Month.window(at),
+            (Utc.with_ymd_and_hms(2026, 12, 1, 0, 0, 0).unwrap(), Utc.with_ymd_and_hms(2027, 1, 1, 0, 0, 0).unwrap())
+        );
+    }
+
+    #[test]
+    fn bad_budgets_name_their_field() {
+        let field = |result: Result<Budget, RouterError>| match result {
+            Err(RouterError::Invalid { field, .. }) => field,
+            other => panic!("expected an invalid field, got {other:?}"),
+        };
+        assert_eq!(field(Budget::new("acme", "", -1.0, 0.0, Some(Period::Day))), "limit_usd");
+        assert_eq!(field(Budget::new("acme", "", 0.0, 0.0, Some(Period::Day))), "limit_usd");
+        assert_eq!(field(Budget::new("acme", "", 5.0, 6.0, Some(Period::Day))), "soft_usd");
+        assert_eq!(field(Budget::new("acme", "", 5.0, -1.0, Some(Period::Day))), "soft_usd");
+        assert_eq!(field(Budget::new("acme", "", 5.0, 1.0, None)), "period");
+        assert_eq!(field(Budget::new("no spaces", "", 5.0, 1.0, Some(Period::Day))), "tenant_id");
+        assert_eq!(field(Budget::new("acme", "a/b", 5.0, 1.0, Some(Period::Day))), "key_id");
+        let budget = Budget::new("acme", "", 5.0, 4.0, Some(Period::Month)).unwrap();
+        assert_eq!(budget.limit_nanousd, 5_000_000_000);
+        assert_eq!(budget.name(), "acme");
+    }
+}

@@ -1,0 +1,177 @@
+//! Spend budgets over real Postgres and Redis: two router replicas spend one tenant's daily
+//! budget (each turn costs exactly $1 under the price table), the soft threshold warns in the
+//! response metadata, the hard limit refuses the turn that would start past it with
+//! RESOURCE_EXHAUSTED naming the budget, a loss of the Redis counters (their keys deleted, as
+//! FLUSHDB would) loses no spend because the counter is rebuilt from the recorded costs, and
+//! another tenant is unaffected. Bad budgets are refused naming the field; only the operator
+//! sets them.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Options, Suite, as_tenant, chat};
+use switchyard_proto::router::v1::{
+    Budget, BudgetPeriod, ListBudgetsRequest, SetBudgetRequest, router_service_client::RouterServiceClient,
+};
+use switchyard_router::RouterConfig;
+use switchyard_testkit::{
+    database_url, delete_redis_keys, eventually,
+    llm::{Reply, ScriptedLlm},
+};
+use tonic::{Code, Request, transport::Channel};
+
+/// $1000 per million tokens: a turn of 1000 prompt tokens costs $1.
+const PRICES: &str = "[\"openai/gpt-4o-mini\"]\ninput_per_mtok = 1000\ncached_input_per_mtok = 1000\n\
+                      output_per_mtok = 1000\n";
+
+const WARNING: &str = "x-switchyard-budget-warning";
+
+fn operator<T>(message: T) -> Request<T> {
+    let mut request = Request::new(message);
+    request.metadata_mut().insert("x-switchyard-admin", "true".parse().expect("ascii"));
+    request
+}
+
+fn budget(tenant: &str, limit_usd: f64, soft_usd: f64, period: BudgetPeriod) -> SetBudgetRequest {
+    SetBudgetRequest {
+        budget: Some(Budget {
+            tenant_id: tenant.to_owned(),
+            limit_usd,
+            soft_usd,
+            period: period as i32,
+            ..Budget::default()
+        }),
+    }
+}
+
+async fn suite() -> Suite {
+    let dir = std::env::temp_dir().join(format!("router-budget-prices-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let prices = dir.join("prices.toml");
+    std::fs::write(&prices, PRICES).expect("price file");
+    // Every call answers directly: one model call of 1000 prompt tokens per turn.
+    let llm = ScriptedLlm::start(|_| Reply::text("Fine.").usage(1000, 0)).await;
+    let configure = Box::new(move |config: &mut RouterConfig| config.model_prices = Some(prices));
+    Suite::with(llm, Options { budgets: true, configure, ..Options::default() }).await
+}
+
+async fn spent(client: &mut RouterServiceClient<Channel>, tenant: &str) -> f64 {
+    let listed = client
+        .list_budgets(operator(ListBudgetsRequest { tenant_id: tenant.to_owned() }))
+        .await
+        .expect("list budgets")
+        .into_inner();
+    listed.budgets.iter().find(|b| b.tenant_id == tenant && b.key_id.is_empty()).expect("the budget").spent_usd
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_spend_one_budget_and_a_lost_counter_is_rebuilt() {
+    let suite = suite().await;
+    let second = suite.second_replica().await;
+    let mut first = suite.client().await;
+    let mut other = RouterServiceClient::new(
+        Channel::from_shared(second.url()).expect("url").connect().await.expect("second replica"),
+    );
+
+    let set = first
+        .set_budget(operator(budget("acme", 3.0, 2.0, BudgetPeriod::Day)))
+        .await
+        .expect("set budget")
+        .into_inner()
+        .budget
+        .expect("budget");
+    assert_eq!((set.limit_usd, set.soft_usd, set.spent_usd), (3.0, 2.0, 0.0));
+    assert_eq!(set.period, BudgetPeriod::Day as i32);
+    first.set_budget(operator(budget("globex", 10.0, 0.0, BudgetPeriod::Month))).await.expect("set globex's");
+
+    // $0 and $1 spent: under the soft threshold, on either replica.
+    let one = first.chat(as_tenant("acme", chat("first"))).await.expect("turn 1");
+    assert!(one.metadata().get(WARNING).is_none());
+    let two = other.chat(as_tenant("acme", chat("second"))).await.expect("turn 2");
+    assert!(two.metadata().get(WARNING).is_none());
+    // $2 spent: at the soft threshold, the turn goes on with a warning.
+    let three = first.chat(as_tenant("acme", chat("third"))).await.expect("turn 3");
+    let warning = three.metadata().get(WARNING).expect("a warning").to_str().expect("ascii").to_owned();
+    assert!(warning.contains("budget acme of $3.00 per day") && warning.contains("$2.00 spent"), "{warning}");
+    assert_eq!(spent(&mut other, "acme").await, 3.0);
+
+    // $3 spent: refused on the other replica, naming the budget.
+    let refused = other.chat(as_tenant("acme", chat("fourth"))).await.expect_err("over the budget");
+    assert_eq!(refused.code(), Code::ResourceExhausted);
+    assert_eq!(refused.message(), "budget acme of $3.00 per day is spent ($3.00)");
+
+    // Another tenant is unaffected and counted apart.
+    other.chat(as_tenant("globex", chat("hello"))).await.expect("globex's turn");
+    assert_eq!(spent(&mut first, "globex").await, 1.0);
+
+    // The counters lost once the three turns are recorded: the next check rebuilds acme's
+    // from Postgres and still refuses.
+    let pool =
+        switchyard_kit::postgres::connect_in_schema(&database_url(), suite.schema.name(), 1).await.expect("postgres");
+    eventually(Duration::from_secs(10), "acme's three turns recorded", || {
+        let pool = pool.clone();
+        async move {
+            let (turns, cost): (i64, i64) = sqlx::query_as(
+                "SELECT count(*), coalesce(sum(cost_nanousd), 0)::bigint FROM routing_decisions WHERE tenant_id = 'acme'",
+            )
+            .fetch_one(&pool)
+            .await
+            .map_err(|err| err.to_string())?;
+            if (turns, cost) == (3, 3_000_000_000) { Ok(()) } else { Err(format!("{turns} turns, {cost} nano-dollars")) }
+        }
+    })
+    .await;
+    let prefix = suite.budget_prefix.as_ref().expect("budget counters in redis");
+    assert!(delete_redis_keys(prefix.as_str()).await >= 2, "acme's and globex's counters were in redis");
+    let refused = first.chat(as_tenant("acme", chat("after the flush"))).await.expect_err("still over the budget");
+    assert_eq!(refused.code(), Code::ResourceExhausted);
+    assert_eq!(refused.message(), "budget acme of $3.00 per day is spent ($3.00)");
+    assert_eq!(spent(&mut other, "acme").await, 3.0);
+    assert_eq!(spent(&mut other, "globex").await, 1.0);
+
+    // Raising the limit lets the tenant go on.
+    first.set_budget(operator(budget("acme", 5.0, 0.0, BudgetPeriod::Day))).await.expect("raise acme's");
+    first.chat(as_tenant("acme", chat("fifth"))).await.expect("under the raised limit");
+    assert_eq!(spent(&mut other, "acme").await, 4.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_budgets_name_their_field_and_only_the_operator_sets_them() {
+    let suite = suite().await;
+    let mut client = suite.client().await;
+    for (request, field) in [
+        (budget("acme", -1.0, 0.0, BudgetPeriod::Day), "limit_usd"),
+        (budget("acme", 0.0, 0.0, BudgetPeriod::Day), "limit_usd"),
+        (budget("acme", 5.0, 6.0, BudgetPeriod::Day), "soft_usd"),
+        (budget("acme", 5.0, -1.0, BudgetPeriod::Month), "soft_usd"),
+        (budget("acme", 5.0, 1.0, BudgetPeriod::Unspecified), "period"),
+        (budget("not a tenant", 5.0, 1.0, BudgetPeriod::Day), "tenant_id"),
+        (SetBudgetRequest { budget: None }, "budget"),
+    ] {
+        let err = client.set_budget(operator(request)).await.expect_err("refused");
+        assert_eq!(err.code(), Code::InvalidArgument, "{field}: {err:?}");
+        assert!(err.message().starts_with(&format!("{field}:")), "{field}: {}", err.message());
+    }
+    let mut unknown_period = budget("acme", 5.0, 1.0, BudgetPeriod::Day);
+    unknown_period.budget.as_mut().expect("budget").period = 7;
+    let err = client.set_budget(operator(unknown_period)).await.expect_err("unknown period");
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().starts_with("period:"), "{}", err.message());
+
+    // A tenant's administrator may read its own budgets, not set them or read another's.
+    let mut acme_admin = as_tenant("acme", budget("acme", 5.0, 0.0, BudgetPeriod::Day));
+    acme_admin.metadata_mut().insert("x-switchyard-admin", "true".parse().expect("ascii"));
+    assert_eq!(client.set_budget(acme_admin).await.expect_err("not the operator").code(), Code::PermissionDenied);
+    client.set_budget(operator(budget("acme", 5.0, 0.0, BudgetPeriod::Day))).await.expect("the operator sets it");
+    let mut own = as_tenant("acme", ListBudgetsRequest::default());
+    own.metadata_mut().insert("x-switchyard-admin", "true".parse().expect("ascii"));
+    let listed = client.list_budgets(own).await.expect("its own budgets").into_inner().budgets;
+    assert_eq!(listed.len(), 1);
+    assert_eq!((listed[0].tenant_id.as_str(), listed[0].limit_usd), ("acme", 5.0));
+    let mut others = as_tenant("acme", ListBudgetsRequest { tenant_id: "globex".to_owned() });
+    others.metadata_mut().insert("x-switchyard-admin", "true".parse().expect("ascii"));
+    assert_eq!(client.list_budgets(others).await.expect_err("another tenant's").code(), Code::PermissionDenied);
+    let user = as_tenant("acme", ListBudgetsRequest::default());
+    assert_eq!(client.list_budgets(user).await.expect_err("not an administrator").code(), Code::PermissionDenied);
+}
