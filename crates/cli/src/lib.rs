@@ -1,6 +1,7 @@
 //! The whole suite in one process (`switchyard dev`): every service on its own port, with
 //! in-memory stores in place of Postgres and Redis.
 
+pub mod budgets;
 pub mod chat;
 pub mod keys;
 pub mod stack;

@@ -25,6 +25,9 @@ enum Command {
     /// Create, list and revoke the edge's API keys (in its Postgres).
     #[command(subcommand)]
     Keys(switchyard_cli::keys::KeysCommand),
+    /// Set and list spend budgets per tenant (or API key), through the router.
+    #[command(subcommand)]
+    Budgets(switchyard_cli::budgets::BudgetsCommand),
 }
 
 #[derive(clap::Args)]
@@ -95,6 +98,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Dev(args) => dev(args).await,
         Command::Chat(args) => switchyard_cli::chat::run(args).await,
         Command::Keys(command) => switchyard_cli::keys::run(command).await,
+        Command::Budgets(command) => switchyard_cli::budgets::run(command).await,
     }
 }
 
