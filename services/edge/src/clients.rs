@@ -135,6 +135,12 @@ pub fn request<T>(message: T, caller: &Caller, timeout: Option<Duration>) -> ton
     {
         metadata.insert(USER_HEADER, value);
     }
+    // The API key's id, for the router's per-key budgets.
+    if let Some(key_id) = caller.principal.strip_prefix("key:")
+        && let Ok(value) = MetadataValue::try_from(key_id)
+    {
+        metadata.insert("x-switchyard-key-id", value);
+    }
     // Set from the checked credential only: a request built here never carries a client's.
     if caller.admin {
         metadata.insert(ADMIN_HEADER, MetadataValue::from_static("true"));
@@ -198,5 +204,32 @@ impl Decoder for DynamicDecoder {
         DynamicMessage::decode(self.0.clone(), bytes)
             .map(Some)
             .map_err(|err| Status::internal(format!("decoding the response: {err}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use switchyard_kit::TenantId;
+
+    use super::*;
+
+    #[test]
+    fn an_api_keys_id_reaches_the_services_and_a_tokens_subject_does_not() {
+        let key = Caller {
+            tenant: TenantId::parse("acme").expect("tenant"),
+            user: None,
+            principal: "key:k1abc".to_owned(),
+            admin: false,
+        };
+        let request = request((), &key, None);
+        assert_eq!(request.metadata().get("x-switchyard-key-id").and_then(|v| v.to_str().ok()), Some("k1abc"));
+        assert_eq!(request.metadata().get(TENANT_HEADER).and_then(|v| v.to_str().ok()), Some("acme"));
+        let token = Caller { principal: "jwt:acme:ann".to_owned(), ..key };
+        assert!(request_has_no_key(&token));
+        assert!(request_has_no_key(&Caller::open()));
+    }
+
+    fn request_has_no_key(caller: &Caller) -> bool {
+        request((), caller, None).metadata().get("x-switchyard-key-id").is_none()
     }
 }

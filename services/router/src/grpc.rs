@@ -30,6 +30,8 @@ const MAX_RESPONSE_ID_BYTES: usize = 64;
 /// Response metadata a turn past a budget's soft threshold carries: which budget, how much is
 /// spent.
 pub const BUDGET_WARNING_HEADER: &str = "x-switchyard-budget-warning";
+/// Request metadata naming the API key a turn came with (set by the edge from the credential).
+pub const KEY_ID_HEADER: &str = "x-switchyard-key-id";
 /// Stream events buffered towards a slow client before the turn waits for it.
 const STREAM_BUFFER: usize = 64;
 
@@ -93,7 +95,10 @@ type ChatEvents = Pin<Box<dyn Stream<Item = Result<pb::ChatStreamResponse, Statu
 impl RouterService for RouterGrpc {
     async fn chat(&self, request: Request<pb::ChatRequest>) -> Result<Response<pb::ChatResponse>, Status> {
         let identity = Identity::of(&request);
-        let turn = TurnRequest::validate(RawTurn::from(request.into_inner()), &self.router.limits).map_err(status)?;
+        let key_id = key_id(&request).map_err(status)?;
+        let mut turn =
+            TurnRequest::validate(RawTurn::from(request.into_inner()), &self.router.limits).map_err(status)?;
+        turn.key_id = key_id;
         let outcome = self.router.turn(identity, turn, Events::none()).await.map_err(status)?;
         let mut response = Response::new(outcome.to_response());
         if let Some(warning) = &outcome.budget_warning
@@ -111,7 +116,10 @@ impl RouterService for RouterGrpc {
         request: Request<pb::ChatStreamRequest>,
     ) -> Result<Response<Self::ChatStreamStream>, Status> {
         let identity = Identity::of(&request);
-        let turn = TurnRequest::validate(RawTurn::from(request.into_inner()), &self.router.limits).map_err(status)?;
+        let key_id = key_id(&request).map_err(status)?;
+        let mut turn =
+            TurnRequest::validate(RawTurn::from(request.into_inner()), &self.router.limits).map_err(status)?;
+        turn.key_id = key_id;
         let (out, out_rx) = mpsc::channel::<Result<pb::ChatStreamResponse, Status>>(STREAM_BUFFER);
         let (events, mut event_rx) = mpsc::channel::<TurnEvent>(STREAM_BUFFER);
         let router = self.router.clone();
@@ -332,6 +340,19 @@ impl RouterService for RouterGrpc {
         }
         Ok(Response::new(pb::SubmitFeedbackResponse {}))
     }
+}
+
+/// The API key a turn came with, as the edge names it (`x-switchyard-key-id`).
+fn key_id<T>(request: &Request<T>) -> Result<Option<String>, RouterError> {
+    let Some(value) = request.metadata().get(KEY_ID_HEADER) else { return Ok(None) };
+    let text = value.to_str().unwrap_or_default();
+    if text.is_empty()
+        || text.len() > 128
+        || !text.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+    {
+        return Err(RouterError::invalid(KEY_ID_HEADER, "must be 1 to 128 characters of [A-Za-z0-9._-]"));
+    }
+    Ok(Some(text.to_owned()))
 }
 
 /// Budgets are set by the operator: an administrator of the default tenant.

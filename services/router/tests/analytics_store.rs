@@ -91,6 +91,7 @@ fn decision(id: usize, tenant: &str, route: Route, routing_ms: u64, minutes_ago:
         cached_prompt_tokens: sum(|p| p.cached_prompt_tokens),
         cost_nanousd: cost_parts.iter().map(|p| p.cost_nanousd).sum(),
         routing_call_avoided: id.is_multiple_of(5),
+        key_id: None,
         cost_parts,
         tools_used: Vec::new(),
         domains: Vec::new(),

@@ -175,3 +175,50 @@ async fn bad_budgets_name_their_field_and_only_the_operator_sets_them() {
     let user = as_tenant("acme", ListBudgetsRequest::default());
     assert_eq!(client.list_budgets(user).await.expect_err("not an administrator").code(), Code::PermissionDenied);
 }
+
+fn with_key<T>(tenant: &str, key: &str, message: T) -> Request<T> {
+    let mut request = as_tenant(tenant, message);
+    request.metadata_mut().insert("x-switchyard-key-id", key.parse().expect("ascii"));
+    request
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_keys_budget_holds_its_turns_only_and_is_rebuilt_from_its_recorded_turns() {
+    let suite = suite().await;
+    let mut client = suite.client().await;
+    let mut request = budget("initech", 2.0, 0.0, BudgetPeriod::Day);
+    request.budget.as_mut().expect("budget").key_id = "k1".to_owned();
+    client.set_budget(operator(request)).await.expect("set k1's budget");
+
+    client.chat(with_key("initech", "k1", chat("one"))).await.expect("k1's first turn");
+    client.chat(with_key("initech", "k1", chat("two"))).await.expect("k1's second turn");
+    let refused = client.chat(with_key("initech", "k1", chat("three"))).await.expect_err("k1 is spent");
+    assert_eq!(refused.code(), Code::ResourceExhausted);
+    assert_eq!(refused.message(), "budget initech/k1 of $2.00 per day is spent ($2.00)");
+    // Another key and the tenant's turns without a key go on.
+    client.chat(with_key("initech", "k2", chat("other key"))).await.expect("k2's turn");
+    client.chat(as_tenant("initech", chat("no key"))).await.expect("a turn without a key");
+
+    let pool =
+        switchyard_kit::postgres::connect_in_schema(&database_url(), suite.schema.name(), 1).await.expect("postgres");
+    eventually(Duration::from_secs(10), "k1's two turns recorded with their key", || {
+        let pool = pool.clone();
+        async move {
+            let turns: i64 = sqlx::query_scalar("SELECT count(*) FROM routing_decisions WHERE key_id = 'k1'")
+                .fetch_one(&pool)
+                .await
+                .map_err(|err| err.to_string())?;
+            if turns == 2 { Ok(()) } else { Err(format!("{turns} turns")) }
+        }
+    })
+    .await;
+    let prefix = suite.budget_prefix.as_ref().expect("budget counters in redis");
+    assert!(delete_redis_keys(prefix.as_str()).await >= 1, "k1's counter was in redis");
+    let refused = client.chat(with_key("initech", "k1", chat("after the flush"))).await.expect_err("k1 still spent");
+    assert_eq!(refused.message(), "budget initech/k1 of $2.00 per day is spent ($2.00)");
+    client.chat(with_key("initech", "k2", chat("k2 again"))).await.expect("k2 unaffected");
+
+    let bad = client.chat(with_key("initech", "not/a key", chat("bad"))).await.expect_err("a bad key id");
+    assert_eq!(bad.code(), Code::InvalidArgument);
+    assert!(bad.message().starts_with("x-switchyard-key-id:"), "{}", bad.message());
+}

@@ -71,6 +71,8 @@ pub struct DecisionRecord {
     /// The route was decided without a routing call (a cache hit, or the fast router in its
     /// place).
     pub routing_call_avoided: bool,
+    /// The API key the turn came with, when the edge named one.
+    pub key_id: Option<String>,
 }
 
 impl DecisionRecord {
@@ -109,6 +111,7 @@ impl DecisionRecord {
             cost_nanousd: meta.cost_nanousd,
             cost_parts: meta.cost_parts.clone(),
             routing_call_avoided: meta.cache_hit || meta.routing_model == crate::turn::FAST_ROUTER,
+            key_id: None,
         }
     }
 }

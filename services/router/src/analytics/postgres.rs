@@ -119,7 +119,7 @@ impl AnalyticsStore for PostgresAnalytics {
              reasoning, routing_ms, execution_ms, provider, model, routing_model, cache_hit, fallback_used, \
              attempts, model_fallbacks, prompt_tokens, completion_tokens, tools_used, domains, degraded, message, \
              interrupted, client_tools, continuation, held_switch_role_id, client_tools_called, \
-             cached_prompt_tokens, cost_nanousd, cost_parts, unpriced_calls, routing_call_avoided) ",
+             cached_prompt_tokens, cost_nanousd, cost_parts, unpriced_calls, routing_call_avoided, key_id) ",
         );
         insert.push_values(decisions, |mut row, d| {
             row.push_bind(&d.id)
@@ -154,7 +154,8 @@ impl AnalyticsStore for PostgresAnalytics {
                 .push_bind(d.cost_nanousd)
                 .push_bind(sqlx::types::Json(&d.cost_parts))
                 .push_bind(i32::try_from(d.cost_parts.iter().filter(|part| !part.priced).count()).unwrap_or(i32::MAX))
-                .push_bind(d.routing_call_avoided);
+                .push_bind(d.routing_call_avoided)
+                .push_bind(&d.key_id);
         });
         // A batch retried after a timeout may have landed already.
         insert.push(" ON CONFLICT (id) DO NOTHING");

@@ -42,7 +42,12 @@ impl BudgetBook for MemoryBudgetBook {
     }
 
     /// Memory counters are never lost while the budgets last, so there is nothing to rebuild.
-    async fn recorded_spend(&self, _tenant: &TenantId, _since: DateTime<Utc>) -> Result<i64, StoreError> {
+    async fn recorded_spend(
+        &self,
+        _tenant: &TenantId,
+        _key_id: &str,
+        _since: DateTime<Utc>,
+    ) -> Result<i64, StoreError> {
         Ok(0)
     }
 }

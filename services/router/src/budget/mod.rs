@@ -157,8 +157,9 @@ pub trait BudgetBook: Send + Sync + 'static {
     async fn delete(&self, tenant: &TenantId, key_id: &str) -> Result<bool, StoreError>;
     /// One tenant's budgets, or every tenant's.
     async fn list(&self, tenant: Option<&TenantId>) -> Result<Vec<Budget>, StoreError>;
-    /// What the tenant's recorded turns cost since `since`, in nano-dollars.
-    async fn recorded_spend(&self, tenant: &TenantId, since: DateTime<Utc>) -> Result<i64, StoreError>;
+    /// What the tenant's recorded turns (only those of API key `key_id`, when not empty) cost
+    /// since `since`, in nano-dollars.
+    async fn recorded_spend(&self, tenant: &TenantId, key_id: &str, since: DateTime<Utc>) -> Result<i64, StoreError>;
 }
 
 /// Spend counters shared by replicas. Every counter of a tenant is in one Redis Cluster slot.
@@ -237,16 +238,18 @@ impl Budgets {
         Ok(statuses)
     }
 
-    /// Before a turn: refuses it when one of the tenant's budgets is spent; otherwise says
-    /// which counters its cost goes to and warns past a soft threshold. Budgets of API keys are
-    /// kept but not applied to turns here: the router is not told which key a turn came with.
-    pub async fn check(&self, tenant: &TenantId) -> Result<Allowance, RouterError> {
+    /// Before a turn: refuses it when the tenant's budget, or that of the API key it came with,
+    /// is spent; otherwise says which counters its cost goes to and warns past a soft threshold.
+    pub async fn check(&self, tenant: &TenantId, key_id: Option<&str>) -> Result<Allowance, RouterError> {
         let budgets = self
             .book
             .list(Some(tenant))
             .await
             .map_err(|err| RouterError::unavailable("reading budgets", err.to_string()))?;
-        let budgets: Vec<Budget> = budgets.into_iter().filter(|budget| budget.key_id.is_empty()).collect();
+        let budgets: Vec<Budget> = budgets
+            .into_iter()
+            .filter(|budget| budget.key_id.is_empty() || Some(budget.key_id.as_str()) == key_id)
+            .collect();
         if budgets.is_empty() {
             return Ok(Allowance::default());
         }
@@ -317,7 +320,8 @@ impl Budgets {
             let spent = match value {
                 Some(spent) => spent,
                 None => {
-                    let recorded = self.book.recorded_spend(tenant, *start).await.map_err(unavailable)?;
+                    let recorded =
+                        self.book.recorded_spend(tenant, &budget.key_id, *start).await.map_err(unavailable)?;
                     let ttl = (*end - now).to_std().unwrap_or_default() + COUNTER_MARGIN;
                     self.counters.seed(tenant, name, recorded, ttl).await.map_err(unavailable)?
                 }

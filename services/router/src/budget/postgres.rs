@@ -80,12 +80,13 @@ impl BudgetBook for PostgresBudgetBook {
             .collect()
     }
 
-    async fn recorded_spend(&self, tenant: &TenantId, since: DateTime<Utc>) -> Result<i64, StoreError> {
+    async fn recorded_spend(&self, tenant: &TenantId, key_id: &str, since: DateTime<Utc>) -> Result<i64, StoreError> {
         let spent: i64 = sqlx::query_scalar(
             "SELECT coalesce(sum(cost_nanousd), 0)::bigint FROM routing_decisions \
-             WHERE tenant_id = $1 AND occurred_at >= $2",
+             WHERE tenant_id = $1 AND ($2 = '' OR key_id = $2) AND occurred_at >= $3",
         )
         .bind(tenant.as_str())
+        .bind(key_id)
         .bind(since)
         .fetch_one(&self.pool)
         .await

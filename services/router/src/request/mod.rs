@@ -90,6 +90,8 @@ pub struct TurnRequest {
     /// The caller's `anthropic-version` and `anthropic-beta`, for the turn's calls of an
     /// Anthropic-wire model.
     pub anthropic_headers: AnthropicHeaders,
+    /// The id of the API key the caller used (the edge's `x-switchyard-key-id`), for its budget.
+    pub key_id: Option<String>,
 }
 
 impl TurnRequest {
@@ -276,6 +278,7 @@ impl TurnRequest {
             stop,
             conversation_key,
             anthropic_headers,
+            key_id: None,
         })
     }
 }

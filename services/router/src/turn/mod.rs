@@ -222,7 +222,7 @@ impl Router {
     ) -> Result<TurnOutcome, RouterError> {
         let started = Instant::now();
         self.check_models(&request)?;
-        let allowance = match self.budgets.check(&identity.tenant).await {
+        let allowance = match self.budgets.check(&identity.tenant, request.key_id.as_deref()).await {
             Ok(allowance) => allowance,
             Err(spent @ RouterError::BudgetSpent(_)) => return Err(spent),
             // Budgets that cannot be read do not stop the service: the turn goes on uncounted.
@@ -402,7 +402,9 @@ impl Router {
         if let Some(recorder) = &self.recorder {
             // The message is kept only for learning from corrections (the routing cache).
             let message = self.learning.is_some().then_some(request.message.as_str());
-            recorder.push(DecisionRecord::of(&identity, &outcome, &answer.answered.model, message));
+            let mut record = DecisionRecord::of(&identity, &outcome, &answer.answered.model, message);
+            record.key_id = request.key_id.clone();
+            recorder.push(record);
         }
         Ok(outcome)
     }
@@ -530,6 +532,7 @@ impl Router {
             let message = self.learning.is_some().then_some(request.message.as_str());
             let mut record = DecisionRecord::of(identity, &outcome, model, message);
             record.interrupted = true;
+            record.key_id = request.key_id.clone();
             recorder.push(record);
         }
         let sessions = self.sessions.clone();
