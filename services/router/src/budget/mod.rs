@@ -338,8 +338,13 @@ fn counter_name(budget: &Budget, start: DateTime<Utc>) -> String {
     format!("{key}:{}:{}", budget.period.as_str(), start.format("%Y-%m-%d"))
 }
 
+/// Cents, or six decimals below a cent (a budget of a few calls).
 fn dollars(nanos: i64) -> String {
-    format!("${:.2}", nanos_to_usd(nanos))
+    if nanos.abs() < 10_000_000 {
+        format!("${:.6}", nanos_to_usd(nanos))
+    } else {
+        format!("${:.2}", nanos_to_usd(nanos))
+    }
 }
 
 #[cfg(test)]
