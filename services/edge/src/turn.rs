@@ -75,8 +75,33 @@ router_request_from_turn!(router::ChatRequest, router::ChatStreamRequest);
 
 /// The router's whole answer to a turn, within the edge's request timeout.
 pub async fn answer(edge: &Edge, caller: &Caller, turn: ChatTurn) -> Result<router::ChatResponse, Status> {
+    Ok(answer_warned(edge, caller, turn).await?.0)
+}
+
+/// The header (and router metadata) that says a turn went on past a budget's soft threshold.
+pub const BUDGET_WARNING_HEADER: &str = "x-switchyard-budget-warning";
+
+/// The router's whole answer to a turn with its budget warning, when it has one.
+pub async fn answer_warned(
+    edge: &Edge,
+    caller: &Caller,
+    turn: ChatTurn,
+) -> Result<(router::ChatResponse, Option<http::HeaderValue>), Status> {
     let request = clients::request(router::ChatRequest::from(turn), caller, Some(edge.request_timeout));
-    Ok(edge.upstreams.router().chat(request).await?.into_inner())
+    let response = edge.upstreams.router().chat(request).await?;
+    let warning = response
+        .metadata()
+        .get(BUDGET_WARNING_HEADER)
+        .and_then(|value| http::HeaderValue::from_bytes(value.as_bytes()).ok());
+    Ok((response.into_inner(), warning))
+}
+
+/// `response` with the budget warning header, when there is one.
+pub fn warned(mut response: axum::response::Response, warning: Option<http::HeaderValue>) -> axum::response::Response {
+    if let Some(warning) = warning {
+        response.headers_mut().insert(BUDGET_WARNING_HEADER, warning);
+    }
+    response
 }
 
 /// The router's answer to a turn as it streams; no timeout, as a stream lasts as long as the

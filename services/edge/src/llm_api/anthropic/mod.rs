@@ -69,8 +69,8 @@ async fn answer(edge: &Edge, headers: &HeaderMap, body: Body) -> Result<Response
     chat.anthropic_beta = vendor_header(headers, "anthropic-beta")?;
     let named = |status: tonic::Status| fields.rename(ApiError::from_status(&status));
     if !stream {
-        let response = turn::answer(edge, &caller, chat).await.map_err(named)?;
-        return Ok(axum_json(&message_json(&response, &model_name)));
+        let (response, warning) = turn::answer_warned(edge, &caller, chat).await.map_err(named)?;
+        return Ok(turn::warned(axum_json(&message_json(&response, &model_name)), warning));
     }
     let events = turn::stream(edge, &caller, chat).await.map_err(named)?;
     let mut relay = StreamEvents::new(model_name);

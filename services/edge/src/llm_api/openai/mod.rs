@@ -74,8 +74,9 @@ async fn complete(edge: &Edge, headers: &HeaderMap, body: Body) -> Result<Respon
     )?;
     chat.belongs_to(conversation);
     if !stream {
-        let response = turn::answer(edge, &caller, chat).await.map_err(|status| ApiError::from_status(&status))?;
-        return Ok(axum_json(&completion_json(&response, Some(&model_name))));
+        let (response, warning) =
+            turn::answer_warned(edge, &caller, chat).await.map_err(|status| ApiError::from_status(&status))?;
+        return Ok(turn::warned(axum_json(&completion_json(&response, Some(&model_name))), warning));
     }
     let events = turn::stream(edge, &caller, chat).await.map_err(|status| ApiError::from_status(&status))?;
     let mut chunks = Chunks::new(model_name, include_usage);

@@ -108,7 +108,7 @@ async fn respond(edge: Arc<Edge>, headers: &HeaderMap, body: Body) -> Result<Res
     };
     let shell = turn.shell();
     if !turn.stream {
-        let response = chat_turn::answer(&edge, &caller, chat).await.map_err(named)?;
+        let (response, warning) = chat_turn::answer_warned(&edge, &caller, chat).await.map_err(named)?;
         let message = response.message.clone().unwrap_or_default();
         let output = shell.output_items(&message.content, &message.tool_calls);
         let status = status_of(&response.finish_reason);
@@ -116,7 +116,7 @@ async fn respond(edge: Arc<Edge>, headers: &HeaderMap, body: Body) -> Result<Res
         json["_metadata"] = response.metadata.as_ref().map(metadata_json).unwrap_or(Value::Null);
         json["session_id"] = json!(response.session_id);
         keep(&edge, turn.to_keep(&caller, &response.session_id, message, &json)).await;
-        return Ok(axum_json(&json));
+        return Ok(chat_turn::warned(axum_json(&json), warning));
     }
     let events = chat_turn::stream(&edge, &caller, chat).await.map_err(named)?;
     let relay = Arc::new(Mutex::new(Relay {
