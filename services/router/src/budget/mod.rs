@@ -9,9 +9,9 @@ mod postgres;
 mod redis;
 
 use std::{
-    collections::HashSet,
+    collections::{HashMap, HashSet},
     sync::{Arc, Mutex},
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use async_trait::async_trait;
@@ -33,6 +33,13 @@ use crate::{
 
 /// A counter outlives its period by this much, so a late turn still finds it.
 const COUNTER_MARGIN: Duration = Duration::from_secs(24 * 3600);
+/// How long a replica uses a tenant's budgets as read before reading them again: every turn
+/// checks them, and a Postgres query per turn would be most of the router's own time. A budget
+/// set or deleted takes effect at once on the replica that took the call, within this on the
+/// others.
+const BOOK_FRESH: Duration = Duration::from_secs(5);
+/// Most tenants whose budgets a replica keeps read.
+const BOOK_TENANTS: usize = 10_000;
 
 /// The window a budget counts spend over: a UTC calendar day or month.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -182,12 +189,17 @@ pub struct Allowance {
     pub warning: Option<String>,
 }
 
+/// A tenant's budgets as read from the book, and when.
+type ReadBudgets = (Instant, Arc<Vec<Budget>>);
+
 /// The router's budgets: the check before a turn and the charge after it.
 pub struct Budgets {
     book: Arc<dyn BudgetBook>,
     counters: Arc<dyn SpendCounters>,
     /// (budget name, period start) pairs already warned about by this replica.
     warned: Mutex<HashSet<(String, DateTime<Utc>)>>,
+    /// Each tenant's budgets as last read, and when (see [`BOOK_FRESH`]).
+    read: Mutex<HashMap<TenantId, ReadBudgets>>,
     warnings: Counter<u64>,
     used_ratio: Gauge<f64>,
 }
@@ -199,6 +211,7 @@ impl Budgets {
             book,
             counters,
             warned: Mutex::default(),
+            read: Mutex::default(),
             warnings: meter
                 .u64_counter("router.budget.warnings")
                 .with_description("Turns that went on past a budget's soft threshold, by tenant and key")
@@ -217,15 +230,47 @@ impl Budgets {
 
     pub async fn set(&self, budget: &Budget) -> Result<BudgetStatus, RouterError> {
         self.book.put(budget).await.map_err(|err| RouterError::unavailable("storing the budget", err.to_string()))?;
+        self.forget(&budget.tenant);
         let mut statuses = self.statuses(std::slice::from_ref(budget)).await?;
         Ok(statuses.remove(0))
     }
 
     pub async fn delete(&self, tenant: &TenantId, key_id: &str) -> Result<bool, RouterError> {
-        self.book
+        let deleted = self
+            .book
             .delete(tenant, key_id)
             .await
-            .map_err(|err| RouterError::unavailable("deleting the budget", err.to_string()))
+            .map_err(|err| RouterError::unavailable("deleting the budget", err.to_string()))?;
+        self.forget(tenant);
+        Ok(deleted)
+    }
+
+    fn forget(&self, tenant: &TenantId) {
+        self.read.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(tenant);
+    }
+
+    /// A tenant's budgets, read from the book at most every [`BOOK_FRESH`].
+    async fn tenant_budgets(&self, tenant: &TenantId) -> Result<Arc<Vec<Budget>>, RouterError> {
+        if let Some((at, budgets)) = self.read.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(tenant)
+            && at.elapsed() < BOOK_FRESH
+        {
+            return Ok(Arc::clone(budgets));
+        }
+        let budgets = Arc::new(
+            self.book
+                .list(Some(tenant))
+                .await
+                .map_err(|err| RouterError::unavailable("reading budgets", err.to_string()))?,
+        );
+        let mut read = self.read.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if read.len() >= BOOK_TENANTS {
+            read.retain(|_, (at, _)| at.elapsed() < BOOK_FRESH);
+            if read.len() >= BOOK_TENANTS {
+                read.clear();
+            }
+        }
+        read.insert(tenant.clone(), (Instant::now(), Arc::clone(&budgets)));
+        Ok(budgets)
     }
 
     pub async fn list(&self, tenant: Option<&TenantId>) -> Result<Vec<BudgetStatus>, RouterError> {
@@ -241,14 +286,12 @@ impl Budgets {
     /// Before a turn: refuses it when the tenant's budget, or that of the API key it came with,
     /// is spent; otherwise says which counters its cost goes to and warns past a soft threshold.
     pub async fn check(&self, tenant: &TenantId, key_id: Option<&str>) -> Result<Allowance, RouterError> {
-        let budgets = self
-            .book
-            .list(Some(tenant))
-            .await
-            .map_err(|err| RouterError::unavailable("reading budgets", err.to_string()))?;
-        let budgets: Vec<Budget> = budgets
-            .into_iter()
+        let budgets: Vec<Budget> = self
+            .tenant_budgets(tenant)
+            .await?
+            .iter()
             .filter(|budget| budget.key_id.is_empty() || Some(budget.key_id.as_str()) == key_id)
+            .cloned()
             .collect();
         if budgets.is_empty() {
             return Ok(Allowance::default());
