@@ -1,7 +1,7 @@
 //! Text Postgres can store. Rust strings are valid UTF-8 (prost and serde refuse anything
 //! else), so the one character left that Postgres `text` and `jsonb` refuse is NUL (U+0000).
 //! Two rules, decided per field by the services:
-//! - identifiers and catalogue text (ids, names, prompts, patterns: stored as-is and reused)
+//! - identifiers and catalog text (ids, names, prompts, patterns: stored as-is and reused)
 //!   are refused with a [`FieldError`] naming the field, through [`reject_nul`];
 //! - conversation content (messages, tool arguments and results: only recorded) is accepted,
 //!   passed on unchanged, and stored with each NUL replaced by U+FFFD, through [`scrub_nul`]

@@ -4,7 +4,7 @@
 //! HTTP/1.1 connections for slow and idle clients, a fixture MCP server, and one polling
 //! helper. A dev-dependency only; no service compiles it into its binary.
 
-pub mod catalogue;
+pub mod catalog;
 pub mod grpc;
 pub mod latency;
 pub mod llm;

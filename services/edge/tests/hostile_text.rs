@@ -1,6 +1,6 @@
 //! Text Postgres refuses (a NUL) sent through the edge to the whole suite with durable stores:
 //! a chat message holding one is answered and recorded safely, and never holds back another
-//! tenant's record; catalogue text holding one is refused naming the field.
+//! tenant's record; catalog text holding one is refused naming the field.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

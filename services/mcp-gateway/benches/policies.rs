@@ -34,7 +34,7 @@ use switchyard_mcp_gateway::{
 };
 use switchyard_models::Embedder;
 use switchyard_testkit::{
-    catalogue::base_tools,
+    catalog::base_tools,
     eventually, free_port,
     latency::{ms, sequential},
     mcp::{Client, FixtureServer, tool},

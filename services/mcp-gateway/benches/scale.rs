@@ -8,7 +8,7 @@
 //! - memory per tool: the warm gateway's resident set with 10,000 tools, minus that of the
 //!   same gateway with 8 tools after the same requests, over the difference in tools.
 //!
-//! The catalog is generated from MetaTool's 199 descriptions (testkit `catalogue`), served by
+//! The catalog is generated from MetaTool's 199 descriptions (testkit `catalog`), served by
 //! the test kit's MCP server in this process. Run:
 //! `cargo bench -p switchyard-mcp-gateway --bench scale` (needs models/; `SCALE_TOOLS=N` for
 //! another size). Prints the gateway's progress lines and a table; BENCHMARKS.md records it.
@@ -25,7 +25,7 @@ use hdrhistogram::Histogram;
 use rmcp::model::CallToolRequestParams;
 use serde_json::{Value, json};
 use switchyard_testkit::{
-    catalogue,
+    catalog,
     latency::{ms, sequential},
     mcp::{FixtureServer, client, tool},
 };
@@ -144,8 +144,8 @@ async fn filtered_list(url: &str) -> Histogram<u64> {
 
 async fn run() {
     let tools: usize = std::env::var("SCALE_TOOLS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
-    let base = catalogue::base_tools(include_str!("../tests/data/metatool-tools.jsonl"));
-    let big = FixtureServer::start(catalogue::varied_tools(&base, tools)).await.expect("fixture");
+    let base = catalog::base_tools(include_str!("../tests/data/metatool-tools.jsonl"));
+    let big = FixtureServer::start(catalog::varied_tools(&base, tools)).await.expect("fixture");
     let small = FixtureServer::start((0..FEW).map(|i| tool(&format!("t{i}"), "A tool.", &["input"])).collect())
         .await
         .expect("fixture");

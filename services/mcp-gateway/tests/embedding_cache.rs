@@ -13,14 +13,14 @@ use serde_json::json;
 use switchyard_mcp_gateway::{GatewayConfig, Stores, catalog::Ranked};
 use switchyard_models::cache_file::{self, ModelDigest};
 use switchyard_testkit::{
-    catalogue, eventually,
+    catalog, eventually,
     mcp::{self, FixtureServer},
 };
 
 const QUERY: &str = "Turn this question into a SQL query";
 
 fn tools(count: usize) -> Vec<rmcp::model::Tool> {
-    catalogue::varied_tools(&catalogue::base_tools(include_str!("data/metatool-tools.jsonl")), count)
+    catalog::varied_tools(&catalog::base_tools(include_str!("data/metatool-tools.jsonl")), count)
 }
 
 fn cached_config(fixture: &FixtureServer, cache: &Path) -> GatewayConfig {

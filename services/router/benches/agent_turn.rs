@@ -25,7 +25,7 @@ use switchyard_proto::{
 use switchyard_router::{RouterConfig, RouterServer};
 use switchyard_sessions::{SessionsConfig, SessionsServer};
 use switchyard_testkit::{
-    Served, catalogue, eventually,
+    Served, catalog, eventually,
     latency::{histogram, ms, sequential},
     llm::{Reply, ScriptedLlm},
     mcp::FixtureServer,
@@ -77,7 +77,7 @@ async fn main() {
     wait_serving(&sessions.url(), "switchyard.sessions.v1.SessionService").await;
 
     let base: Vec<(String, String)> = BASE_TOOLS.iter().map(|(n, d)| ((*n).to_owned(), (*d).to_owned())).collect();
-    let fixture = FixtureServer::start(catalogue::varied_tools(&base, 200)).await.expect("MCP server starts");
+    let fixture = FixtureServer::start(catalog::varied_tools(&base, 200)).await.expect("MCP server starts");
     let mut config = GatewayConfig::in_memory(loopback(), loopback(), vec![format!("tools={}", fixture.url())]);
     config.model_dir = switchyard_testkit::model_dir();
     let server = GatewayServer::bind(&config).await.expect("gateway binds");

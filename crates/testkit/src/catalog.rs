@@ -1,4 +1,4 @@
-//! Large tool catalogues for the MCP gateway's scale tests and benchmarks, generated from a
+//! Large tool catalogs for the MCP gateway's scale tests and benchmarks, generated from a
 //! few hundred real tool descriptions (MetaTool's, in the gateway's tests/data), so nothing
 //! large is committed. Deterministic: the same base and count give the same tools.
 //!
@@ -42,7 +42,7 @@ const PARAMETERS: [&[&str]; 6] =
 
 /// `count` tools from `base` (`(name, description)` pairs), in variants as described above.
 pub fn varied_tools(base: &[(String, String)], count: usize) -> Vec<Tool> {
-    assert!(!base.is_empty(), "a catalogue needs base tools");
+    assert!(!base.is_empty(), "a catalog needs base tools");
     (0..count)
         .map(|i| {
             let (name, description) = &base[i % base.len()];
