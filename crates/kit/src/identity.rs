@@ -203,6 +203,13 @@ impl Identity {
         Ok(Self { tenant, user, admin })
     }
 
+    /// The operator: an administrator of the default tenant, the one caller that may act on
+    /// other tenants (their budgets, their audit records). A tenant's own administrator is not:
+    /// the edge lets every tenant have administrators.
+    pub fn is_operator(&self) -> bool {
+        self.admin && self.tenant == TenantId::default_tenant()
+    }
+
     /// Whether this caller may see what `owner` made: the owner, an administrator of the
     /// tenant, or any caller when there is no owner (made by an internal caller without a
     /// user). An internal caller without a user sees all of its tenant's.

@@ -268,7 +268,8 @@ impl McpGatewayService for GatewayGrpc {
 const MAX_AUDIT_PAGE: u32 = 1000;
 
 /// A `ListToolCalls` request as a query: its filters checked, and held to the caller's tenant
-/// (and to its own calls, for a caller with a user) unless it is an administrator.
+/// unless it is the operator (an administrator of the default tenant), and to its own calls for
+/// a caller with a user unless it is an administrator of its tenant.
 fn audit_query(identity: &Identity, request: pb::ListToolCallsRequest) -> Result<AuditQuery, Status> {
     let invalid = |field: &str, why: String| status(GatewayError::invalid(field, why));
     let time = |field: &str, value: Option<prost_types::Timestamp>| {
@@ -307,14 +308,15 @@ fn audit_query(identity: &Identity, request: pb::ListToolCallsRequest) -> Result
                 .ok_or_else(|| invalid("page_token", "is not a token this API returned in next_page_token".into()))?,
         ),
     };
-    let tenant = match (request.tenant.as_str(), identity.admin) {
+    let tenant = match (request.tenant.as_str(), identity.is_operator()) {
         ("", true) => None,
         ("", false) => Some(identity.tenant.as_str().to_owned()),
-        (tenant, admin) => {
+        (tenant, operator) => {
             let tenant = TenantId::parse(tenant).map_err(|err| invalid("tenant", err.reason))?;
-            if !admin && tenant != identity.tenant {
+            if !operator && tenant != identity.tenant {
                 return Err(Status::permission_denied(
-                    "tenant: another tenant's audit records need an administrator (x-switchyard-admin: true)",
+                    "tenant: another tenant's audit records are the operator's (an administrator of the default \
+                     tenant)",
                 ));
             }
             Some(tenant.as_str().to_owned())

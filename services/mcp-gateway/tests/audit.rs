@@ -168,8 +168,14 @@ async fn every_call_is_audited_in_postgres_with_digest_outcome_and_redacted_argu
     let nosy = pb::ListToolCallsRequest { tenant: "acme".into(), ..Default::default() };
     let refused = grpc.list_tool_calls(request(nosy.clone(), "other", false)).await.unwrap_err();
     assert_eq!(refused.code(), tonic::Code::PermissionDenied);
-    let admin = grpc.list_tool_calls(request(nosy, "other", true)).await.unwrap().into_inner();
-    assert_eq!(admin.records.len(), 5, "an administrator reads any tenant's");
+    // Another tenant's administrator is still another tenant: the edge gives every tenant
+    // administrators. Only the operator (an administrator of the default tenant) reads across.
+    let refused = grpc.list_tool_calls(request(nosy.clone(), "other", true)).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied);
+    let everyone = grpc.list_tool_calls(request(pb::ListToolCallsRequest::default(), "other", true)).await.unwrap();
+    assert!(everyone.into_inner().records.is_empty(), "an empty tenant is its own tenant for a tenant's administrator");
+    let operator = grpc.list_tool_calls(request(nosy, "default", true)).await.unwrap().into_inner();
+    assert_eq!(operator.records.len(), 5, "the operator reads any tenant's");
     for (bad, field) in [
         (pb::ListToolCallsRequest { outcome: "meh".into(), ..Default::default() }, "outcome"),
         (pb::ListToolCallsRequest { page_size: 5000, ..Default::default() }, "page_size"),
