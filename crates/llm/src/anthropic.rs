@@ -1,5 +1,7 @@
 //! The Anthropic Messages API (`POST {base_url}/v1/messages`).
 
+#[cfg(test)]
+mod fuzz;
 mod stream;
 mod wire;
 

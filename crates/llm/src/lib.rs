@@ -23,6 +23,8 @@ mod args;
 mod config;
 pub mod error;
 mod fallback;
+#[cfg(test)]
+mod fuzz;
 pub mod model;
 mod openai;
 pub mod provider;

@@ -1,6 +1,8 @@
 //! OpenAI-compatible Chat Completions (`POST {base_url}/chat/completions`): OpenAI itself and
 //! every server that speaks its API (vLLM, Ollama, LiteLLM, llama.cpp), told apart by URL alone.
 
+#[cfg(test)]
+mod fuzz;
 mod stream;
 mod wire;
 

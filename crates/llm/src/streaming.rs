@@ -92,9 +92,15 @@ impl<D: Decoder> State<D> {
                 let kind = if err.is_timeout() { ErrorKind::Timeout } else { ErrorKind::Connect };
                 return self.fail(kind, format!("the stream broke off: {}", err.without_url()));
             }
-            Ok(Some(Ok(chunk))) => self.parser.push(&chunk, &mut events),
+            Ok(Some(Ok(chunk))) => {
+                if let Err(err) = self.parser.push(&chunk, &mut events) {
+                    return self.fail(ErrorKind::Protocol, err.to_string());
+                }
+            }
             Ok(None) => {
-                self.parser.finish(&mut events);
+                if let Err(err) = self.parser.finish(&mut events) {
+                    return self.fail(ErrorKind::Protocol, err.to_string());
+                }
                 body_ended = true;
             }
         }

@@ -1,0 +1,130 @@
+//! Property-based fuzzing of what the Messages API sends: whole response bodies and stream
+//! events, as arbitrary text and as valid skeletons with hostile values.
+
+use proptest::prelude::*;
+use switchyard_testkit::fuzz::{
+    array, config, hostile_text, json_leaf, json_number, json_string, json_value, member, object, one_of, small_index,
+    timed,
+};
+
+use super::{parse_completion, stream::EventDecoder};
+use crate::fuzz::{check, decode};
+
+fn usage() -> BoxedStrategy<String> {
+    object(vec![
+        member("input_tokens", json_number()),
+        member("output_tokens", json_number()),
+        member("cache_creation_input_tokens", json_number()),
+        member("cache_read_input_tokens", json_number()),
+    ])
+}
+
+fn block() -> BoxedStrategy<String> {
+    object(vec![
+        member("type", one_of(&["text", "tool_use", "thinking"])),
+        member("text", json_string()),
+        member("id", one_of(&["t1", "t2"])),
+        member("name", one_of(&["f", "answer"])),
+        member("input", prop_oneof![json_value(), Just("{}".to_owned())].boxed()),
+    ])
+}
+
+fn delta() -> BoxedStrategy<String> {
+    object(vec![
+        member("type", one_of(&["text_delta", "input_json_delta", "signature_delta"])),
+        member("text", json_string()),
+        member("partial_json", json_string()),
+        member("stop_reason", one_of(&["end_turn", "tool_use", "max_tokens", "refusal"])),
+    ])
+}
+
+/// One stream event's data, with its SSE name (usually the same as its `type`).
+fn event() -> BoxedStrategy<(String, String)> {
+    let kinds = &[
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+        "ping",
+        "error",
+        "future_event",
+    ];
+    let message = object(vec![member("model", json_string()), member("usage", usage())]);
+    let error = object(vec![
+        member(
+            "type",
+            one_of(&["overloaded_error", "rate_limit_error", "authentication_error", "invalid_request_error"]),
+        ),
+        member("message", json_string()),
+    ]);
+    let data = prop_oneof![
+        8 => object(vec![
+            member("type", one_of(kinds)),
+            member("index", small_index()),
+            member("message", message),
+            member("content_block", block()),
+            member("delta", delta()),
+            member("usage", usage()),
+            member("error", error),
+        ]),
+        1 => hostile_text(),
+    ];
+    (prop_oneof![Just(String::new()), proptest::sample::select(kinds).prop_map(str::to_owned)], data).boxed()
+}
+
+fn body() -> BoxedStrategy<String> {
+    object(vec![
+        member("model", json_string()),
+        member("content", array(block(), 4)),
+        member("stop_reason", one_of(&["end_turn", "tool_use", "max_tokens"])),
+        member("usage", usage()),
+    ])
+}
+
+proptest! {
+    #![proptest_config(config(256))]
+
+    #[test]
+    fn any_body_is_a_completion_or_an_error(
+        body in prop_oneof![body(), json_leaf(), hostile_text()],
+        answer_tool in proptest::option::of(Just("answer")),
+    ) {
+        let parsed = timed("a Messages body", || parse_completion(body.as_bytes(), answer_tool));
+        if let Ok(completion) = parsed {
+            let output = completion.content.len()
+                + completion.tool_calls.iter().map(|call| call.id.len() + call.name.len() + call.arguments.len()).sum::<usize>();
+            prop_assert!(output <= body.len() * 6, "{} bytes out of {} in", output, body.len());
+        }
+    }
+
+    #[test]
+    fn invalid_bytes_are_an_error(body in proptest::collection::vec(any::<u8>(), 0..256)) {
+        let _ = timed("a Messages body", || parse_completion(&body, None));
+    }
+
+    #[test]
+    fn any_stream_keeps_its_promises(
+        events in proptest::collection::vec(event(), 0..16),
+        answer_tool in proptest::option::of(Just("answer".to_owned())),
+    ) {
+        let input: usize = events.iter().map(|(name, data)| name.len() + data.len()).sum();
+        let (out, ended) = timed("an event stream", || decode(EventDecoder::new("anthropic", 1, answer_tool), &events));
+        check(&out, &ended, input)?;
+    }
+}
+
+/// JSON nested far past serde_json's recursion limit is a protocol error, not a stack overflow.
+#[test]
+fn deeply_nested_values_are_refused() {
+    for kind in 0..3 {
+        let deep = switchyard_testkit::fuzz::deep_json(100_000, kind);
+        assert!(parse_completion(deep.as_bytes(), None).is_err());
+        let start = format!(
+            r#"{{"type":"content_block_start","index":0,"content_block":{{"type":"tool_use","id":"t","name":"f","input":{deep}}}}}"#
+        );
+        let (_, ended) = decode(EventDecoder::new("anthropic", 1, None), &[("content_block_start".to_owned(), start)]);
+        assert!(matches!(ended, crate::fuzz::Ended::Failed(error) if error.kind == crate::ErrorKind::Protocol));
+    }
+}
