@@ -10,7 +10,10 @@ use switchyard_proto::{
     },
     sessions::v1::{CreateSessionRequest, session_service_client::SessionServiceClient},
 };
-use tonic::Status;
+use tonic::{
+    Request, Status,
+    metadata::{Ascii, MetadataValue},
+};
 
 use super::Scenario;
 use crate::connections::Connections;
@@ -43,6 +46,12 @@ pub struct Args {
     /// With --stream: a call ends at the first content delta (time to first token).
     #[arg(long, requires = "stream")]
     pub first_token: bool,
+
+    /// The tenant the sessions and calls belong to (`x-tenant-id`); the default tenant when
+    /// absent. Two runs with different tenants compare what a tenant's settings (a budget, say)
+    /// cost on one router.
+    #[arg(long)]
+    pub tenant: Option<String>,
 }
 
 pub struct Chat {
@@ -55,6 +64,27 @@ impl Chat {
     pub fn new(args: Args, connections: Connections) -> Self {
         Self { connections, args, session_ids: Vec::new() }
     }
+
+    /// The run's tenant as a header value.
+    fn tenant(&self) -> anyhow::Result<Option<MetadataValue<Ascii>>> {
+        self.args
+            .tenant
+            .as_deref()
+            .map(|tenant| MetadataValue::try_from(tenant).context("--tenant is not a valid header value"))
+            .transpose()
+    }
+
+    fn request<T>(&self, message: T) -> anyhow::Result<Request<T>> {
+        Ok(for_tenant(message, self.tenant()?))
+    }
+}
+
+fn for_tenant<T>(message: T, tenant: Option<MetadataValue<Ascii>>) -> Request<T> {
+    let mut request = Request::new(message);
+    if let Some(tenant) = tenant {
+        request.metadata_mut().insert("x-tenant-id", tenant);
+    }
+    request
 }
 
 impl Scenario for Chat {
@@ -66,7 +96,7 @@ impl Scenario for Chat {
             .with_context(|| format!("connecting to the sessions service at {}", self.args.sessions_url))?;
         for _ in 0..self.args.sessions.max(1) {
             let created = sessions
-                .create_session(CreateSessionRequest::default())
+                .create_session(self.request(CreateSessionRequest::default())?)
                 .await
                 .context("creating a benchmark session")?
                 .into_inner();
@@ -79,7 +109,7 @@ impl Scenario for Chat {
             session_id: self.session_ids[0].clone(),
             ..Default::default()
         };
-        router.chat(probe).await.context("probe Chat")?;
+        router.chat(self.request(probe)?).await.context("probe Chat")?;
         Ok(())
     }
 
@@ -88,12 +118,15 @@ impl Scenario for Chat {
         let session_id = self.session_ids[worker % self.session_ids.len()].clone();
         let message = self.args.message.clone();
         let (stream, first_token) = (self.args.stream, self.args.first_token);
+        // Checked in setup, so it is valid here.
+        let tenant = self.tenant().ok().flatten();
         async move {
             if !stream {
-                return client.chat(ChatRequest { message, session_id, ..Default::default() }).await.map(drop);
+                let request = for_tenant(ChatRequest { message, session_id, ..Default::default() }, tenant);
+                return client.chat(request).await.map(drop);
             }
             let request = ChatStreamRequest { message, session_id, ..Default::default() };
-            let mut events = client.chat_stream(request).await?.into_inner();
+            let mut events = client.chat_stream(for_tenant(request, tenant)).await?.into_inner();
             while let Some(item) = events.message().await? {
                 match item.event {
                     Some(Event::Delta(_)) if first_token => return Ok(()),
