@@ -445,3 +445,109 @@ fn validate(
         updated_at,
     })
 }
+
+/// Property-based fuzzing of what callers send the sessions service, in process: roles to
+/// create or update, the identity headers every call carries, page sizes and tokens, queries.
+/// No panic; a value or an INVALID_ARGUMENT error naming its field; each case within the budget.
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+    use switchyard_kit::{ErrorCode, ServiceError, identity::Identity};
+    use switchyard_testkit::fuzz::{config, hostile_text, timed};
+    use tonic::codegen::http::{HeaderMap, HeaderName, HeaderValue};
+
+    use super::*;
+    use crate::{
+        domain::{SessionLimits, check_query},
+        paging::{HISTORY_PAGE, ROLES_PAGE, after, sequence},
+    };
+
+    fn text() -> BoxedStrategy<String> {
+        prop_oneof![3 => hostile_text(), 1 => "[a-z0-9._-]{1,70}", 1 => "[ -~]{0,300}"].boxed()
+    }
+
+    fn kind() -> impl Strategy<Value = Option<TriggerKind>> {
+        proptest::option::of(prop_oneof![
+            Just(TriggerKind::Keyword),
+            Just(TriggerKind::Phrase),
+            Just(TriggerKind::Regex)
+        ])
+    }
+
+    fn role_input() -> impl Strategy<Value = RoleInput> {
+        (
+            text(),
+            text(),
+            text(),
+            proptest::collection::vec(text(), 0..20),
+            prop_oneof![text(), (15_000usize..17_000).prop_map(|n| "a ".repeat(n))],
+            proptest::collection::vec((text(), kind(), any::<u32>()), 0..8),
+            proptest::option::of(text()),
+        )
+            .prop_map(|(id, name, description, domains, system_prompt, custom_triggers, preferred_model)| {
+                RoleInput { id, name, description, domains, system_prompt, custom_triggers, preferred_model }
+            })
+    }
+
+    proptest! {
+        #![proptest_config(config(256))]
+
+        #[test]
+        fn any_role_is_valid_or_refused_by_field(input in role_input()) {
+            let now = Utc::now();
+            match timed("validating a role", || validate(input, now, now)) {
+                Ok(role) => {
+                    prop_assert!(role.name.len() <= 200 && role.description.len() <= 2000);
+                    prop_assert!(role.system_prompt.len() <= 32 * 1024 && role.domains.len() <= 16);
+                }
+                Err(error) => {
+                    prop_assert_eq!(error.code(), ErrorCode::InvalidArgument, "{}", error);
+                    prop_assert!(error.field().is_some_and(|field| field.starts_with("role.")), "{}", error);
+                }
+            }
+        }
+
+        /// The identity headers, as raw bytes an HTTP/2 peer may send (any visible byte).
+        #[test]
+        fn any_identity_headers_are_an_identity_or_refused_by_header(
+            headers in proptest::collection::vec(
+                (
+                    prop_oneof![Just("x-tenant-id"), Just("x-user-id"), Just("x-switchyard-admin")],
+                    proptest::collection::vec(prop_oneof![32u8..127, 128u8..=255, Just(b'\t')], 0..200),
+                ),
+                0..5,
+            ),
+        ) {
+            let mut map = HeaderMap::new();
+            for (name, value) in headers {
+                if let Ok(value) = HeaderValue::from_bytes(&value) {
+                    map.append(HeaderName::from_static(name), value);
+                }
+            }
+            match timed("reading identity headers", || Identity::from_headers(&map)) {
+                Ok(identity) => prop_assert!(identity.tenant.as_str().len() <= 64),
+                Err(error) => prop_assert!(error.field.starts_with("x-"), "{}", error.field),
+            }
+        }
+
+        #[test]
+        fn any_page_and_query_is_served_or_refused_by_field(
+            size in any::<u32>(),
+            token in prop_oneof![text(), any::<u64>().prop_map(|n| n.to_string()), Just("-1".to_owned())],
+            query in prop_oneof![text(), (8_000usize..8_500).prop_map(|n| "a ".repeat(n))],
+        ) {
+            for limits in [HISTORY_PAGE, ROLES_PAGE] {
+                match limits.size(size) {
+                    Ok(served) => prop_assert!((1..=limits.max).contains(&served)),
+                    Err(error) => prop_assert_eq!(error.field(), Some("page_size")),
+                }
+            }
+            if let Err(error) = after(&token, sequence) {
+                prop_assert_eq!(error.field(), Some("page_token"));
+            }
+            if let Err(error) = check_query(&query, &SessionLimits::default()) {
+                prop_assert_eq!(error.field.as_str(), "query");
+            }
+        }
+    }
+}
