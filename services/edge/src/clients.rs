@@ -77,10 +77,10 @@ impl Upstreams {
         path: http::uri::PathAndQuery,
         output: MessageDescriptor,
         request: tonic::Request<DynamicMessage>,
-    ) -> Result<DynamicMessage, Status> {
+    ) -> Result<tonic::Response<DynamicMessage>, Status> {
         let mut grpc = self.grpc(upstream);
         grpc.ready().await.map_err(|err| Status::unavailable(format!("{} unavailable: {err}", upstream.name())))?;
-        Ok(grpc.unary(request, path, DynamicCodec::new(output)).await.map_err(|s| named(upstream, s))?.into_inner())
+        grpc.unary(request, path, DynamicCodec::new(output)).await.map_err(|s| named(upstream, s))
     }
 
     /// Calls a server-streaming RPC whose answers are read as dynamic messages. The request may
@@ -91,14 +91,10 @@ impl Upstreams {
         path: http::uri::PathAndQuery,
         output: MessageDescriptor,
         request: tonic::Request<M>,
-    ) -> Result<tonic::Streaming<DynamicMessage>, Status> {
+    ) -> Result<tonic::Response<tonic::Streaming<DynamicMessage>>, Status> {
         let mut grpc = self.grpc(upstream);
         grpc.ready().await.map_err(|err| Status::unavailable(format!("{} unavailable: {err}", upstream.name())))?;
-        Ok(grpc
-            .server_streaming(request, path, DynamicCodec::new(output))
-            .await
-            .map_err(|s| named(upstream, s))?
-            .into_inner())
+        grpc.server_streaming(request, path, DynamicCodec::new(output)).await.map_err(|s| named(upstream, s))
     }
 
     fn grpc(&self, upstream: Upstream) -> tonic::client::Grpc<TracedChannel> {

@@ -127,9 +127,7 @@ impl ApiError {
         let mut error = Self::new(http, status.code(), message);
         error.field = field;
         error.logged_upstream = switchyard_kit::failures::logged_upstream(status);
-        if status.code() == Code::ResourceExhausted || status.code() == Code::Unavailable {
-            error.retry_after = Some(1);
-        }
+        error.retry_after = retry_after(status);
         error
     }
 
@@ -283,6 +281,16 @@ pub fn http_status(code: Code) -> StatusCode {
 
 pub use switchyard_kit::error::code_name;
 
+/// Seconds a caller should wait before retrying an upstream's refusal: what its
+/// `google.rpc.RetryInfo` says, rounded up (a spent budget's: the end of its period; no detail
+/// with a delay: no header), else 1 s for an overloaded or unavailable service.
+fn retry_after(status: &tonic::Status) -> Option<u64> {
+    if let Some(info) = status.get_details_retry_info() {
+        return info.retry_delay.map(|delay| (delay.as_secs() + u64::from(delay.subsec_nanos() > 0)).max(1));
+    }
+    matches!(status.code(), Code::ResourceExhausted | Code::Unavailable).then_some(1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -304,5 +312,14 @@ mod tests {
         let internal = ApiError::from_status(&tonic::Status::internal("pool exhausted at 10.0.0.3"));
         assert_eq!((internal.status(), internal.message()), (500, "internal error"));
         assert_eq!(ApiError::from_status(&tonic::Status::unavailable("down")).retry_after(), Some(1));
+        let overloaded = tonic::Status::resource_exhausted("server overloaded");
+        assert_eq!(ApiError::from_status(&overloaded).retry_after(), Some(1));
+        // A spent budget says when its period ends; a refusal whose detail has no delay, none.
+        let retry = tonic_types::ErrorDetails::with_retry_info(Some(std::time::Duration::from_millis(3_600_400)));
+        let spent = tonic::Status::with_error_details(Code::ResourceExhausted, "budget acme is spent", retry);
+        assert_eq!(ApiError::from_status(&spent).retry_after(), Some(3601));
+        let no_delay = tonic_types::ErrorDetails::with_retry_info(None);
+        let spent = tonic::Status::with_error_details(Code::ResourceExhausted, "budget acme is spent", no_delay);
+        assert_eq!(ApiError::from_status(&spent).retry_after(), None);
     }
 }

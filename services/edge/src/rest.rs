@@ -30,7 +30,7 @@ use crate::{
         message::{self, to_json},
         rules::{HttpRoute, Lookup, ResponseShape},
     },
-    turn::ChatTurn,
+    turn::{self, ChatTurn},
 };
 
 /// Any request the other routes did not take: an annotated RPC, or 404/405.
@@ -86,9 +86,16 @@ async fn transcode_inner(
             .server_streaming(route.rpc.upstream, route.rpc.grpc_path.clone(), route.rpc.method.output(), request)
             .await
             .map_err(|status| ApiError::from_status(&status))?;
-        let events =
-            client_stream(stream, edge.shutdown.clone(), |message| vec![event_of(&message)], error_event, None);
-        return Ok(sse(events));
+        // A chat stream's budget warning is in its initial metadata.
+        let warning = turn::budget_warning(stream.metadata());
+        let events = client_stream(
+            stream.into_inner(),
+            edge.shutdown.clone(),
+            |message| vec![event_of(&message)],
+            error_event,
+            None,
+        );
+        return Ok(turn::warned(sse(events), warning));
     }
     let request = clients::request(request, &caller, Some(edge.request_timeout));
     let response = edge
@@ -96,7 +103,8 @@ async fn transcode_inner(
         .unary(route.rpc.upstream, route.rpc.grpc_path.clone(), route.rpc.method.output(), request)
         .await
         .map_err(|status| ApiError::from_status(&status))?;
-    Ok(axum_json(&shape(route, &response)?))
+    let warning = turn::budget_warning(response.metadata());
+    Ok(turn::warned(axum_json(&shape(route, response.get_ref())?), warning))
 }
 
 fn shape(route: &HttpRoute, response: &DynamicMessage) -> Result<Value, ApiError> {
@@ -257,6 +265,8 @@ pub async fn process_stream(State(edge): State<Arc<Edge>>, headers: HeaderMap, b
             )
             .await
             .map_err(|status| ApiError::from_status(&status))?;
+        let warning = turn::budget_warning(stream.metadata());
+        let stream = stream.into_inner();
         let mut sent_context = false;
         let event = move |message: DynamicMessage| {
             let mut out = Vec::new();
@@ -267,7 +277,10 @@ pub async fn process_stream(State(edge): State<Arc<Edge>>, headers: HeaderMap, b
             out.push(event_of(&message));
             out
         };
-        Ok::<_, ApiError>(sse(client_stream(stream, edge.shutdown.clone(), event, error_event, None)))
+        Ok::<_, ApiError>(turn::warned(
+            sse(client_stream(stream, edge.shutdown.clone(), event, error_event, None)),
+            warning,
+        ))
     }
     .await;
     result.unwrap_or_else(IntoResponse::into_response)

@@ -89,11 +89,14 @@ pub async fn answer_warned(
 ) -> Result<(router::ChatResponse, Option<http::HeaderValue>), Status> {
     let request = clients::request(router::ChatRequest::from(turn), caller, Some(edge.request_timeout));
     let response = edge.upstreams.router().chat(request).await?;
-    let warning = response
-        .metadata()
-        .get(BUDGET_WARNING_HEADER)
-        .and_then(|value| http::HeaderValue::from_bytes(value.as_bytes()).ok());
+    let warning = budget_warning(response.metadata());
     Ok((response.into_inner(), warning))
+}
+
+/// The budget warning a router response's metadata carries (a stream's, in its initial
+/// metadata), as an HTTP header value.
+pub fn budget_warning(metadata: &tonic::metadata::MetadataMap) -> Option<http::HeaderValue> {
+    metadata.get(BUDGET_WARNING_HEADER).and_then(|value| http::HeaderValue::from_bytes(value.as_bytes()).ok())
 }
 
 /// `response` with the budget warning header, when there is one.
@@ -104,15 +107,18 @@ pub fn warned(mut response: axum::response::Response, warning: Option<http::Head
     response
 }
 
-/// The router's answer to a turn as it streams; no timeout, as a stream lasts as long as the
+/// The router's answer to a turn as it streams, with its budget warning when it has one (the
+/// router checks budgets before the stream starts); no timeout, as a stream lasts as long as the
 /// answer does.
 pub async fn stream(
     edge: &Edge,
     caller: &Caller,
     turn: ChatTurn,
-) -> Result<Streaming<router::ChatStreamResponse>, Status> {
+) -> Result<(Streaming<router::ChatStreamResponse>, Option<http::HeaderValue>), Status> {
     let request = clients::request(router::ChatStreamRequest::from(turn), caller, None);
-    Ok(edge.upstreams.router().chat_stream(request).await?.into_inner())
+    let response = edge.upstreams.router().chat_stream(request).await?;
+    let warning = budget_warning(response.metadata());
+    Ok((response.into_inner(), warning))
 }
 
 #[cfg(test)]

@@ -22,9 +22,10 @@ pub enum RouterError {
     #[error("{0}")]
     PermissionDenied(String),
 
-    /// A budget of the caller is spent; the message names it.
-    #[error("{0}")]
-    BudgetSpent(String),
+    /// A budget of the caller is spent; the message names it. `retry_after` is the time to the
+    /// end of its period, when the budget starts again.
+    #[error("{message}")]
+    BudgetSpent { message: String, retry_after: std::time::Duration },
 
     /// The client went away before the turn finished.
     #[error("the client cancelled the request")]
@@ -84,7 +85,7 @@ impl ServiceError for RouterError {
             Self::NotFound(_) => ErrorCode::NotFound,
             Self::FailedPrecondition(_) => ErrorCode::FailedPrecondition,
             Self::ModelsUnavailable(_) => ErrorCode::Unavailable,
-            Self::BudgetSpent(_) => ErrorCode::ResourceExhausted,
+            Self::BudgetSpent { .. } => ErrorCode::ResourceExhausted,
             Self::PermissionDenied(_) => ErrorCode::PermissionDenied,
             Self::Cancelled => ErrorCode::Unavailable,
             Self::ShuttingDown => ErrorCode::Unavailable,

@@ -9,6 +9,7 @@ use switchyard_kit::{Identity, TenantId, proto_time::timestamp, to_status};
 use switchyard_proto::router::v1::{self as pb, router_service_server::RouterService};
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status};
+use tonic_types::StatusExt;
 use tracing::Instrument;
 
 use crate::{
@@ -46,8 +47,17 @@ impl RouterGrpc {
     }
 }
 
+/// A spent budget's refusal carries a `google.rpc.RetryInfo` with the time to the end of its
+/// period, so the edge's `Retry-After` says when it starts again rather than a rate limit's 1 s.
 fn status(err: RouterError) -> Status {
-    to_status(&err)
+    match &err {
+        RouterError::BudgetSpent { message, retry_after } => Status::with_error_details(
+            tonic::Code::ResourceExhausted,
+            message.clone(),
+            tonic_types::ErrorDetails::with_retry_info(Some(*retry_after)),
+        ),
+        _ => to_status(&err),
+    }
 }
 
 fn stream_event(event: TurnEvent) -> pb::ChatStreamResponse {
@@ -99,13 +109,10 @@ impl RouterService for RouterGrpc {
         let mut turn =
             TurnRequest::validate(RawTurn::from(request.into_inner()), &self.router.limits).map_err(status)?;
         turn.key_id = key_id;
-        let outcome = self.router.turn(identity, turn, Events::none()).await.map_err(status)?;
+        let allowance = self.router.admit(&identity, &turn).await.map_err(status)?;
+        let outcome = self.router.turn(identity, turn, allowance, Events::none()).await.map_err(status)?;
         let mut response = Response::new(outcome.to_response());
-        if let Some(warning) = &outcome.budget_warning
-            && let Ok(value) = tonic::metadata::MetadataValue::try_from(warning.as_str())
-        {
-            response.metadata_mut().insert(BUDGET_WARNING_HEADER, value);
-        }
+        warn_budget(&mut response, outcome.budget_warning.as_deref());
         Ok(response)
     }
 
@@ -120,11 +127,15 @@ impl RouterService for RouterGrpc {
         let mut turn =
             TurnRequest::validate(RawTurn::from(request.into_inner()), &self.router.limits).map_err(status)?;
         turn.key_id = key_id;
+        // Budgets are checked before the stream starts: a spent one is this call's status, a
+        // warning is in the stream's initial metadata.
+        let allowance = self.router.admit(&identity, &turn).await.map_err(status)?;
+        let warning = allowance.warning.clone();
         let (out, out_rx) = mpsc::channel::<Result<pb::ChatStreamResponse, Status>>(STREAM_BUFFER);
         let (events, mut event_rx) = mpsc::channel::<TurnEvent>(STREAM_BUFFER);
         let router = self.router.clone();
         let task = async move {
-            let running = router.turn(identity, turn, Events::to(events));
+            let running = router.turn(identity, turn, allowance, Events::to(events));
             tokio::pin!(running);
             let result = loop {
                 tokio::select! {
@@ -155,7 +166,9 @@ impl RouterService for RouterGrpc {
         };
         // The turn's calls to sessions and the gateway carry this request's id.
         tokio::spawn(switchyard_kit::failures::carry_request_id(task.instrument(tracing::Span::current())));
-        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(out_rx))))
+        let mut response = Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(out_rx)) as ChatEvents);
+        warn_budget(&mut response, warning.as_deref());
+        Ok(response)
     }
 
     async fn get_routing_stats(
@@ -339,6 +352,13 @@ impl RouterService for RouterGrpc {
                 .map_err(|err| status(RouterError::unavailable("recording the correction", err.to_string())))?;
         }
         Ok(Response::new(pb::SubmitFeedbackResponse {}))
+    }
+}
+
+/// Puts a budget warning in a response's (initial) metadata.
+fn warn_budget<T>(response: &mut Response<T>, warning: Option<&str>) {
+    if let Some(value) = warning.and_then(|warning| tonic::metadata::MetadataValue::try_from(warning).ok()) {
+        response.metadata_mut().insert(BUDGET_WARNING_HEADER, value);
     }
 }
 

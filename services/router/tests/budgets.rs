@@ -10,9 +10,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Options, Suite, as_tenant, chat};
+use common::{Options, Suite, as_tenant, chat, stream_request};
 use switchyard_proto::router::v1::{
-    Budget, BudgetPeriod, ListBudgetsRequest, SetBudgetRequest, router_service_client::RouterServiceClient,
+    Budget, BudgetPeriod, ChatStreamResponse, ListBudgetsRequest, SetBudgetRequest, chat_stream_response::Event,
+    router_service_client::RouterServiceClient,
 };
 use switchyard_router::RouterConfig;
 use switchyard_testkit::{
@@ -20,6 +21,7 @@ use switchyard_testkit::{
     llm::{Reply, ScriptedLlm},
 };
 use tonic::{Code, Request, transport::Channel};
+use tonic_types::StatusExt;
 
 /// $1000 per million tokens: a turn of 1000 prompt tokens costs $1.
 const PRICES: &str = "[\"openai/gpt-4o-mini\"]\ninput_per_mtok = 1000\ncached_input_per_mtok = 1000\n\
@@ -221,4 +223,48 @@ async fn an_api_keys_budget_holds_its_turns_only_and_is_rebuilt_from_its_recorde
     let bad = client.chat(with_key("initech", "not/a key", chat("bad"))).await.expect_err("a bad key id");
     assert_eq!(bad.code(), Code::InvalidArgument);
     assert!(bad.message().starts_with("x-switchyard-key-id:"), "{}", bad.message());
+}
+
+/// Reads a stream to its end; true when it ended with the turn completed.
+async fn completes(mut stream: tonic::Streaming<ChatStreamResponse>) -> bool {
+    let mut completed = false;
+    while let Some(message) = stream.message().await.expect("a stream event") {
+        completed = matches!(message.event, Some(Event::Completed(_)));
+    }
+    completed
+}
+
+/// Seconds from now to the next UTC midnight, when a daily budget starts again.
+fn to_midnight() -> Duration {
+    let now = chrono::Utc::now();
+    let midnight = (now.date_naive() + chrono::Days::new(1)).and_hms_opt(0, 0, 0).expect("midnight").and_utc();
+    (midnight - now).to_std().expect("midnight is ahead")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_turn_is_warned_in_its_initial_metadata_and_refused_before_it_starts() {
+    let suite = suite().await;
+    let mut client = suite.client().await;
+    client.set_budget(operator(budget("umbrella", 2.0, 1.0, BudgetPeriod::Day))).await.expect("set the budget");
+
+    let first = client.chat_stream(as_tenant("umbrella", stream_request("one"))).await.expect("stream 1");
+    assert!(first.metadata().get(WARNING).is_none(), "nothing spent yet");
+    assert!(completes(first.into_inner()).await, "the first turn completes");
+    // $1 spent: the warning is in the initial metadata, there before any event is read.
+    let second = client.chat_stream(as_tenant("umbrella", stream_request("two"))).await.expect("stream 2");
+    let warning = second.metadata().get(WARNING).expect("a warning").to_str().expect("ascii").to_owned();
+    assert!(warning.contains("budget umbrella of $2.00 per day") && warning.contains("$1.00 spent"), "{warning}");
+    assert!(completes(second.into_inner()).await, "the warned turn goes on");
+
+    // $2 spent: the call itself is refused, with the time to the period's end to retry after.
+    let refused = client.chat_stream(as_tenant("umbrella", stream_request("three"))).await.expect_err("spent");
+    assert_eq!(refused.code(), Code::ResourceExhausted);
+    assert_eq!(refused.message(), "budget umbrella of $2.00 per day is spent ($2.00)");
+    let retry = refused.get_details_retry_info().and_then(|info| info.retry_delay).expect("a retry delay");
+    let ahead = to_midnight();
+    assert!(retry >= ahead && retry <= ahead + Duration::from_secs(30), "retry in {retry:?}, midnight in {ahead:?}");
+    let unary = client.chat(as_tenant("umbrella", chat("four"))).await.expect_err("spent");
+    assert_eq!(unary.code(), Code::ResourceExhausted);
+    assert!(unary.get_details_retry_info().and_then(|info| info.retry_delay).is_some(), "{unary:?}");
+    assert_eq!(spent(&mut client, "umbrella").await, 2.0);
 }

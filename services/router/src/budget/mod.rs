@@ -308,11 +308,16 @@ impl Budgets {
             let limit = dollars(budget.limit_nanousd);
             let spent = dollars(status.spent_nanousd);
             if status.spent_nanousd >= budget.limit_nanousd {
-                return Err(RouterError::BudgetSpent(format!(
-                    "budget {} of {limit} per {} is spent ({spent})",
-                    budget.name(),
-                    budget.period.as_str()
-                )));
+                let now = Utc::now();
+                let (_, period_end) = budget.period.window(now);
+                return Err(RouterError::BudgetSpent {
+                    message: format!(
+                        "budget {} of {limit} per {} is spent ({spent})",
+                        budget.name(),
+                        budget.period.as_str()
+                    ),
+                    retry_after: (period_end - now).to_std().unwrap_or_default(),
+                });
             }
             if budget.soft_nanousd > 0 && status.spent_nanousd >= budget.soft_nanousd {
                 let warning = format!(

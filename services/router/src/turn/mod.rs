@@ -213,24 +213,32 @@ impl Router {
         Ok(())
     }
 
+    /// Before a turn: refuses it when a budget of the caller is spent, else says which budgets
+    /// its cost goes to and warns past a soft threshold. Done before [`Router::turn`] so a
+    /// streamed turn's warning (or refusal) goes out before its stream starts.
+    pub async fn admit(&self, identity: &Identity, request: &TurnRequest) -> Result<Allowance, RouterError> {
+        match self.budgets.check(&identity.tenant, request.key_id.as_deref()).await {
+            Ok(allowance) => Ok(allowance),
+            Err(spent @ RouterError::BudgetSpent { .. }) => Err(spent),
+            // Budgets that cannot be read do not stop the service: the turn goes on uncounted.
+            Err(err) => {
+                tracing::warn!(error = %err, "could not check the tenant's budgets; the turn goes on");
+                Ok(Allowance::default())
+            }
+        }
+    }
+
+    /// A turn [`Router::admit`] let through with `allowance`.
     #[tracing::instrument(name = "chat_turn", skip_all, fields(session_id, route, role_id))]
     pub async fn turn(
         &self,
         identity: Identity,
         request: TurnRequest,
+        allowance: Allowance,
         events: Events,
     ) -> Result<TurnOutcome, RouterError> {
         let started = Instant::now();
         self.check_models(&request)?;
-        let allowance = match self.budgets.check(&identity.tenant, request.key_id.as_deref()).await {
-            Ok(allowance) => allowance,
-            Err(spent @ RouterError::BudgetSpent(_)) => return Err(spent),
-            // Budgets that cannot be read do not stop the service: the turn goes on uncounted.
-            Err(err) => {
-                tracing::warn!(error = %err, "could not check the tenant's budgets; the turn goes on");
-                Allowance::default()
-            }
-        };
         let id = format!("chat-{}", uuid::Uuid::new_v4());
         let continuation = request.is_continuation();
         let mut session = self.open_session(&identity, &request).await?;

@@ -72,10 +72,10 @@ async fn answer(edge: &Edge, headers: &HeaderMap, body: Body) -> Result<Response
         let (response, warning) = turn::answer_warned(edge, &caller, chat).await.map_err(named)?;
         return Ok(turn::warned(axum_json(&message_json(&response, &model_name)), warning));
     }
-    let events = turn::stream(edge, &caller, chat).await.map_err(named)?;
+    let (events, warning) = turn::stream(edge, &caller, chat).await.map_err(named)?;
     let mut relay = StreamEvents::new(model_name);
     let events = rest::client_stream(events, edge.shutdown.clone(), move |item| relay.next(item), error_event, None);
-    Ok(sse(events))
+    Ok(turn::warned(sse(events), warning))
 }
 
 /// One of the caller's Anthropic headers, for the router to send on to an Anthropic-wire model

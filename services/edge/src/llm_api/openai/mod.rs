@@ -78,7 +78,7 @@ async fn complete(edge: &Edge, headers: &HeaderMap, body: Body) -> Result<Respon
             turn::answer_warned(edge, &caller, chat).await.map_err(|status| ApiError::from_status(&status))?;
         return Ok(turn::warned(axum_json(&completion_json(&response, Some(&model_name))), warning));
     }
-    let events = turn::stream(edge, &caller, chat).await.map_err(|status| ApiError::from_status(&status))?;
+    let (events, warning) = turn::stream(edge, &caller, chat).await.map_err(|status| ApiError::from_status(&status))?;
     let mut chunks = Chunks::new(model_name, include_usage);
     // `[DONE]` only ends an answer that finished: after an error chunk the stream just ends,
     // as OpenAI's does (its SDKs raise on the error; a client reading up to `[DONE]` alone
@@ -86,7 +86,7 @@ async fn complete(edge: &Edge, headers: &HeaderMap, body: Body) -> Result<Respon
     let done = Event::default().data("[DONE]");
     let events =
         rest::client_stream(events, edge.shutdown.clone(), move |item| chunks.next(item), error_chunk, Some(done));
-    Ok(sse(events))
+    Ok(turn::warned(sse(events), warning))
 }
 
 /// The conversation's first user message's text, for its key (the query on a first request).

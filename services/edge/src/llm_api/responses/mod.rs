@@ -118,7 +118,7 @@ async fn respond(edge: Arc<Edge>, headers: &HeaderMap, body: Body) -> Result<Res
         keep(&edge, turn.to_keep(&caller, &response.session_id, message, &json)).await;
         return Ok(chat_turn::warned(axum_json(&json), warning));
     }
-    let events = chat_turn::stream(&edge, &caller, chat).await.map_err(named)?;
+    let (events, warning) = chat_turn::stream(&edge, &caller, chat).await.map_err(named)?;
     let relay = Arc::new(Mutex::new(Relay {
         shell,
         turn,
@@ -147,7 +147,7 @@ async fn respond(edge: Arc<Edge>, headers: &HeaderMap, body: Body) -> Result<Res
             event
         }
     });
-    Ok(sse(events))
+    Ok(chat_turn::warned(sse(events), warning))
 }
 
 /// Keeps an answer. A store that fails loses only the continuation by `previous_response_id`
