@@ -1,9 +1,10 @@
-//! `switchyard budgets`: set and list spend budgets through the router's gRPC API, as the
-//! operator (an administrator of the default tenant).
+//! `switchyard budgets`: set, list and delete spend budgets through the router's gRPC API, as
+//! the operator (an administrator of the default tenant).
 
 use clap::{Args, Subcommand, ValueEnum};
 use switchyard_proto::router::v1::{
-    Budget, BudgetPeriod, ListBudgetsRequest, SetBudgetRequest, router_service_client::RouterServiceClient,
+    Budget, BudgetPeriod, DeleteBudgetRequest, ListBudgetsRequest, SetBudgetRequest,
+    router_service_client::RouterServiceClient,
 };
 use tonic::{Request, transport::Channel};
 
@@ -49,6 +50,17 @@ pub enum BudgetsCommand {
         /// Only this tenant's.
         #[arg(long)]
         tenant: Option<String>,
+    },
+    /// Delete a tenant's budget, or one of its API keys'; fails when there is none.
+    Delete {
+        #[command(flatten)]
+        router: RouterAddress,
+        /// The tenant the budget is for.
+        #[arg(long)]
+        tenant: String,
+        /// The API key's budget (by key id); the whole tenant's without one.
+        #[arg(long = "key")]
+        key_id: Option<String>,
     },
 }
 
@@ -136,6 +148,21 @@ pub async fn run(command: BudgetsCommand) -> anyhow::Result<()> {
                 .map_err(refused)?
                 .into_inner();
             print_table(&listed.budgets);
+        }
+        BudgetsCommand::Delete { router, tenant, key_id } => {
+            let key_id = key_id.unwrap_or_default();
+            let name = if key_id.is_empty() { tenant.clone() } else { format!("{tenant}/{key_id}") };
+            let deleted = connect(&router)
+                .await?
+                .delete_budget(as_operator(DeleteBudgetRequest { tenant_id: tenant, key_id }))
+                .await
+                .map_err(refused)?
+                .into_inner()
+                .deleted;
+            if !deleted {
+                anyhow::bail!("no budget {name} to delete");
+            }
+            println!("deleted budget {name}");
         }
     }
     Ok(())

@@ -25,7 +25,7 @@ enum Command {
     /// Create, list and revoke the edge's API keys (in its Postgres).
     #[command(subcommand)]
     Keys(switchyard_cli::keys::KeysCommand),
-    /// Set and list spend budgets per tenant (or API key), through the router.
+    /// Set, list and delete spend budgets per tenant (or API key), through the router.
     #[command(subcommand)]
     Budgets(switchyard_cli::budgets::BudgetsCommand),
 }

@@ -1,5 +1,6 @@
-//! `switchyard budgets set` and `switchyard budgets list` against a router on loopback (budgets
-//! in memory): the table shows what was set; a bad budget fails naming the field.
+//! `switchyard budgets set`, `list` and `delete` against a router on loopback (budgets in
+//! memory): the table shows what was set and loses what was deleted; a bad budget fails naming
+//! the field; deleting a budget that is not there fails saying so.
 
 use switchyard_cli::{DevPorts, Stack, stack::Serving};
 use switchyard_testkit::{Served, Shutdown, closed_port};
@@ -67,6 +68,25 @@ async fn budgets_are_set_and_listed_through_the_router() {
     assert_eq!(&acme[..6], ["acme", "-", "25.00", "20.00", "month", "0.0000"], "{table}");
     let globex: Vec<&str> = lines[2].split_whitespace().collect();
     assert_eq!(&globex[..6], ["globex", "k1", "3.00", "-", "day", "0.0000"], "{table}");
+
+    let delete = switchyard(&["budgets", "delete", "--router-url", &url, "--tenant", "globex", "--key", "k1"]);
+    let said = String::from_utf8_lossy(&delete.stdout);
+    assert!(delete.status.success(), "budgets delete fails: {}", String::from_utf8_lossy(&delete.stderr));
+    assert_eq!(said.trim(), "deleted budget globex/k1");
+    let list = switchyard(&["budgets", "list", "--router-url", &url]);
+    let table = String::from_utf8_lossy(&list.stdout);
+    assert!(list.status.success(), "budgets list fails: {}", String::from_utf8_lossy(&list.stderr));
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 2, "a header and acme's budget:\n{table}");
+    assert!(lines[1].starts_with("acme "), "{table}");
+    let again = switchyard(&["budgets", "delete", "--router-url", &url, "--tenant", "globex", "--key", "k1"]);
+    assert!(!again.status.success(), "deleting a budget that is gone fails");
+    let said = String::from_utf8_lossy(&again.stderr);
+    assert!(said.contains("no budget globex/k1"), "{said}");
+    let bad = switchyard(&["budgets", "delete", "--router-url", &url, "--tenant", "not a tenant"]);
+    assert!(!bad.status.success(), "a bad tenant is refused");
+    let said = String::from_utf8_lossy(&bad.stderr);
+    assert!(said.contains("tenant_id"), "{said}");
 
     let bad = switchyard(&[
         "budgets",
