@@ -54,6 +54,9 @@ pub fn base_name(server: &str, tool: &str, prefix: bool) -> String {
 /// resolved, for logging.
 pub fn assign(pairs: &[(&str, &str)], prefix: bool) -> (Vec<String>, Vec<String>) {
     let mut taken = std::collections::HashSet::from([SET_CONTEXT.to_owned()]);
+    // The next counter to try for a stem: names are never given back, so the counters below it
+    // are taken, and many tools of one name cost one step each rather than a scan each.
+    let mut next_counter: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     let mut notes = Vec::new();
     let names = pairs
         .iter()
@@ -63,14 +66,16 @@ pub fn assign(pairs: &[(&str, &str)], prefix: bool) -> (Vec<String>, Vec<String>
             if taken.contains(&candidate) && !prefix {
                 candidate = base_name(server, tool, true);
             }
-            let mut counter = 2;
-            let stem = candidate.clone();
-            while taken.contains(&candidate) {
-                let suffix = format!("_{counter}");
-                let mut shortened = stem.clone();
-                shortened.truncate(MAX_NAME - suffix.len());
-                candidate = format!("{shortened}{suffix}");
-                counter += 1;
+            if taken.contains(&candidate) {
+                let stem = candidate.clone();
+                let counter = next_counter.entry(stem.clone()).or_insert(2);
+                while taken.contains(&candidate) {
+                    let suffix = format!("_{counter}");
+                    let mut shortened = stem.clone();
+                    shortened.truncate(MAX_NAME - suffix.len());
+                    candidate = format!("{shortened}{suffix}");
+                    *counter += 1;
+                }
             }
             if candidate != first {
                 notes.push(format!(
@@ -87,6 +92,21 @@ pub fn assign(pairs: &[(&str, &str)], prefix: bool) -> (Vec<String>, Vec<String>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A server listing thousands of tools of one name used to cost n² steps (each name scanned
+    /// the counters from 2): bounded time for what a server sends.
+    #[test]
+    fn many_tools_of_one_name_are_named_in_linear_time() {
+        let pairs: Vec<(&str, &str)> = (0..20_000).map(|_| ("s", "same")).collect();
+        let start = std::time::Instant::now();
+        let (names, _) = assign(&pairs, true);
+        assert!(start.elapsed() < std::time::Duration::from_secs(1), "took {:?}", start.elapsed());
+        assert_eq!(names[0], "s__same");
+        assert_eq!(names[1], "s__same_2");
+        assert_eq!(names[19_999], "s__same_20000");
+        let unique: std::collections::HashSet<_> = names.iter().collect();
+        assert_eq!(unique.len(), names.len());
+    }
 
     #[test]
     fn prefixed_names_are_valid() {
