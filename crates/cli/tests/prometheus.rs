@@ -201,6 +201,7 @@ async fn prometheus_scrapes_switchyard_dev_and_the_dashboard_queries_are_valid_t
         "router_routing_duration_milliseconds_bucket",
         "gen_ai_client_token_usage_bucket",
         "gen_ai_client_operation_duration_seconds_count",
+        "switchyard_cost_usd_total",
     ] {
         assert!(names.contains(family), "{family} was not scraped; Prometheus has {names:?}");
     }

@@ -383,6 +383,8 @@ fn unit_suffix(unit: &str) -> Option<&'static str> {
         "KiBy" => "kibibytes",
         "MiBy" => "mebibytes",
         "%" => "percent",
+        // Not UCUM, but what money is counted in here (the router's cost).
+        "USD" => "usd",
         _ => return None,
     })
 }
@@ -482,7 +484,9 @@ mod tests {
         let meter = provider.meter("test");
         meter.u64_counter("requests_total").build().add(1, &[]);
         meter.f64_histogram("wait_seconds").with_unit("s").build().record(1.0, &[]);
+        meter.f64_counter("switchyard.cost").with_unit("USD").build().add(0.25, &[]);
         let text = reader.render().unwrap();
+        assert!(text.contains("switchyard_cost_usd_total 0.25\n"), "{text}");
         assert!(text.contains("requests_total 1\n") && !text.contains("requests_total_total"), "{text}");
         assert!(text.contains("wait_seconds_count 1\n") && !text.contains("seconds_seconds"), "{text}");
     }

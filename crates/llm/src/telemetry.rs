@@ -45,7 +45,9 @@ fn instruments() -> &'static Instruments {
             tokens: meter
                 .u64_histogram("gen_ai.client.token.usage")
                 .with_unit("{token}")
-                .with_description("Tokens per model call, by provider, requested model and token type (input, output)")
+                .with_description(
+                    "Tokens per model call, by provider, requested and answering model and token type (input, output)",
+                )
                 .with_boundaries(vec![
                     16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0,
                 ])
@@ -94,13 +96,18 @@ impl CallTrace {
     pub fn completed(&self, completion: &Completion) {
         record_completion(&self.span, completion);
         let instruments = instruments();
-        let labels = self.labels();
+        let mut labels = self.labels().to_vec();
+        // The answering model, as the vendor named it (a dated version of the requested one):
+        // a short list per vendor, never caller text.
+        if !completion.model.is_empty() {
+            labels.push(KeyValue::new("gen_ai.response.model", completion.model.clone()));
+        }
         instruments.duration.record(self.started.elapsed().as_secs_f64(), &labels);
-        let [operation, provider, model] = labels;
         for (kind, count) in [("input", completion.usage.prompt_tokens), ("output", completion.usage.completion_tokens)]
         {
-            let labels = [operation.clone(), provider.clone(), model.clone(), KeyValue::new("gen_ai.token.type", kind)];
+            labels.push(KeyValue::new("gen_ai.token.type", kind));
             instruments.tokens.record(u64::from(count), &labels);
+            labels.pop();
         }
     }
 

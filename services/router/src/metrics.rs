@@ -2,7 +2,8 @@
 //! endpoint; no-ops otherwise): the figures docs/requirements.md#router-monitoring asks for,
 //! as they happen — route distribution, routing latency, execution time, cache hits,
 //! fallbacks, degradations, tool calls, the caller's own tool loops and the role switches
-//! held back inside them.
+//! held back inside them, and what the turns cost (priced where the turn is priced; the
+//! tokens are the GenAI client metrics the LLM crate records per model call).
 //! GetRoutingStats gives the same figures from Postgres over any window.
 
 use opentelemetry::{
@@ -23,6 +24,7 @@ pub struct Metrics {
     held_switches: Counter<u64>,
     switches: Counter<u64>,
     gateway_tools_unavailable: Counter<u64>,
+    cost_usd: Counter<f64>,
 }
 
 impl Default for Metrics {
@@ -75,6 +77,14 @@ impl Metrics {
                      the gateway being unreachable",
                 )
                 .build(),
+            cost_usd: meter
+                .f64_counter("switchyard.cost")
+                .with_unit("USD")
+                .with_description(
+                    "What the turns' model calls cost (the model price table), by route, model and kind of call \
+                     (routing, answer, agent_step, expert, synthesis)",
+                )
+                .build(),
         }
     }
 
@@ -99,7 +109,18 @@ impl Metrics {
             self.held_switches.add(1, &[KeyValue::new("role_id", meta.held_switch_role_id.clone())]);
         }
         self.routing_ms.record(meta.routing_ms as f64, std::slice::from_ref(&route));
-        self.execution_ms.record(meta.execution_ms as f64, &[route]);
+        self.execution_ms.record(meta.execution_ms as f64, std::slice::from_ref(&route));
+        for part in &meta.cost_parts {
+            // A model without a price counts as nothing spent, as in the turn's `cost_usd`.
+            self.cost_usd.add(
+                crate::cost::nanos_to_usd(part.cost_nanousd),
+                &[
+                    route.clone(),
+                    KeyValue::new("model", part.model.clone()),
+                    KeyValue::new("call_kind", part.kind.as_str()),
+                ],
+            );
+        }
     }
 
     pub fn tool_call(&self, tool: &str, duration_ms: u64, is_error: bool) {
