@@ -5,7 +5,9 @@
 
 use std::time::Instant;
 
+use switchyard_kit::ServiceError;
 use switchyard_llm::{Message, ToolCall, ToolChoice, ToolSpec};
+use tracing::Instrument;
 
 use super::{RouteAnswer, Scope};
 use crate::{
@@ -107,6 +109,10 @@ pub(super) async fn run(
 /// model as an error result so it can correct itself or explain; none ends the turn. With
 /// `report`, the call's start and end are the turn's tool events (the agent's calls; the
 /// gateway's calls on a client-tools turn are not shown to the caller).
+///
+/// The call is an `execute_tool {tool}` span in the OpenTelemetry GenAI conventions
+/// (`gen_ai.operation.name`, `gen_ai.tool.name`, `gen_ai.tool.call.id`, and `error.type` when
+/// the call failed), parent of the gateway's own span of it.
 pub(super) async fn call_tool(
     scope: &Scope<'_>,
     session_id: &switchyard_kit::SessionId,
@@ -115,15 +121,57 @@ pub(super) async fn call_tool(
     meta: &mut Metadata,
     report: bool,
 ) -> Result<Message, RouterError> {
+    let span = tracing::info_span!(
+        "execute_tool",
+        otel.name = %format_args!("execute_tool {}", call.name),
+        otel.kind = "internal",
+        gen_ai.operation.name = "execute_tool",
+        gen_ai.tool.name = %call.name,
+        gen_ai.tool.call.id = %call.id,
+        gen_ai.tool.type = "function",
+        error.type = tracing::field::Empty,
+    );
+    let result = run_tool(scope, session_id, tools, call, meta, report).instrument(span.clone()).await;
+    match &result {
+        Ok(ToolRun { error_type: Some(error_type), .. }) => {
+            span.record("error.type", *error_type);
+        }
+        Ok(_) => {}
+        Err(err) => {
+            span.record("error.type", switchyard_kit::error::code_name(err.code().grpc()));
+        }
+    }
+    result.map(|run| run.message)
+}
+
+/// A tool call's answer to the model, and why it failed (the span's `error.type`).
+struct ToolRun {
+    message: Message,
+    error_type: Option<&'static str>,
+}
+
+async fn run_tool(
+    scope: &Scope<'_>,
+    session_id: &switchyard_kit::SessionId,
+    tools: &[AgentTool],
+    call: &ToolCall,
+    meta: &mut Metadata,
+    report: bool,
+) -> Result<ToolRun, RouterError> {
     let Scope { router, identity, events, .. } = *scope;
-    let reply = |content: String, is_error: bool| Message::tool_result(call.id.clone(), content, is_error);
+    let reply = |content: String, error_type: Option<&'static str>| ToolRun {
+        message: Message::tool_result(call.id.clone(), content, error_type.is_some()),
+        error_type,
+    };
     let Some(tool) = tools.iter().find(|t| t.name == call.name) else {
-        return Ok(reply(format!("There is no tool named `{}`; use one of the tools offered.", call.name), true));
+        let text = format!("There is no tool named `{}`; use one of the tools offered.", call.name);
+        return Ok(reply(text, Some("unknown_tool")));
     };
     let arguments = match call.parsed_arguments() {
         Ok(arguments) => arguments,
         Err(problem) => {
-            return Ok(reply(format!("{problem}. Call the tool again with a JSON object as its arguments."), true));
+            let text = format!("{problem}. Call the tool again with a JSON object as its arguments.");
+            return Ok(reply(text, Some("invalid_arguments")));
         }
     };
     if report {
@@ -143,20 +191,21 @@ pub(super) async fn call_tool(
         router.gateway.call_tool(identity, session_id, &tool.name, &arguments, router.limits.tool_call_timeout).await;
     let duration_ms = started.elapsed().as_millis() as u64;
     router.metrics.tool_call(&tool.name, duration_ms, outcome.as_ref().map_or(true, |o| o.is_error));
-    let (content, is_error, error) = match outcome {
+    let (content, error_type, error) = match outcome {
         Ok(result) => {
             let error = if result.is_error { first_line(&result.text) } else { String::new() };
-            (cut(result.text), result.is_error, error)
+            (cut(result.text), result.is_error.then_some("tool_error"), error)
         }
         Err(status) if status.code() == tonic::Code::DeadlineExceeded => {
             let why = format!("the tool did not answer within {:?}", router.limits.tool_call_timeout);
-            (why.clone(), true, why)
+            (why.clone(), Some("timeout"), why)
         }
         Err(status) => {
             let why = format!("the tool call failed: {}", status.message());
-            (why.clone(), true, why)
+            (why.clone(), Some(switchyard_kit::error::code_name(status.code())), why)
         }
     };
+    let is_error = error_type.is_some();
     if report {
         events
             .send(TurnEvent::Tool(ToolActivity {
@@ -169,7 +218,7 @@ pub(super) async fn call_tool(
             }))
             .await?;
     }
-    Ok(reply(content, is_error))
+    Ok(reply(content, error_type))
 }
 
 fn first_line(text: &str) -> String {

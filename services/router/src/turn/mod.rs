@@ -139,6 +139,14 @@ impl Scope<'_> {
     }
 }
 
+/// Switchyard's attributes of a finished turn on its `chat_turn` span.
+fn record_turn_attributes(span: &tracing::Span, meta: &Metadata) {
+    span.record("switchyard.cache_hit", meta.cache_hit);
+    span.record("switchyard.fallback_used", meta.fallback_used);
+    span.record("switchyard.degraded", !meta.degraded.is_empty());
+    span.record("switchyard.cost_usd", crate::cost::nanos_to_usd(meta.cost_nanousd));
+}
+
 /// What a turn cut short by shutdown had.
 struct Interrupted<'a> {
     id: String,
@@ -229,7 +237,27 @@ impl Router {
     }
 
     /// A turn [`Router::admit`] let through with `allowance`.
-    #[tracing::instrument(name = "chat_turn", skip_all, fields(session_id, route, role_id))]
+    ///
+    /// Its `chat_turn` span carries Switchyard's own attributes as they become known: the
+    /// tenant at once, the role after context switching, the route once decided, and cache,
+    /// fallback, degradation and cost at the end.
+    #[tracing::instrument(
+        name = "chat_turn",
+        skip_all,
+        fields(
+            session_id,
+            route,
+            role_id,
+            switchyard.tenant = identity.tenant.as_str(),
+            switchyard.route = tracing::field::Empty,
+            switchyard.role_id = tracing::field::Empty,
+            switchyard.role_switched = tracing::field::Empty,
+            switchyard.cache_hit = tracing::field::Empty,
+            switchyard.fallback_used = tracing::field::Empty,
+            switchyard.degraded = tracing::field::Empty,
+            switchyard.cost_usd = tracing::field::Empty,
+        )
+    )]
     pub async fn turn(
         &self,
         identity: Identity,
@@ -248,6 +276,8 @@ impl Router {
         let span = tracing::Span::current();
         span.record("session_id", session.session_id.as_str());
         span.record("role_id", session.role_id.as_str());
+        span.record("switchyard.role_id", session.role_id.as_str());
+        span.record("switchyard.role_switched", session.switched);
         let mut ctx = TurnContext::new(&identity, &request, &session, &self.limits);
         let chain = self.chain(request.model.as_ref());
 
@@ -317,6 +347,7 @@ impl Router {
                 }
             };
             span.record("route", decision.route.as_str());
+            span.record("switchyard.route", decision.route.as_str());
 
             let mut hidden_steps = None;
             let mut answer = match (decision.route, direct_answer) {
@@ -407,6 +438,7 @@ impl Router {
             tracing::warn!(error = %err, "could not keep the tool loop's gateway tools");
         }
         self.metrics.turn(&outcome.metadata, &answer.answered.model);
+        record_turn_attributes(&span, &outcome.metadata);
         if let Some(recorder) = &self.recorder {
             // The message is kept only for learning from corrections (the routing cache).
             let message = self.learning.is_some().then_some(request.message.as_str());
