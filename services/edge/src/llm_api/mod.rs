@@ -9,6 +9,8 @@
 pub mod anthropic;
 pub(crate) mod content;
 pub mod conversation;
+#[cfg(test)]
+pub(crate) mod fuzz;
 pub(crate) mod json;
 pub mod openai;
 pub mod responses;

@@ -184,6 +184,9 @@ fn apply_query(
                 .ok_or_else(|| ApiError::bad_request("query", format!("`{text}` is not valid percent-encoding")))
         };
         let (key, value) = (decode(key)?, decode(value)?);
+        if key.is_empty() {
+            return Err(ApiError::bad_request("query", format!("`{pair}` has no parameter name")));
+        }
         let path = field_path(input, &key)
             .ok_or_else(|| ApiError::bad_request(key.clone(), "is not a field of this request"))?;
         if bindings.iter().any(|b| b.field_path == path) {
@@ -287,6 +290,14 @@ mod tests {
             let chat: router::ChatRequest = build(Method::POST, "/api/v1/chat", &body).unwrap().transcode_to().unwrap();
             assert_eq!(chat.force_route(), router::RouteType::Multiagent);
         }
+    }
+
+    /// Found by the fuzz suite: a query parameter without a name (`?=x`) was refused naming an
+    /// empty field.
+    #[test]
+    fn a_query_parameter_without_a_name_is_refused_naming_the_query() {
+        let error = build(Method::GET, "/api/context/sessions/s1/history?=%2B", "").unwrap_err();
+        assert_eq!(error.field(), Some("query"), "{error:?}");
     }
 
     #[test]

@@ -456,3 +456,29 @@ mod tests {
         assert_eq!(field(only_system), "messages");
     }
 }
+
+/// Property-based fuzzing of the Messages reader: bodies with every field hostile, read and
+/// then turned into the router's turn.
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+    use switchyard_testkit::fuzz::{config, timed};
+
+    use super::*;
+    use crate::llm_api::fuzz::{body, check_refusal, parsed};
+
+    proptest! {
+        #![proptest_config(config(96))]
+
+        #[test]
+        fn any_body_is_a_turn_or_refused_by_field(body in body()) {
+            let Some(body) = parsed(&body) else { return Ok(()) };
+            let read = timed("reading a Messages request", || {
+                MessagesRequest::parse(&body).and_then(|request| request.into_chat(Conversation::default()))
+            });
+            if let Err(error) = read {
+                check_refusal(&error)?;
+            }
+        }
+    }
+}

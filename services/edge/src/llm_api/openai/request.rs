@@ -489,3 +489,26 @@ mod tests {
         assert_eq!(with(json!({"stream_options": {"include_usage": 1}})), "stream_options.include_usage");
     }
 }
+
+/// Property-based fuzzing of the chat completions reader: bodies with every field hostile.
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+    use switchyard_testkit::fuzz::{config, timed};
+
+    use super::*;
+    use crate::llm_api::fuzz::{body, check_refusal, parsed};
+
+    proptest! {
+        #![proptest_config(config(96))]
+
+        #[test]
+        fn any_body_is_a_turn_or_refused_by_field(body in body()) {
+            let Some(body) = parsed(&body) else { return Ok(()) };
+            match timed("reading a chat completions request", || to_completion(&body)) {
+                Ok(completion) => prop_assert!(completion.chat.stop.len() <= MAX_STOP),
+                Err(error) => check_refusal(&error)?,
+            }
+        }
+    }
+}

@@ -368,3 +368,25 @@ pub(super) fn text_format(object: &Map<String, Value>) -> Result<Option<router::
     };
     Ok(Some(router::ResponseFormat { format: Some(format) }))
 }
+
+/// Property-based fuzzing of the Responses reader: bodies with every field hostile.
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+    use switchyard_testkit::fuzz::{config, timed};
+
+    use super::*;
+    use crate::llm_api::fuzz::{body, check_refusal, parsed};
+
+    proptest! {
+        #![proptest_config(config(96))]
+
+        #[test]
+        fn any_body_is_a_request_or_refused_by_field(body in body()) {
+            let Some(body) = parsed(&body) else { return Ok(()) };
+            if let Err(error) = timed("reading a Responses request", || parse(&body)) {
+                check_refusal(&error)?;
+            }
+        }
+    }
+}
