@@ -3,7 +3,7 @@
 
 use clap::{Args, Subcommand, ValueEnum};
 use switchyard_proto::router::v1::{
-    Budget, BudgetPeriod, DeleteBudgetRequest, ListBudgetsRequest, SetBudgetRequest,
+    Budget, BudgetAction, BudgetPeriod, DeleteBudgetRequest, ListBudgetsRequest, SetBudgetRequest,
     router_service_client::RouterServiceClient,
 };
 use tonic::{Request, transport::Channel};
@@ -19,6 +19,15 @@ pub struct RouterAddress {
 pub enum Period {
     Day,
     Month,
+}
+
+/// What a budget does at its hard limit.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum OnLimit {
+    /// Refuse new turns (429).
+    Refuse,
+    /// Answer them on the direct route, by --degrade-model when given.
+    Degrade,
 }
 
 #[derive(Debug, Subcommand)]
@@ -42,6 +51,12 @@ pub enum BudgetsCommand {
         /// The soft threshold in USD: past it, turns go on with a warning.
         #[arg(long, allow_negative_numbers = true)]
         soft_usd: Option<f64>,
+        /// What happens at the hard limit (refuse by default).
+        #[arg(long, value_enum)]
+        on_limit: Option<OnLimit>,
+        /// With --on-limit degrade: the cheaper model (`provider/model`) degraded turns use.
+        #[arg(long)]
+        degrade_model: Option<String>,
     },
     /// List budgets with what they have spent in their current period.
     List {
@@ -96,8 +111,8 @@ fn period_name(period: i32) -> &'static str {
 
 fn print_table(budgets: &[Budget]) {
     println!(
-        "{:<20} {:<14} {:>12} {:>12} {:<6} {:>12} PERIOD START",
-        "TENANT", "KEY", "LIMIT USD", "SOFT USD", "PERIOD", "SPENT USD"
+        "{:<20} {:<14} {:>12} {:>12} {:<6} {:>12} {:<12} ON LIMIT",
+        "TENANT", "KEY", "LIMIT USD", "SOFT USD", "PERIOD", "SPENT USD", "PERIOD START"
     );
     for budget in budgets {
         let start = budget
@@ -105,8 +120,13 @@ fn print_table(budgets: &[Budget]) {
             .as_ref()
             .and_then(|t| chrono::DateTime::from_timestamp(t.seconds, 0))
             .map_or_else(|| "-".to_owned(), |t| t.format("%Y-%m-%d").to_string());
+        let on_limit = match BudgetAction::try_from(budget.on_limit) {
+            Ok(BudgetAction::Degrade) if budget.degrade_model.is_empty() => "degrade".to_owned(),
+            Ok(BudgetAction::Degrade) => format!("degrade:{}", budget.degrade_model),
+            _ => "refuse".to_owned(),
+        };
         println!(
-            "{:<20} {:<14} {:>12.2} {:>12} {:<6} {:>12.4} {}",
+            "{:<20} {:<14} {:>12.2} {:>12} {:<6} {:>12.4} {:<12} {}",
             budget.tenant_id,
             if budget.key_id.is_empty() { "-" } else { budget.key_id.as_str() },
             budget.limit_usd,
@@ -114,13 +134,14 @@ fn print_table(budgets: &[Budget]) {
             period_name(budget.period),
             budget.spent_usd,
             start,
+            on_limit,
         );
     }
 }
 
 pub async fn run(command: BudgetsCommand) -> anyhow::Result<()> {
     match command {
-        BudgetsCommand::Set { router, tenant, key_id, limit_usd, period, soft_usd } => {
+        BudgetsCommand::Set { router, tenant, key_id, limit_usd, period, soft_usd, on_limit, degrade_model } => {
             let budget = Budget {
                 tenant_id: tenant,
                 key_id: key_id.unwrap_or_default(),
@@ -130,6 +151,12 @@ pub async fn run(command: BudgetsCommand) -> anyhow::Result<()> {
                     Period::Day => BudgetPeriod::Day,
                     Period::Month => BudgetPeriod::Month,
                 } as i32,
+                on_limit: match on_limit {
+                    None => BudgetAction::Unspecified,
+                    Some(OnLimit::Refuse) => BudgetAction::Refuse,
+                    Some(OnLimit::Degrade) => BudgetAction::Degrade,
+                } as i32,
+                degrade_model: degrade_model.unwrap_or_default(),
                 ..Budget::default()
             };
             let set = connect(&router)

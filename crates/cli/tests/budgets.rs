@@ -1,6 +1,7 @@
 //! `switchyard budgets set`, `list` and `delete` against a router on loopback (budgets in
-//! memory): the table shows what was set and loses what was deleted; a bad budget fails naming
-//! the field; deleting a budget that is not there fails saying so.
+//! memory): the table shows what was set, what it does at its limit, and loses what was deleted;
+//! a bad budget or degrade model fails naming the field; deleting a budget that is not there
+//! fails saying so.
 
 use switchyard_cli::{DevPorts, Stack, stack::Serving};
 use switchyard_testkit::{Served, Shutdown, closed_port};
@@ -68,6 +69,36 @@ async fn budgets_are_set_and_listed_through_the_router() {
     assert_eq!(&acme[..6], ["acme", "-", "25.00", "20.00", "month", "0.0000"], "{table}");
     let globex: Vec<&str> = lines[2].split_whitespace().collect();
     assert_eq!(&globex[..6], ["globex", "k1", "3.00", "-", "day", "0.0000"], "{table}");
+    assert_eq!(acme.last(), Some(&"refuse"), "{table}");
+
+    // A budget that degrades at its limit; a degrade model of no configured provider is refused.
+    let degrade = [
+        "budgets",
+        "set",
+        "--router-url",
+        &url,
+        "--tenant",
+        "initech",
+        "--limit-usd",
+        "2",
+        "--period",
+        "day",
+        "--on-limit",
+        "degrade",
+    ];
+    let set = switchyard(&degrade);
+    let shown = String::from_utf8_lossy(&set.stdout);
+    assert!(set.status.success(), "budgets set --on-limit degrade fails: {}", String::from_utf8_lossy(&set.stderr));
+    assert!(
+        shown.lines().nth(1).is_some_and(|row| row.starts_with("initech ") && row.ends_with(" degrade")),
+        "{shown}"
+    );
+    let bad = switchyard(&[&degrade[..], &["--degrade-model", "nosuch/model"]].concat());
+    assert!(!bad.status.success(), "a degrade model of no configured provider is refused");
+    let said = String::from_utf8_lossy(&bad.stderr);
+    assert!(said.contains("degrade_model") && said.contains("nosuch"), "{said}");
+    let delete = switchyard(&["budgets", "delete", "--router-url", &url, "--tenant", "initech"]);
+    assert!(delete.status.success(), "{}", String::from_utf8_lossy(&delete.stderr));
 
     let delete = switchyard(&["budgets", "delete", "--router-url", &url, "--tenant", "globex", "--key", "k1"]);
     let said = String::from_utf8_lossy(&delete.stdout);

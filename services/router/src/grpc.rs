@@ -14,7 +14,7 @@ use tracing::Instrument;
 
 use crate::{
     analytics::{AnalyticsStore, Correction, Feedback, RecordedTurn, Spend},
-    budget::{Budget, BudgetStatus, Period},
+    budget::{Budget, BudgetStatus, OnLimit, Period},
     cost::{NANOS_PER_USD, nanos_to_usd},
     error::RouterError,
     events::{Events, TurnEvent},
@@ -407,6 +407,11 @@ fn budget_proto(status: &BudgetStatus) -> pb::Budget {
         } as i32,
         spent_usd: nanos_to_usd(status.spent_nanousd),
         period_start: Some(timestamp(status.period_start)),
+        on_limit: match budget.on_limit {
+            OnLimit::Refuse => pb::BudgetAction::Refuse,
+            OnLimit::Degrade { .. } => pb::BudgetAction::Degrade,
+        } as i32,
+        degrade_model: budget.on_limit.degrade_model().map(ToString::to_string).unwrap_or_default(),
     }
 }
 
@@ -425,10 +430,40 @@ impl RouterGrpc {
         operator(identity)?;
         let sent = request.budget.ok_or_else(|| RouterError::invalid("budget", "is required"))?;
         let tenant = if sent.tenant_id.is_empty() { identity.tenant.as_str() } else { sent.tenant_id.as_str() };
-        let budget = Budget::new(tenant, &sent.key_id, sent.limit_usd, sent.soft_usd, budget_period(sent.period))?;
+        let budget = Budget::new(tenant, &sent.key_id, sent.limit_usd, sent.soft_usd, budget_period(sent.period))?
+            .on_limit(self.on_limit(sent.on_limit, &sent.degrade_model)?);
         let status = self.router.budgets.set(&budget).await?;
-        tracing::info!(tenant = %budget.tenant.as_str(), key_id = %budget.key_id, limit_usd = sent.limit_usd, soft_usd = sent.soft_usd, period = budget.period.as_str(), "budget set");
+        tracing::info!(tenant = %budget.tenant.as_str(), key_id = %budget.key_id, limit_usd = sent.limit_usd, soft_usd = sent.soft_usd, period = budget.period.as_str(), on_limit = budget.on_limit.as_str(), degrade_model = %sent.degrade_model, "budget set");
         Ok(pb::SetBudgetResponse { budget: Some(budget_proto(&status)) })
+    }
+
+    /// What a budget sent does at its hard limit; a degrade model must be of a configured
+    /// provider.
+    fn on_limit(&self, action: i32, degrade_model: &str) -> Result<OnLimit, RouterError> {
+        let action = pb::BudgetAction::try_from(action)
+            .map_err(|_| RouterError::invalid("on_limit", format!("unknown action {action}")))?;
+        match action {
+            pb::BudgetAction::Unspecified | pb::BudgetAction::Refuse if degrade_model.is_empty() => Ok(OnLimit::Refuse),
+            pb::BudgetAction::Unspecified | pb::BudgetAction::Refuse => {
+                Err(RouterError::invalid("degrade_model", "is only used with on_limit BUDGET_ACTION_DEGRADE"))
+            }
+            pb::BudgetAction::Degrade if degrade_model.is_empty() => Ok(OnLimit::Degrade { model: None }),
+            pb::BudgetAction::Degrade => {
+                let model: switchyard_llm::ModelRef =
+                    degrade_model.parse().map_err(|reason: String| RouterError::invalid("degrade_model", reason))?;
+                if self.router.llm.providers().get(&model).is_err() {
+                    return Err(RouterError::invalid(
+                        "degrade_model",
+                        format!(
+                            "no provider `{}` is configured (configured: {})",
+                            model.provider,
+                            self.router.llm.providers().names().collect::<Vec<_>>().join(", ")
+                        ),
+                    ));
+                }
+                Ok(OnLimit::Degrade { model: Some(model) })
+            }
+        }
     }
 
     pub(crate) async fn list_budgets_for(

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use common::{Options, Suite, as_tenant, chat, stream_request};
 use switchyard_proto::router::v1::{
-    Budget, BudgetPeriod, ChatStreamResponse, ListBudgetsRequest, SetBudgetRequest, chat_stream_response::Event,
-    router_service_client::RouterServiceClient,
+    Budget, BudgetAction, BudgetPeriod, ChatStreamResponse, ListBudgetsRequest, RouteType, SetBudgetRequest,
+    chat_stream_response::Event, router_service_client::RouterServiceClient,
 };
 use switchyard_router::RouterConfig;
 use switchyard_testkit::{
@@ -267,4 +267,67 @@ async fn a_streamed_turn_is_warned_in_its_initial_metadata_and_refused_before_it
     assert_eq!(unary.code(), Code::ResourceExhausted);
     assert!(unary.get_details_retry_info().and_then(|info| info.retry_delay).is_some(), "{unary:?}");
     assert_eq!(spent(&mut client, "umbrella").await, 2.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_degrading_budget_answers_on_the_direct_route_with_its_cheaper_model_and_a_refusing_one_429s() {
+    let suite = suite().await;
+    let mut client = suite.client().await;
+    let mut degrading = budget("hooli", 1.0, 0.0, BudgetPeriod::Day);
+    let sent = degrading.budget.as_mut().expect("budget");
+    sent.on_limit = BudgetAction::Degrade as i32;
+    sent.degrade_model = "openai/gpt-4.1-nano".to_owned();
+    let set = client.set_budget(operator(degrading)).await.expect("set hooli's").into_inner().budget.expect("budget");
+    assert_eq!((set.on_limit, set.degrade_model.as_str()), (BudgetAction::Degrade as i32, "openai/gpt-4.1-nano"));
+    client.set_budget(operator(budget("pied-piper", 1.0, 0.0, BudgetPeriod::Day))).await.expect("set pied-piper's");
+
+    // $0 spent: the turn is routed (the routing call, with its tools) by the default model.
+    let first = client.chat(as_tenant("hooli", chat("first"))).await.expect("turn 1").into_inner();
+    assert_eq!(first.model, "openai/gpt-4o-mini");
+    assert!(first.metadata.expect("metadata").degraded.is_empty());
+    let routed = suite.llm.requests().last().expect("a model call").body.clone();
+    assert!(routed["tools"].as_array().is_some_and(|tools| !tools.is_empty()), "the routing call: {routed}");
+
+    // $1 spent: the turn goes on, on the direct route, answered by the cheaper model.
+    let second = client.chat(as_tenant("hooli", chat("second"))).await.expect("a degraded turn");
+    let warning = second.metadata().get(WARNING).expect("a warning").to_str().expect("ascii").to_owned();
+    let second = second.into_inner();
+    assert_eq!(second.model, "openai/gpt-4.1-nano");
+    let metadata = second.metadata.expect("metadata");
+    assert_eq!(metadata.route_type, RouteType::Direct as i32);
+    let reason = "budget hooli of $1.00 per day is spent ($1.00): answered on the direct route by openai/gpt-4.1-nano";
+    assert_eq!(metadata.degraded, [reason]);
+    assert_eq!(warning, reason);
+    let answered = suite.llm.requests().last().expect("a model call").body.clone();
+    assert_eq!(answered["model"], "gpt-4.1-nano", "{answered}");
+    assert!(answered.get("tools").is_none_or(|tools| tools.as_array().is_some_and(Vec::is_empty)), "{answered}");
+    // A streamed turn degrades too.
+    let stream = client.chat_stream(as_tenant("hooli", stream_request("third"))).await.expect("a degraded stream");
+    assert!(stream.metadata().get(WARNING).is_some(), "the stream is warned");
+    assert!(completes(stream.into_inner()).await);
+    assert_eq!(suite.llm.requests().last().expect("a model call").body["model"], "gpt-4.1-nano");
+
+    // A refusing budget still refuses.
+    client.chat(as_tenant("pied-piper", chat("first"))).await.expect("pied-piper's turn 1");
+    let refused = client.chat(as_tenant("pied-piper", chat("second"))).await.expect_err("pied-piper is spent");
+    assert_eq!(refused.code(), Code::ResourceExhausted);
+
+    // A degrade model must be `provider/model` of a configured provider, and only with degrade.
+    for (on_limit, model, says) in [
+        (BudgetAction::Degrade, "nosuch/model", "no provider `nosuch` is configured"),
+        (BudgetAction::Degrade, "gpt-4.1-nano", "must be named with its provider"),
+        (BudgetAction::Refuse, "openai/gpt-4.1-nano", "only used with on_limit BUDGET_ACTION_DEGRADE"),
+    ] {
+        let mut bad = budget("hooli", 1.0, 0.0, BudgetPeriod::Day);
+        let sent = bad.budget.as_mut().expect("budget");
+        sent.on_limit = on_limit as i32;
+        sent.degrade_model = model.to_owned();
+        let err = client.set_budget(operator(bad)).await.expect_err("a bad degrade model");
+        assert_eq!(err.code(), Code::InvalidArgument, "{model}");
+        assert!(err.message().starts_with("degrade_model:") && err.message().contains(says), "{}", err.message());
+    }
+    let mut unknown = budget("hooli", 1.0, 0.0, BudgetPeriod::Day);
+    unknown.budget.as_mut().expect("budget").on_limit = 9;
+    let err = client.set_budget(operator(unknown)).await.expect_err("an unknown action");
+    assert!(err.message().starts_with("on_limit:"), "{}", err.message());
 }

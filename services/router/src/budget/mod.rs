@@ -21,6 +21,7 @@ use opentelemetry::{
     metrics::{Counter, Gauge},
 };
 use switchyard_kit::{TenantId, store::StoreError};
+use switchyard_llm::ModelRef;
 
 pub use memory::{MemoryBudgetBook, MemorySpendCounters};
 pub use postgres::PostgresBudgetBook;
@@ -84,6 +85,42 @@ impl Period {
     }
 }
 
+/// What a budget does to new turns once its hard limit is reached.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum OnLimit {
+    /// Refuses them (`RESOURCE_EXHAUSTED`).
+    #[default]
+    Refuse,
+    /// Answers them on the direct route, by `model` when there is one.
+    Degrade { model: Option<ModelRef> },
+}
+
+impl OnLimit {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Refuse => "refuse",
+            Self::Degrade { .. } => "degrade",
+        }
+    }
+
+    /// As kept: `refuse`, or `degrade` with its model (empty for none).
+    pub fn parse(action: &str, model: &str) -> Option<Self> {
+        match action {
+            "refuse" => Some(Self::Refuse),
+            "degrade" => Some(Self::Degrade { model: model.parse().ok() }),
+            _ => None,
+        }
+    }
+
+    /// The model degraded turns are answered by, when one is named.
+    pub fn degrade_model(&self) -> Option<&ModelRef> {
+        match self {
+            Self::Degrade { model } => model.as_ref(),
+            Self::Refuse => None,
+        }
+    }
+}
+
 /// A budget as set: valid by construction (a positive limit, a soft threshold below it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Budget {
@@ -94,6 +131,7 @@ pub struct Budget {
     /// 0: no soft threshold.
     pub soft_nanousd: i64,
     pub period: Period,
+    pub on_limit: OnLimit,
 }
 
 /// Longest API key id accepted.
@@ -129,7 +167,13 @@ impl Budget {
                 format!("must not be above limit_usd ({soft_usd} > {limit_usd})"),
             ));
         }
-        Ok(Self { tenant, key_id: key_id.to_owned(), limit_nanousd, soft_nanousd, period })
+        Ok(Self { tenant, key_id: key_id.to_owned(), limit_nanousd, soft_nanousd, period, on_limit: OnLimit::Refuse })
+    }
+
+    /// The same budget doing `on_limit` at its hard limit.
+    pub fn on_limit(mut self, on_limit: OnLimit) -> Self {
+        self.on_limit = on_limit;
+        self
     }
 
     /// How the budget is named to callers: `tenant` or `tenant/key`.
@@ -185,8 +229,22 @@ pub trait SpendCounters: Send + Sync + 'static {
 pub struct Allowance {
     /// The counters the turn's cost is added to.
     counters: Vec<String>,
-    /// Set when a soft threshold is passed: says which budget and how much is spent.
+    /// Set when a soft threshold is passed, or a degrading budget is spent: says which budget
+    /// and how much is spent.
     pub warning: Option<String>,
+    /// Set when a budget that degrades at its hard limit is spent: the turn goes on degraded.
+    pub degrade: Option<Degrade>,
+}
+
+/// How a turn past a degrading budget's hard limit goes on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Degrade {
+    /// The budget's name (`tenant` or `tenant/key`).
+    pub budget: String,
+    /// The cheaper model the turn is answered by, when the budget names one.
+    pub model: Option<ModelRef>,
+    /// The line the turn's `degraded` metadata carries.
+    pub reason: String,
 }
 
 /// A tenant's budgets as read from the book, and when.
@@ -201,6 +259,7 @@ pub struct Budgets {
     /// Each tenant's budgets as last read, and when (see [`BOOK_FRESH`]).
     read: Mutex<HashMap<TenantId, ReadBudgets>>,
     warnings: Counter<u64>,
+    degraded: Counter<u64>,
     used_ratio: Gauge<f64>,
 }
 
@@ -215,6 +274,13 @@ impl Budgets {
             warnings: meter
                 .u64_counter("router.budget.warnings")
                 .with_description("Turns that went on past a budget's soft threshold, by tenant and key")
+                .build(),
+            degraded: meter
+                .u64_counter("router.budget.degraded")
+                .with_description(
+                    "Turns past a degrading budget's hard limit answered on the direct route (and its cheaper model), by \
+                     tenant and key",
+                )
                 .build(),
             used_ratio: meter
                 .f64_gauge("switchyard.budget.used_ratio")
@@ -307,6 +373,31 @@ impl Budgets {
             self.used_ratio.record(status.spent_nanousd as f64 / budget.limit_nanousd as f64, &labels);
             let limit = dollars(budget.limit_nanousd);
             let spent = dollars(status.spent_nanousd);
+            if status.spent_nanousd >= budget.limit_nanousd
+                && let OnLimit::Degrade { model } = &budget.on_limit
+            {
+                let answered_by = model.as_ref().map_or_else(String::new, |model| format!(" by {model}"));
+                let reason = format!(
+                    "budget {} of {limit} per {} is spent ({spent}): answered on the direct route{answered_by}",
+                    budget.name(),
+                    budget.period.as_str()
+                );
+                self.degraded.add(1, &labels);
+                let first = self
+                    .warned
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .insert((format!("{} spent", budget.name()), status.period_start));
+                if first {
+                    tracing::warn!(tenant = %budget.tenant.as_str(), key_id = %budget.key_id, spent = %spent, limit = %limit, model = %model.as_ref().map(ToString::to_string).unwrap_or_default(), "budget spent; its turns are degraded to the direct route");
+                }
+                if allowance.degrade.is_none() {
+                    allowance.warning = Some(reason.clone());
+                    allowance.degrade = Some(Degrade { budget: budget.name(), model: model.clone(), reason });
+                }
+                allowance.counters.push(counter_name(budget, status.period_start));
+                continue;
+            }
             if status.spent_nanousd >= budget.limit_nanousd {
                 let now = Utc::now();
                 let (_, period_end) = budget.period.window(now);
@@ -335,7 +426,9 @@ impl Budgets {
                 if first {
                     tracing::warn!(tenant = %budget.tenant.as_str(), key_id = %budget.key_id, spent = %spent, soft = %dollars(budget.soft_nanousd), limit = %limit, "budget past its soft threshold");
                 }
-                allowance.warning = Some(warning);
+                if allowance.degrade.is_none() {
+                    allowance.warning = Some(warning);
+                }
             }
             allowance.counters.push(counter_name(budget, status.period_start));
         }

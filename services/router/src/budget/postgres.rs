@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgPool, Row};
 use switchyard_kit::{TenantId, store::StoreError};
 
-use super::{Budget, BudgetBook, Period};
+use super::{Budget, BudgetBook, OnLimit, Period};
 
 pub struct PostgresBudgetBook {
     pool: PgPool,
@@ -28,16 +28,19 @@ impl PostgresBudgetBook {
 impl BudgetBook for PostgresBudgetBook {
     async fn put(&self, budget: &Budget) -> Result<(), StoreError> {
         sqlx::query(
-            "INSERT INTO budgets (tenant_id, key_id, limit_nanousd, soft_nanousd, period, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, now()) \
+            "INSERT INTO budgets (tenant_id, key_id, limit_nanousd, soft_nanousd, period, on_limit, degrade_model, \
+             updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, now()) \
              ON CONFLICT (tenant_id, key_id) DO UPDATE SET limit_nanousd = EXCLUDED.limit_nanousd, \
-             soft_nanousd = EXCLUDED.soft_nanousd, period = EXCLUDED.period, updated_at = now()",
+             soft_nanousd = EXCLUDED.soft_nanousd, period = EXCLUDED.period, on_limit = EXCLUDED.on_limit, \
+             degrade_model = EXCLUDED.degrade_model, updated_at = now()",
         )
         .bind(budget.tenant.as_str())
         .bind(&budget.key_id)
         .bind(budget.limit_nanousd)
         .bind(budget.soft_nanousd)
         .bind(budget.period.as_str())
+        .bind(budget.on_limit.as_str())
+        .bind(budget.on_limit.degrade_model().map(ToString::to_string).unwrap_or_default())
         .execute(&self.pool)
         .await
         .map_err(unavailable)?;
@@ -56,7 +59,7 @@ impl BudgetBook for PostgresBudgetBook {
 
     async fn list(&self, tenant: Option<&TenantId>) -> Result<Vec<Budget>, StoreError> {
         let rows = sqlx::query(
-            "SELECT tenant_id, key_id, limit_nanousd, soft_nanousd, period FROM budgets \
+            "SELECT tenant_id, key_id, limit_nanousd, soft_nanousd, period, on_limit, degrade_model FROM budgets \
              WHERE $1::text IS NULL OR tenant_id = $1 ORDER BY tenant_id, key_id",
         )
         .bind(tenant.map(TenantId::as_str))
@@ -67,6 +70,8 @@ impl BudgetBook for PostgresBudgetBook {
             .map(|row| {
                 let tenant: String = row.get("tenant_id");
                 let period: String = row.get("period");
+                let on_limit: String = row.get("on_limit");
+                let degrade_model: String = row.get("degrade_model");
                 Ok(Budget {
                     tenant: TenantId::parse(&tenant)
                         .map_err(|err| StoreError::Corrupt(format!("budget tenant: {}", err.reason)))?,
@@ -75,6 +80,8 @@ impl BudgetBook for PostgresBudgetBook {
                     soft_nanousd: row.get("soft_nanousd"),
                     period: Period::parse(&period)
                         .ok_or_else(|| StoreError::Corrupt(format!("budget period `{period}`")))?,
+                    on_limit: OnLimit::parse(&on_limit, &degrade_model)
+                        .ok_or_else(|| StoreError::Corrupt(format!("budget on_limit `{on_limit}`")))?,
                 })
             })
             .collect()

@@ -22,7 +22,7 @@ use tracing::Instrument;
 
 use crate::{
     analytics::{DecisionRecord, Recorder},
-    budget::{Allowance, Budgets},
+    budget::{Allowance, Budgets, Degrade},
     cache::{Learning, RoutingCache},
     clients::{GatewayClient, SessionTurn, SessionsClient},
     config::GatewayToolsTenants,
@@ -261,11 +261,14 @@ impl Router {
     pub async fn turn(
         &self,
         identity: Identity,
-        request: TurnRequest,
+        mut request: TurnRequest,
         allowance: Allowance,
         events: Events,
     ) -> Result<TurnOutcome, RouterError> {
         let started = Instant::now();
+        if let Some(degrade) = &allowance.degrade {
+            self.degrade(&mut request, degrade);
+        }
         self.check_models(&request)?;
         let id = format!("chat-{}", uuid::Uuid::new_v4());
         let continuation = request.is_continuation();
@@ -288,6 +291,7 @@ impl Router {
             client_tools: request.has_client_tools(),
             continuation,
             held_switch_role_id: session.held_role_id.clone(),
+            degraded: allowance.degrade.iter().map(|degrade| degrade.reason.clone()).collect(),
             ..Metadata::default()
         };
         // The caller's own agent loop (its tools, or a continuation of it), or an answer of a
@@ -320,8 +324,11 @@ impl Router {
             // The routing decision: forced, or the routing call (which may answer itself).
             let (decision, direct_answer, mut calls) = match request.force_route {
                 Some(route) => {
-                    let decision =
-                        Decision { route, reasoning: "route forced by the caller".to_owned(), ..Decision::direct() };
+                    let reasoning = match &allowance.degrade {
+                        Some(degrade) => format!("budget {} is spent: degraded to the direct route", degrade.budget),
+                        None => "route forced by the caller".to_owned(),
+                    };
+                    let decision = Decision { route, reasoning, ..Decision::direct() };
                     meta.route = route;
                     meta.reasoning = decision.reasoning.clone();
                     events.send(route_event(&meta)).await?;
@@ -447,6 +454,19 @@ impl Router {
             recorder.push(record);
         }
         Ok(outcome)
+    }
+
+    /// A turn past a degrading budget's hard limit: the direct route (no agent, no experts) and
+    /// the budget's cheaper model, when it names one of a provider still configured.
+    fn degrade(&self, request: &mut TurnRequest, degrade: &Degrade) {
+        request.force_route = Some(Route::Direct);
+        if let Some(model) = &degrade.model {
+            if self.llm.providers().get(model).is_ok() {
+                request.model = Some(model.clone());
+            } else {
+                tracing::warn!(budget = %degrade.budget, model = %model, "a budget's degrade model has no configured provider; the turn keeps its model");
+            }
+        }
     }
 
     /// A continuation is asked in the persona its loop started with (the role's prompt with
