@@ -255,6 +255,20 @@ impl RouterService for RouterGrpc {
             routing_savings_usd: stats.routing_savings_nanousd() / NANOS_PER_USD,
             unpriced_calls: overall.spend.unpriced_calls,
             tenant_id: identity.tenant.as_str().to_owned(),
+            api_keys: stats
+                .keys
+                .iter()
+                .map(|key| pb::KeyFigures {
+                    key_id: key.key_id.clone(),
+                    turns: key.turns,
+                    calls: key.spend.calls,
+                    prompt_tokens: key.spend.prompt_tokens,
+                    cached_prompt_tokens: key.spend.cached_prompt_tokens,
+                    completion_tokens: key.spend.completion_tokens,
+                    cost_usd: nanos_to_usd(key.spend.cost_nanousd),
+                    unpriced_calls: key.spend.unpriced_calls,
+                })
+                .collect(),
         }))
     }
 

@@ -1,6 +1,6 @@
 //! Routing analytics in Postgres: every turn's decision recorded off the request path,
 //! GetRoutingStats over a window, SubmitFeedback feeding satisfaction and the false routing
-//! rate, one tenant's figures invisible to another.
+//! rate, cost per API key, one tenant's figures invisible to another.
 
 mod common;
 
@@ -31,9 +31,19 @@ async fn stats_and_feedback_reflect_the_turns_of_each_tenant() {
     let mut client = suite.client().await;
 
     let mut ids = Vec::new();
-    for message in ["hello", "what is a bond?", "ask the experts about budgets"] {
-        let response = client.chat(as_tenant("acme", chat(message))).await.expect("chat").into_inner();
-        ids.push((response.id, response.metadata.expect("metadata").route_type()));
+    let mut costs = Vec::new();
+    // The first turn comes without an API key, the others with one each (as the edge names it).
+    for (message, key) in
+        [("hello", None), ("what is a bond?", Some("k1")), ("ask the experts about budgets", Some("k2"))]
+    {
+        let mut request = as_tenant("acme", chat(message));
+        if let Some(key) = key {
+            request.metadata_mut().insert("x-switchyard-key-id", key.parse().expect("ascii"));
+        }
+        let response = client.chat(request).await.expect("chat").into_inner();
+        let meta = response.metadata.expect("metadata");
+        costs.push((key.unwrap_or_default(), meta.cost_usd, meta.cost_parts.len() as u64));
+        ids.push((response.id, meta.route_type()));
     }
     assert_eq!(
         ids.iter().map(|(_, r)| *r).collect::<Vec<_>>(),
@@ -87,6 +97,16 @@ async fn stats_and_feedback_reflect_the_turns_of_each_tenant() {
     assert!(stats.routing_latency_p99_ms >= stats.routing_latency_p50_ms);
     assert!(stats.execution_time_p50_ms > 0.0 || stats.execution_time_p95_ms >= 0.0);
     assert!(stats.since.is_some() && stats.until.is_some());
+    // Per API key: one turn each, with the cost and calls the turn returned; costliest first.
+    assert_eq!(stats.api_keys.len(), 3, "{:?}", stats.api_keys);
+    for (key, cost_usd, calls) in &costs {
+        let figures = stats.api_keys.iter().find(|k| k.key_id == *key).expect("the key's figures");
+        assert_eq!((figures.turns, figures.calls), (1, *calls), "{figures:?}");
+        assert!((figures.cost_usd - cost_usd).abs() < 1e-12 && *cost_usd > 0.0, "{figures:?} vs {cost_usd}");
+    }
+    assert_eq!(stats.api_keys[0].key_id, "k2", "the multi-agent turn cost most: {:?}", stats.api_keys);
+    let keys_cost: f64 = stats.api_keys.iter().map(|k| k.cost_usd).sum();
+    assert!((keys_cost - stats.cost_usd).abs() < 1e-12, "{keys_cost} vs {}", stats.cost_usd);
 
     // The other tenant sees only its own turn, and cannot judge acme's answers.
     // (Its decision may be in a later batch than acme's.)
@@ -103,6 +123,8 @@ async fn stats_and_feedback_reflect_the_turns_of_each_tenant() {
     })
     .await;
     assert_eq!(other.total, 1);
+    let other_keys: Vec<(&str, u64)> = other.api_keys.iter().map(|k| (k.key_id.as_str(), k.turns)).collect();
+    assert_eq!(other_keys, [("", 1)], "globex's own keyless turn only");
     let status = client
         .submit_feedback(as_tenant(
             "globex",

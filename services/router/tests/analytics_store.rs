@@ -64,6 +64,15 @@ fn parts(id: usize, route: Route) -> Vec<CallCost> {
     parts
 }
 
+/// The API key a turn came with: none for every fourth, else `k1` or `k2`.
+fn key_of(id: usize) -> Option<&'static str> {
+    match id % 4 {
+        0 => None,
+        1 | 2 => Some("k1"),
+        _ => Some("k2"),
+    }
+}
+
 fn decision(id: usize, tenant: &str, route: Route, routing_ms: u64, minutes_ago: i64) -> DecisionRecord {
     let now = Utc.with_ymd_and_hms(2026, 11, 1, 12, 0, 0).single().expect("time");
     let cost_parts = parts(id, route);
@@ -91,7 +100,7 @@ fn decision(id: usize, tenant: &str, route: Route, routing_ms: u64, minutes_ago:
         cached_prompt_tokens: sum(|p| p.cached_prompt_tokens),
         cost_nanousd: cost_parts.iter().map(|p| p.cost_nanousd).sum(),
         routing_call_avoided: id.is_multiple_of(5),
-        key_id: None,
+        key_id: key_of(id).map(str::to_owned),
         cost_parts,
         tools_used: Vec::new(),
         domains: Vec::new(),
@@ -112,7 +121,10 @@ async fn fill(store: &dyn AnalyticsStore) {
     store.record(&decisions).await.expect("record");
     // A batch written twice (a retry after a timeout) counts once.
     store.record(&decisions[..5]).await.expect("record again");
-    store.record(&[decision(100, "globex", Route::Direct, 5, 1)]).await.expect("another tenant");
+    // Another tenant's turn, with a key of the same id as one of acme's.
+    let mut globex = decision(100, "globex", Route::Direct, 5, 1);
+    globex.key_id = Some("k1".to_owned());
+    store.record(&[globex]).await.expect("another tenant");
     let acme = TenantId::parse("acme").expect("tenant");
     for (i, helpful, expected) in
         [(0, true, None), (3, false, Some(Route::McpAgent)), (1, true, None), (4, false, Some(Route::McpAgent))]
@@ -182,6 +194,7 @@ async fn memory_and_postgres_give_the_same_figures() {
     assert_eq!(from_memory.roles, from_postgres.roles);
     assert_eq!(from_memory.call_kinds, from_postgres.call_kinds);
     assert_eq!(from_memory.routing_calls_avoided, from_postgres.routing_calls_avoided);
+    assert_eq!(from_memory.keys, from_postgres.keys);
     // And they are the sums of the window's parts (decisions 0 to 44).
     let window: Vec<CallCost> =
         (0..45).flat_map(|i| parts(i, [Route::Direct, Route::McpAgent, Route::Multiagent][i % 3])).collect();
@@ -200,6 +213,24 @@ async fn memory_and_postgres_give_the_same_figures() {
     let kinds: Vec<&str> = from_postgres.call_kinds.iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(kinds.len(), 5, "{kinds:?}");
     assert!(from_postgres.models.windows(2).all(|w| w[0].1.cost_nanousd >= w[1].1.cost_nanousd), "costliest first");
+    // Per API key: each key's turns of the window (0 to 44), their calls and cost; the turns
+    // without a key under ""; costliest first; globex's k1 not among them.
+    let key_ids: Vec<&str> = from_postgres.keys.iter().map(|k| k.key_id.as_str()).collect();
+    assert_eq!(key_ids.len(), 3, "{key_ids:?}");
+    for key in &from_postgres.keys {
+        let turns: Vec<usize> = (0..45).filter(|&i| key_of(i).unwrap_or_default() == key.key_id).collect();
+        let parts: Vec<CallCost> =
+            turns.iter().flat_map(|&i| parts(i, [Route::Direct, Route::McpAgent, Route::Multiagent][i % 3])).collect();
+        assert_eq!(key.turns, turns.len() as u64, "{key:?}");
+        assert_eq!(key.spend.calls, parts.len() as u64, "{key:?}");
+        assert_eq!(key.spend.cost_nanousd, parts.iter().map(|p| p.cost_nanousd).sum::<i64>(), "{key:?}");
+        assert_eq!(key.spend.prompt_tokens, parts.iter().map(|p| u64::from(p.prompt_tokens)).sum::<u64>(), "{key:?}");
+        assert_eq!(key.spend.unpriced_calls, parts.iter().filter(|p| !p.priced).count() as u64, "{key:?}");
+    }
+    assert_eq!(from_postgres.keys.iter().map(|k| k.turns).sum::<u64>(), 45, "every turn under one key");
+    assert_eq!(from_postgres.keys.iter().map(|k| k.spend.cost_nanousd).sum::<i64>(), overall.cost_nanousd);
+    assert!(from_postgres.keys.windows(2).all(|w| w[0].spend.cost_nanousd >= w[1].spend.cost_nanousd));
+
     // Cache hits (every fifth) made no routing call: 9 of 45 avoided, at the mean routing call.
     assert_eq!(from_postgres.routing_calls_avoided, 9);
     let routing = of(&from_postgres.call_kinds, "routing").expect("routing spend");

@@ -8,7 +8,8 @@ use switchyard_kit::{TenantId, store::StoreError};
 
 use super::{
     AnalyticsStore, Correction, DecisionRecord, Feedback, RecordedTurn, RouteFigures, RoutingStats, Spend,
-    StoredCorrection, percentile, stats::sort_groups,
+    StoredCorrection, percentile,
+    stats::{KeySpend, sort_groups, sort_keys},
 };
 use crate::{cost::CallCost, route::Route};
 
@@ -79,6 +80,26 @@ fn group<'a>(
     groups
 }
 
+/// The window's turns grouped by API key, in [`sort_keys`] order.
+fn keys<'a>(decisions: impl Iterator<Item = &'a DecisionRecord>) -> Vec<KeySpend> {
+    let mut keys: HashMap<&str, KeySpend> = HashMap::new();
+    for decision in decisions {
+        let key_id = decision.key_id.as_deref().unwrap_or_default();
+        let key = keys.entry(key_id).or_insert_with(|| KeySpend { key_id: key_id.to_owned(), ..KeySpend::default() });
+        key.turns += 1;
+        let spend = &mut key.spend;
+        spend.calls += decision.cost_parts.len() as u64;
+        spend.prompt_tokens += u64::from(decision.prompt_tokens);
+        spend.cached_prompt_tokens += u64::from(decision.cached_prompt_tokens);
+        spend.completion_tokens += u64::from(decision.completion_tokens);
+        spend.cost_nanousd += decision.cost_nanousd;
+        spend.unpriced_calls += decision.cost_parts.iter().filter(|part| !part.priced).count() as u64;
+    }
+    let mut keys: Vec<KeySpend> = keys.into_values().collect();
+    sort_keys(&mut keys);
+    keys
+}
+
 #[async_trait]
 impl AnalyticsStore for MemoryAnalytics {
     async fn record(&self, decisions: &[DecisionRecord]) -> Result<(), StoreError> {
@@ -143,6 +164,7 @@ impl AnalyticsStore for MemoryAnalytics {
             models: group(window.clone(), |part| part.model.clone()),
             roles: group(window.clone(), |part| part.role_id.clone()),
             call_kinds: group(window.clone(), |part| part.kind.as_str().to_owned()),
+            keys: keys(window.clone()),
         };
         for route in Route::ALL {
             let of_route = window.clone().filter(move |d| d.route == route);

@@ -20,7 +20,7 @@ use switchyard_llm::ModelRef;
 
 pub use memory::MemoryAnalytics;
 pub use postgres::PostgresAnalytics;
-pub use stats::{RouteFigures, RoutingStats, Spend, percentile};
+pub use stats::{KeySpend, RouteFigures, RoutingStats, Spend, percentile};
 
 use crate::{cost::CallCost, outcome::TurnOutcome, route::Route};
 

@@ -9,7 +9,8 @@ use switchyard_kit::{TenantId, store::StoreError, text::scrub_nul};
 
 use super::{
     AnalyticsStore, Correction, DecisionRecord, Feedback, RecordedTurn, RouteFigures, RoutingStats, Spend,
-    StoredCorrection, stats::sort_groups,
+    StoredCorrection,
+    stats::{KeySpend, sort_groups, sort_keys},
 };
 use crate::route::Route;
 
@@ -79,6 +80,18 @@ const GROUPS: &str = "SELECT c.model, c.role_id, c.kind, \
      prompt_tokens bigint, cached_prompt_tokens bigint, completion_tokens bigint, cost_nanousd bigint, priced boolean) \
      WHERE d.tenant_id = $1 AND d.occurred_at >= $2 AND d.occurred_at < $3 \
      GROUP BY GROUPING SETS ((c.model), (c.role_id), (c.kind))";
+
+/// The window's turns grouped by API key (turns without one under '').
+const KEYS: &str = "SELECT coalesce(d.key_id, '') AS key_id, count(*) AS turns, \
+     coalesce(sum(jsonb_array_length(d.cost_parts)), 0)::bigint AS calls, \
+     coalesce(sum(d.prompt_tokens), 0)::bigint AS prompt_tokens, \
+     coalesce(sum(d.cached_prompt_tokens), 0)::bigint AS cached_prompt_tokens, \
+     coalesce(sum(d.completion_tokens), 0)::bigint AS completion_tokens, \
+     coalesce(sum(d.cost_nanousd), 0)::bigint AS cost_nanousd, \
+     coalesce(sum(d.unpriced_calls), 0)::bigint AS unpriced_calls \
+     FROM routing_decisions d \
+     WHERE d.tenant_id = $1 AND d.occurred_at >= $2 AND d.occurred_at < $3 \
+     GROUP BY coalesce(d.key_id, '')";
 
 fn spend(row: &PgRow) -> Result<Spend, sqlx::Error> {
     let count = |name: &str| row.try_get::<i64, _>(name).map(|n| n.max(0) as u64);
@@ -309,6 +322,23 @@ impl AnalyticsStore for PostgresAnalytics {
         for groups in [&mut stats.models, &mut stats.roles, &mut stats.call_kinds] {
             sort_groups(groups);
         }
+
+        let rows = sqlx::query(KEYS)
+            .bind(tenant.as_str())
+            .bind(since)
+            .bind(until)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(unavailable)?;
+        for row in &rows {
+            let turns: i64 = row.try_get("turns").map_err(unavailable)?;
+            stats.keys.push(KeySpend {
+                key_id: row.try_get("key_id").map_err(unavailable)?,
+                turns: turns.max(0) as u64,
+                spend: spend(row).map_err(unavailable)?,
+            });
+        }
+        sort_keys(&mut stats.keys);
         Ok(stats)
     }
 

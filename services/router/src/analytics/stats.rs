@@ -53,6 +53,20 @@ pub fn sort_groups(groups: &mut [(String, Spend)]) {
     groups.sort_by(|(a_key, a), (b_key, b)| b.cost_nanousd.cmp(&a.cost_nanousd).then_with(|| a_key.cmp(b_key)));
 }
 
+/// The turns of one API key over the window, and their spend.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeySpend {
+    /// The key's id; empty for the turns that came without one (a JWT, or no credential).
+    pub key_id: String,
+    pub turns: u64,
+    pub spend: Spend,
+}
+
+/// Keys costliest first, then by id: the order both stores give.
+pub fn sort_keys(keys: &mut [KeySpend]) {
+    keys.sort_by(|a, b| b.spend.cost_nanousd.cmp(&a.spend.cost_nanousd).then_with(|| a.key_id.cmp(&b.key_id)));
+}
+
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RoutingStats {
     pub total: u64,
@@ -73,6 +87,8 @@ pub struct RoutingStats {
     pub models: Vec<(String, Spend)>,
     pub roles: Vec<(String, Spend)>,
     pub call_kinds: Vec<(String, Spend)>,
+    /// Turns and spend per API key (see [`sort_keys`] for the order).
+    pub keys: Vec<KeySpend>,
     /// Turns decided without a routing call (cache hit, fast router).
     pub routing_calls_avoided: u64,
 }
