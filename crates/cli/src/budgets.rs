@@ -42,6 +42,9 @@ pub enum BudgetsCommand {
         /// Only this API key's turns (by key id); the whole tenant without one.
         #[arg(long = "key")]
         key_id: Option<String>,
+        /// Only this user's turns (the user the credential names); every user without one.
+        #[arg(long = "user")]
+        user_id: Option<String>,
         /// The hard limit in USD: turns are refused with 429 once the period's spend reaches it.
         #[arg(long, allow_negative_numbers = true)]
         limit_usd: f64,
@@ -76,6 +79,9 @@ pub enum BudgetsCommand {
         /// The API key's budget (by key id); the whole tenant's without one.
         #[arg(long = "key")]
         key_id: Option<String>,
+        /// The user's budget; every user's without one.
+        #[arg(long = "user")]
+        user_id: Option<String>,
     },
 }
 
@@ -111,8 +117,8 @@ fn period_name(period: i32) -> &'static str {
 
 fn print_table(budgets: &[Budget]) {
     println!(
-        "{:<20} {:<14} {:>12} {:>12} {:<6} {:>12} {:<12} ON LIMIT",
-        "TENANT", "KEY", "LIMIT USD", "SOFT USD", "PERIOD", "SPENT USD", "PERIOD START"
+        "{:<20} {:<14} {:>12} {:>12} {:<6} {:>12} {:<12} {:<16} ON LIMIT",
+        "TENANT", "KEY", "LIMIT USD", "SOFT USD", "PERIOD", "SPENT USD", "PERIOD START", "USER"
     );
     for budget in budgets {
         let start = budget
@@ -126,7 +132,7 @@ fn print_table(budgets: &[Budget]) {
             _ => "refuse".to_owned(),
         };
         println!(
-            "{:<20} {:<14} {:>12.2} {:>12} {:<6} {:>12.4} {:<12} {}",
+            "{:<20} {:<14} {:>12.2} {:>12} {:<6} {:>12.4} {:<12} {:<16} {}",
             budget.tenant_id,
             if budget.key_id.is_empty() { "-" } else { budget.key_id.as_str() },
             budget.limit_usd,
@@ -134,6 +140,7 @@ fn print_table(budgets: &[Budget]) {
             period_name(budget.period),
             budget.spent_usd,
             start,
+            if budget.user_id.is_empty() { "-" } else { budget.user_id.as_str() },
             on_limit,
         );
     }
@@ -141,10 +148,21 @@ fn print_table(budgets: &[Budget]) {
 
 pub async fn run(command: BudgetsCommand) -> anyhow::Result<()> {
     match command {
-        BudgetsCommand::Set { router, tenant, key_id, limit_usd, period, soft_usd, on_limit, degrade_model } => {
+        BudgetsCommand::Set {
+            router,
+            tenant,
+            key_id,
+            user_id,
+            limit_usd,
+            period,
+            soft_usd,
+            on_limit,
+            degrade_model,
+        } => {
             let budget = Budget {
                 tenant_id: tenant,
                 key_id: key_id.unwrap_or_default(),
+                user_id: user_id.unwrap_or_default(),
                 limit_usd,
                 soft_usd: soft_usd.unwrap_or(0.0),
                 period: match period {
@@ -176,12 +194,18 @@ pub async fn run(command: BudgetsCommand) -> anyhow::Result<()> {
                 .into_inner();
             print_table(&listed.budgets);
         }
-        BudgetsCommand::Delete { router, tenant, key_id } => {
-            let key_id = key_id.unwrap_or_default();
-            let name = if key_id.is_empty() { tenant.clone() } else { format!("{tenant}/{key_id}") };
+        BudgetsCommand::Delete { router, tenant, key_id, user_id } => {
+            let (key_id, user_id) = (key_id.unwrap_or_default(), user_id.unwrap_or_default());
+            let mut name = tenant.clone();
+            if !key_id.is_empty() {
+                name = format!("{name}/{key_id}");
+            }
+            if !user_id.is_empty() {
+                name = format!("{name}/user:{user_id}");
+            }
             let deleted = connect(&router)
                 .await?
-                .delete_budget(as_operator(DeleteBudgetRequest { tenant_id: tenant, key_id }))
+                .delete_budget(as_operator(DeleteBudgetRequest { tenant_id: tenant, key_id, user_id }))
                 .await
                 .map_err(refused)?
                 .into_inner()

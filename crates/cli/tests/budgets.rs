@@ -100,6 +100,18 @@ async fn budgets_are_set_and_listed_through_the_router() {
     let delete = switchyard(&["budgets", "delete", "--router-url", &url, "--tenant", "initech"]);
     assert!(delete.status.success(), "{}", String::from_utf8_lossy(&delete.stderr));
 
+    // A user's budget: set, shown with its user, deleted by naming it.
+    let user = ["--router-url", &url, "--tenant", "initech", "--user", "ann@initech.example"];
+    let set = switchyard(&[&["budgets", "set"][..], &user, &["--limit-usd", "1", "--period", "day"]].concat());
+    let shown = String::from_utf8_lossy(&set.stdout);
+    assert!(set.status.success(), "budgets set --user fails: {}", String::from_utf8_lossy(&set.stderr));
+    let row: Vec<&str> = shown.lines().nth(1).unwrap_or_default().split_whitespace().collect();
+    assert_eq!(row[row.len() - 2..], ["ann@initech.example", "refuse"], "{shown}");
+    let delete = switchyard(&[&["budgets", "delete"][..], &user].concat());
+    let said = String::from_utf8_lossy(&delete.stdout);
+    assert!(delete.status.success(), "budgets delete --user fails: {}", String::from_utf8_lossy(&delete.stderr));
+    assert_eq!(said.trim(), "deleted budget initech/user:ann@initech.example");
+
     let delete = switchyard(&["budgets", "delete", "--router-url", &url, "--tenant", "globex", "--key", "k1"]);
     let said = String::from_utf8_lossy(&delete.stdout);
     assert!(delete.status.success(), "budgets delete fails: {}", String::from_utf8_lossy(&delete.stderr));

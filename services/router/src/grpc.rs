@@ -426,6 +426,7 @@ fn budget_proto(status: &BudgetStatus) -> pb::Budget {
             OnLimit::Degrade { .. } => pb::BudgetAction::Degrade,
         } as i32,
         degrade_model: budget.on_limit.degrade_model().map(ToString::to_string).unwrap_or_default(),
+        user_id: budget.user_id.clone(),
     }
 }
 
@@ -445,9 +446,10 @@ impl RouterGrpc {
         let sent = request.budget.ok_or_else(|| RouterError::invalid("budget", "is required"))?;
         let tenant = if sent.tenant_id.is_empty() { identity.tenant.as_str() } else { sent.tenant_id.as_str() };
         let budget = Budget::new(tenant, &sent.key_id, sent.limit_usd, sent.soft_usd, budget_period(sent.period))?
-            .on_limit(self.on_limit(sent.on_limit, &sent.degrade_model)?);
+            .on_limit(self.on_limit(sent.on_limit, &sent.degrade_model)?)
+            .for_user(&sent.user_id)?;
         let status = self.router.budgets.set(&budget).await?;
-        tracing::info!(tenant = %budget.tenant.as_str(), key_id = %budget.key_id, limit_usd = sent.limit_usd, soft_usd = sent.soft_usd, period = budget.period.as_str(), on_limit = budget.on_limit.as_str(), degrade_model = %sent.degrade_model, "budget set");
+        tracing::info!(tenant = %budget.tenant.as_str(), key_id = %budget.key_id, user_id = %budget.user_id, limit_usd = sent.limit_usd, soft_usd = sent.soft_usd, period = budget.period.as_str(), on_limit = budget.on_limit.as_str(), degrade_model = %sent.degrade_model, "budget set");
         Ok(pb::SetBudgetResponse { budget: Some(budget_proto(&status)) })
     }
 
@@ -513,7 +515,7 @@ impl RouterGrpc {
     ) -> Result<pb::DeleteBudgetResponse, RouterError> {
         operator(identity)?;
         let tenant = budget_tenant(&request.tenant_id)?;
-        let deleted = self.router.budgets.delete(&tenant, &request.key_id).await?;
+        let deleted = self.router.budgets.delete(&tenant, &request.key_id, &request.user_id).await?;
         Ok(pb::DeleteBudgetResponse { deleted })
     }
 

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use common::{Options, Suite, as_tenant, chat, stream_request};
 use switchyard_proto::router::v1::{
-    Budget, BudgetAction, BudgetPeriod, ChatStreamResponse, ListBudgetsRequest, RouteType, SetBudgetRequest,
-    chat_stream_response::Event, router_service_client::RouterServiceClient,
+    Budget, BudgetAction, BudgetPeriod, ChatStreamResponse, DeleteBudgetRequest, ListBudgetsRequest, RouteType,
+    SetBudgetRequest, chat_stream_response::Event, router_service_client::RouterServiceClient,
 };
 use switchyard_router::RouterConfig;
 use switchyard_testkit::{
@@ -330,4 +330,69 @@ async fn a_degrading_budget_answers_on_the_direct_route_with_its_cheaper_model_a
     unknown.budget.as_mut().expect("budget").on_limit = 9;
     let err = client.set_budget(operator(unknown)).await.expect_err("an unknown action");
     assert!(err.message().starts_with("on_limit:"), "{}", err.message());
+}
+
+fn as_user<T>(tenant: &str, user: &str, message: T) -> Request<T> {
+    let mut request = as_tenant(tenant, message);
+    request.metadata_mut().insert("x-user-id", user.parse().expect("ascii"));
+    request
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_users_budget_holds_that_users_turns_only_and_is_rebuilt_from_them() {
+    let suite = suite().await;
+    let mut client = suite.client().await;
+    let mut request = budget("initrode", 1.0, 0.0, BudgetPeriod::Day);
+    request.budget.as_mut().expect("budget").user_id = "alice".to_owned();
+    let set = client.set_budget(operator(request)).await.expect("set alice's budget").into_inner();
+    assert_eq!(set.budget.expect("budget").user_id, "alice");
+    let mut bad = budget("initrode", 1.0, 0.0, BudgetPeriod::Day);
+    bad.budget.as_mut().expect("budget").user_id = "not a user".to_owned();
+    let err = client.set_budget(operator(bad)).await.expect_err("a bad user id");
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().starts_with("user_id:"), "{}", err.message());
+
+    client.chat(as_user("initrode", "alice", chat("one"))).await.expect("alice's first turn");
+    let spent_message = "budget initrode/user:alice of $1.00 per day is spent ($1.00)";
+    let refused = client.chat(as_user("initrode", "alice", chat("two"))).await.expect_err("alice is spent");
+    assert_eq!(refused.code(), Code::ResourceExhausted);
+    assert_eq!(refused.message(), spent_message);
+    // Another user of the tenant, and turns without a user, go on.
+    client.chat(as_user("initrode", "bob", chat("bob's first"))).await.expect("bob's turn");
+    client.chat(as_user("initrode", "bob", chat("bob's second"))).await.expect("bob's second turn");
+    client.chat(as_tenant("initrode", chat("no user"))).await.expect("a turn without a user");
+    let listed = client
+        .list_budgets(operator(ListBudgetsRequest { tenant_id: "initrode".to_owned() }))
+        .await
+        .expect("list")
+        .into_inner()
+        .budgets;
+    assert_eq!(listed.len(), 1);
+    assert_eq!((listed[0].user_id.as_str(), listed[0].spent_usd), ("alice", 1.0));
+
+    // Its counter lost, it is rebuilt from alice's recorded turns alone (four were recorded).
+    let pool =
+        switchyard_kit::postgres::connect_in_schema(&database_url(), suite.schema.name(), 1).await.expect("postgres");
+    eventually(Duration::from_secs(10), "initrode's four turns recorded", || {
+        let pool = pool.clone();
+        async move {
+            let turns: i64 = sqlx::query_scalar("SELECT count(*) FROM routing_decisions WHERE tenant_id = 'initrode'")
+                .fetch_one(&pool)
+                .await
+                .map_err(|err| err.to_string())?;
+            if turns == 4 { Ok(()) } else { Err(format!("{turns} turns")) }
+        }
+    })
+    .await;
+    let prefix = suite.budget_prefix.as_ref().expect("budget counters in redis");
+    assert!(delete_redis_keys(prefix.as_str()).await >= 1, "alice's counter was in redis");
+    let refused = client.chat(as_user("initrode", "alice", chat("after the flush"))).await.expect_err("still spent");
+    assert_eq!(refused.message(), spent_message);
+    client.chat(as_user("initrode", "bob", chat("bob again"))).await.expect("bob unaffected");
+
+    let mut delete = DeleteBudgetRequest { tenant_id: "initrode".to_owned(), ..DeleteBudgetRequest::default() };
+    assert!(!client.delete_budget(operator(delete.clone())).await.expect("delete").into_inner().deleted);
+    delete.user_id = "alice".to_owned();
+    assert!(client.delete_budget(operator(delete)).await.expect("delete alice's").into_inner().deleted);
+    client.chat(as_user("initrode", "alice", chat("unbudgeted"))).await.expect("no budget left");
 }

@@ -19,18 +19,20 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 #[derive(Default)]
 pub struct MemoryBudgetBook {
-    budgets: Mutex<BTreeMap<(String, String), Budget>>,
+    budgets: Mutex<BTreeMap<(String, String, String), Budget>>,
 }
 
 #[async_trait]
 impl BudgetBook for MemoryBudgetBook {
     async fn put(&self, budget: &Budget) -> Result<(), StoreError> {
-        lock(&self.budgets).insert((budget.tenant.as_str().to_owned(), budget.key_id.clone()), budget.clone());
+        let id = (budget.tenant.as_str().to_owned(), budget.key_id.clone(), budget.user_id.clone());
+        lock(&self.budgets).insert(id, budget.clone());
         Ok(())
     }
 
-    async fn delete(&self, tenant: &TenantId, key_id: &str) -> Result<bool, StoreError> {
-        Ok(lock(&self.budgets).remove(&(tenant.as_str().to_owned(), key_id.to_owned())).is_some())
+    async fn delete(&self, tenant: &TenantId, key_id: &str, user_id: &str) -> Result<bool, StoreError> {
+        let id = (tenant.as_str().to_owned(), key_id.to_owned(), user_id.to_owned());
+        Ok(lock(&self.budgets).remove(&id).is_some())
     }
 
     async fn list(&self, tenant: Option<&TenantId>) -> Result<Vec<Budget>, StoreError> {
@@ -46,6 +48,7 @@ impl BudgetBook for MemoryBudgetBook {
         &self,
         _tenant: &TenantId,
         _key_id: &str,
+        _user_id: &str,
         _since: DateTime<Utc>,
     ) -> Result<i64, StoreError> {
         Ok(0)

@@ -20,7 +20,7 @@ use opentelemetry::{
     KeyValue,
     metrics::{Counter, Gauge},
 };
-use switchyard_kit::{TenantId, store::StoreError};
+use switchyard_kit::{TenantId, UserId, store::StoreError};
 use switchyard_llm::ModelRef;
 
 pub use memory::{MemoryBudgetBook, MemorySpendCounters};
@@ -132,6 +132,8 @@ pub struct Budget {
     pub soft_nanousd: i64,
     pub period: Period,
     pub on_limit: OnLimit,
+    /// Empty: every user (of the tenant, or of the key).
+    pub user_id: String,
 }
 
 /// Longest API key id accepted.
@@ -167,7 +169,24 @@ impl Budget {
                 format!("must not be above limit_usd ({soft_usd} > {limit_usd})"),
             ));
         }
-        Ok(Self { tenant, key_id: key_id.to_owned(), limit_nanousd, soft_nanousd, period, on_limit: OnLimit::Refuse })
+        Ok(Self {
+            tenant,
+            key_id: key_id.to_owned(),
+            limit_nanousd,
+            soft_nanousd,
+            period,
+            on_limit: OnLimit::Refuse,
+            user_id: String::new(),
+        })
+    }
+
+    /// The same budget for `user`'s turns only (empty: every user's); errors name `user_id`.
+    pub fn for_user(mut self, user: &str) -> Result<Self, RouterError> {
+        if !user.is_empty() {
+            UserId::parse(user).map_err(|err| RouterError::invalid("user_id", err.reason))?;
+        }
+        self.user_id = user.to_owned();
+        Ok(self)
     }
 
     /// The same budget doing `on_limit` at its hard limit.
@@ -176,13 +195,17 @@ impl Budget {
         self
     }
 
-    /// How the budget is named to callers: `tenant` or `tenant/key`.
+    /// How the budget is named to callers: `tenant`, `tenant/key`, `tenant/user:u` or
+    /// `tenant/key/user:u`.
     pub fn name(&self) -> String {
-        if self.key_id.is_empty() {
-            self.tenant.as_str().to_owned()
-        } else {
-            format!("{}/{}", self.tenant.as_str(), self.key_id)
+        let mut name = self.tenant.as_str().to_owned();
+        if !self.key_id.is_empty() {
+            name = format!("{name}/{}", self.key_id);
         }
+        if !self.user_id.is_empty() {
+            name = format!("{name}/user:{}", self.user_id);
+        }
+        name
     }
 }
 
@@ -205,12 +228,18 @@ pub struct BudgetStatus {
 pub trait BudgetBook: Send + Sync + 'static {
     async fn put(&self, budget: &Budget) -> Result<(), StoreError>;
     /// Removes a budget; false when there was none.
-    async fn delete(&self, tenant: &TenantId, key_id: &str) -> Result<bool, StoreError>;
+    async fn delete(&self, tenant: &TenantId, key_id: &str, user_id: &str) -> Result<bool, StoreError>;
     /// One tenant's budgets, or every tenant's.
     async fn list(&self, tenant: Option<&TenantId>) -> Result<Vec<Budget>, StoreError>;
-    /// What the tenant's recorded turns (only those of API key `key_id`, when not empty) cost
-    /// since `since`, in nano-dollars.
-    async fn recorded_spend(&self, tenant: &TenantId, key_id: &str, since: DateTime<Utc>) -> Result<i64, StoreError>;
+    /// What the tenant's recorded turns (only those of API key `key_id` and of user `user_id`,
+    /// when not empty) cost since `since`, in nano-dollars.
+    async fn recorded_spend(
+        &self,
+        tenant: &TenantId,
+        key_id: &str,
+        user_id: &str,
+        since: DateTime<Utc>,
+    ) -> Result<i64, StoreError>;
 }
 
 /// Spend counters shared by replicas. Every counter of a tenant is in one Redis Cluster slot.
@@ -273,18 +302,18 @@ impl Budgets {
             read: Mutex::default(),
             warnings: meter
                 .u64_counter("router.budget.warnings")
-                .with_description("Turns that went on past a budget's soft threshold, by tenant and key")
+                .with_description("Turns that went on past a budget's soft threshold, by tenant, key and user")
                 .build(),
             degraded: meter
                 .u64_counter("router.budget.degraded")
                 .with_description(
                     "Turns past a degrading budget's hard limit answered on the direct route (and its cheaper model), by \
-                     tenant and key",
+                     tenant, key and user",
                 )
                 .build(),
             used_ratio: meter
                 .f64_gauge("switchyard.budget.used_ratio")
-                .with_description("Share of a budget's hard limit spent in its current period, by tenant and key")
+                .with_description("Share of a budget's hard limit spent in its current period, by tenant, key and user")
                 .build(),
         }
     }
@@ -301,10 +330,10 @@ impl Budgets {
         Ok(statuses.remove(0))
     }
 
-    pub async fn delete(&self, tenant: &TenantId, key_id: &str) -> Result<bool, RouterError> {
+    pub async fn delete(&self, tenant: &TenantId, key_id: &str, user_id: &str) -> Result<bool, RouterError> {
         let deleted = self
             .book
-            .delete(tenant, key_id)
+            .delete(tenant, key_id, user_id)
             .await
             .map_err(|err| RouterError::unavailable("deleting the budget", err.to_string()))?;
         self.forget(tenant);
@@ -349,14 +378,21 @@ impl Budgets {
         Ok(statuses)
     }
 
-    /// Before a turn: refuses it when the tenant's budget, or that of the API key it came with,
-    /// is spent; otherwise says which counters its cost goes to and warns past a soft threshold.
-    pub async fn check(&self, tenant: &TenantId, key_id: Option<&str>) -> Result<Allowance, RouterError> {
+    /// Before a turn: refuses it when the tenant's budget, or that of the API key it came with
+    /// or of the user the credential names, is spent (or degrades it, for a budget that says
+    /// so); otherwise says which counters its cost goes to and warns past a soft threshold.
+    pub async fn check(
+        &self,
+        tenant: &TenantId,
+        key_id: Option<&str>,
+        user: Option<&str>,
+    ) -> Result<Allowance, RouterError> {
         let budgets: Vec<Budget> = self
             .tenant_budgets(tenant)
             .await?
             .iter()
             .filter(|budget| budget.key_id.is_empty() || Some(budget.key_id.as_str()) == key_id)
+            .filter(|budget| budget.user_id.is_empty() || Some(budget.user_id.as_str()) == user)
             .cloned()
             .collect();
         if budgets.is_empty() {
@@ -369,6 +405,7 @@ impl Budgets {
             let labels = [
                 KeyValue::new("tenant", budget.tenant.as_str().to_owned()),
                 KeyValue::new("key", budget.key_id.clone()),
+                KeyValue::new("user", budget.user_id.clone()),
             ];
             self.used_ratio.record(status.spent_nanousd as f64 / budget.limit_nanousd as f64, &labels);
             let limit = dollars(budget.limit_nanousd);
@@ -389,7 +426,7 @@ impl Budgets {
                     .unwrap_or_else(|poisoned| poisoned.into_inner())
                     .insert((format!("{} spent", budget.name()), status.period_start));
                 if first {
-                    tracing::warn!(tenant = %budget.tenant.as_str(), key_id = %budget.key_id, spent = %spent, limit = %limit, model = %model.as_ref().map(ToString::to_string).unwrap_or_default(), "budget spent; its turns are degraded to the direct route");
+                    tracing::warn!(tenant = %budget.tenant.as_str(), key_id = %budget.key_id, user_id = %budget.user_id, spent = %spent, limit = %limit, model = %model.as_ref().map(ToString::to_string).unwrap_or_default(), "budget spent; its turns are degraded to the direct route");
                 }
                 if allowance.degrade.is_none() {
                     allowance.warning = Some(reason.clone());
@@ -424,7 +461,7 @@ impl Budgets {
                     .unwrap_or_else(|poisoned| poisoned.into_inner())
                     .insert((budget.name(), status.period_start));
                 if first {
-                    tracing::warn!(tenant = %budget.tenant.as_str(), key_id = %budget.key_id, spent = %spent, soft = %dollars(budget.soft_nanousd), limit = %limit, "budget past its soft threshold");
+                    tracing::warn!(tenant = %budget.tenant.as_str(), key_id = %budget.key_id, user_id = %budget.user_id, spent = %spent, soft = %dollars(budget.soft_nanousd), limit = %limit, "budget past its soft threshold");
                 }
                 if allowance.degrade.is_none() {
                     allowance.warning = Some(warning);
@@ -461,8 +498,11 @@ impl Budgets {
             let spent = match value {
                 Some(spent) => spent,
                 None => {
-                    let recorded =
-                        self.book.recorded_spend(tenant, &budget.key_id, *start).await.map_err(unavailable)?;
+                    let recorded = self
+                        .book
+                        .recorded_spend(tenant, &budget.key_id, &budget.user_id, *start)
+                        .await
+                        .map_err(unavailable)?;
                     let ttl = (*end - now).to_std().unwrap_or_default() + COUNTER_MARGIN;
                     self.counters.seed(tenant, name, recorded, ttl).await.map_err(unavailable)?
                 }
@@ -473,10 +513,12 @@ impl Budgets {
     }
 }
 
-/// A budget's counter for the period starting at `start` (within the tenant's slot).
+/// A budget's counter for the period starting at `start` (within the tenant's slot):
+/// `<key or *>[:user:<user>]:<period>:<start date>`.
 fn counter_name(budget: &Budget, start: DateTime<Utc>) -> String {
     let key = if budget.key_id.is_empty() { "*" } else { budget.key_id.as_str() };
-    format!("{key}:{}:{}", budget.period.as_str(), start.format("%Y-%m-%d"))
+    let user = if budget.user_id.is_empty() { String::new() } else { format!(":user:{}", budget.user_id) };
+    format!("{key}{user}:{}:{}", budget.period.as_str(), start.format("%Y-%m-%d"))
 }
 
 /// Cents, or six decimals below a cent (a budget of a few calls).
@@ -521,5 +563,11 @@ mod tests {
         let budget = Budget::new("acme", "", 5.0, 4.0, Some(Period::Month)).unwrap();
         assert_eq!(budget.limit_nanousd, 5_000_000_000);
         assert_eq!(budget.name(), "acme");
+        let budget = budget.for_user("bob@example.com").unwrap();
+        assert_eq!(budget.name(), "acme/user:bob@example.com");
+        let start = Utc.with_ymd_and_hms(2026, 11, 1, 0, 0, 0).unwrap();
+        assert_eq!(counter_name(&budget, start), "*:user:bob@example.com:month:2026-11-01");
+        let bad_user = Budget::new("acme", "", 5.0, 1.0, Some(Period::Day)).and_then(|b| b.for_user("no spaces"));
+        assert_eq!(field(bad_user), "user_id");
     }
 }

@@ -225,7 +225,8 @@ impl Router {
     /// its cost goes to and warns past a soft threshold. Done before [`Router::turn`] so a
     /// streamed turn's warning (or refusal) goes out before its stream starts.
     pub async fn admit(&self, identity: &Identity, request: &TurnRequest) -> Result<Allowance, RouterError> {
-        match self.budgets.check(&identity.tenant, request.key_id.as_deref()).await {
+        let user = identity.user.as_ref().map(|user| user.as_str());
+        match self.budgets.check(&identity.tenant, request.key_id.as_deref(), user).await {
             Ok(allowance) => Ok(allowance),
             Err(spent @ RouterError::BudgetSpent { .. }) => Err(spent),
             // Budgets that cannot be read do not stop the service: the turn goes on uncounted.
