@@ -179,6 +179,14 @@ pub struct RouterConfig {
     #[arg(long, env = "ROUTER_RECORD_FLUSH_INTERVAL", default_value = "500ms", value_parser = parse_duration)]
     pub record_flush_interval: Duration,
 
+    /// How old a replica's own view of a budget's spend may be when a turn is checked against
+    /// it. 0s: exact — every turn reads the shared counters and is charged before it ends (two
+    /// Redis round trips on a budgeted tenant's turn). Above zero, a budgeted turn makes no round
+    /// trip on its path (its spend is counted in the background), and a replica may miss what
+    /// the other replicas spent in the last interval.
+    #[arg(long, env = "ROUTER_BUDGET_SYNC_INTERVAL", default_value = "0s", value_parser = parse_duration)]
+    pub budget_sync_interval: Duration,
+
     /// On shutdown, how long writing the records still held may take.
     #[arg(long, env = "ROUTER_RECORD_DRAIN_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
     pub record_drain_timeout: Duration,

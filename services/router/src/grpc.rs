@@ -391,7 +391,7 @@ fn key_id<T>(request: &Request<T>) -> Result<Option<String>, RouterError> {
 
 /// Budgets are set by the operator: an administrator of the default tenant.
 fn operator(identity: &Identity) -> Result<(), RouterError> {
-    if identity.admin && identity.tenant == TenantId::default_tenant() {
+    if identity.is_operator() {
         Ok(())
     } else {
         Err(RouterError::PermissionDenied(

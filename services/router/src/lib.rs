@@ -114,7 +114,7 @@ pub async fn open_conversations(config: &RouterConfig) -> anyhow::Result<Arc<Con
 pub async fn open_budgets(config: &RouterConfig) -> anyhow::Result<Arc<Budgets>> {
     let args = config.stores.store_args();
     match args.plan("router", false).map_err(anyhow::Error::msg)? {
-        StorePlan::InMemory => Ok(Arc::new(Budgets::memory())),
+        StorePlan::InMemory => Ok(Arc::new(Budgets::memory().with_sync(config.budget_sync_interval))),
         StorePlan::Durable { database_url, .. } => {
             let book = Arc::new(
                 PostgresBudgetBook::connect(database_url.expose(), &args.db_schema)
@@ -131,7 +131,7 @@ pub async fn open_budgets(config: &RouterConfig) -> anyhow::Result<Arc<Budgets>>
                 }
                 None => Arc::new(budget::MemorySpendCounters::default()),
             };
-            Ok(Arc::new(Budgets::new(book, counters)))
+            Ok(Arc::new(Budgets::new(book, counters).with_sync(config.budget_sync_interval)))
         }
     }
 }

@@ -18,13 +18,14 @@ async fn behaves(counters: &dyn SpendCounters) {
     let names = vec!["*:day:2026-11-27".to_owned(), "k1:month:2026-11-01".to_owned()];
     assert_eq!(counters.read(&acme, &names).await.unwrap(), [None, None]);
     // An increment never starts a lost counter from zero.
-    counters.add(&acme, &names, 5).await.unwrap();
+    assert_eq!(counters.add(&acme, &names, 5).await.unwrap(), [None, None], "no totals for missing counters");
     assert_eq!(counters.read(&acme, &names).await.unwrap(), [None, None]);
     assert_eq!(counters.seed(&acme, &names[0], 100, TTL).await.unwrap(), 100);
     assert_eq!(counters.seed(&acme, &names[0], 70, TTL).await.unwrap(), 100, "the first seed stands");
     assert_eq!(counters.seed(&acme, &names[1], 0, TTL).await.unwrap(), 0);
-    counters.add(&acme, &names, 1_500_000_000).await.unwrap();
-    assert_eq!(counters.read(&acme, &names).await.unwrap(), [Some(1_500_000_100), Some(1_500_000_000)]);
+    let totals = counters.add(&acme, &names, 1_500_000_000).await.unwrap();
+    assert_eq!(totals, [Some(1_500_000_100), Some(1_500_000_000)], "an increment answers the new totals");
+    assert_eq!(counters.read(&acme, &names).await.unwrap(), totals);
     // Tenants are counted apart, on whichever slot their tag falls.
     for n in 0..24 {
         let tenant = TenantId::parse(&format!("tenant-{n}")).unwrap();
@@ -32,11 +33,12 @@ async fn behaves(counters: &dyn SpendCounters) {
         for name in &names {
             counters.seed(&tenant, name, n, TTL).await.unwrap();
         }
-        counters.add(&tenant, &names, 1000).await.unwrap();
+        assert_eq!(counters.add(&tenant, &names, 1000).await.unwrap(), [Some(n + 1000), Some(n + 1000)]);
         assert_eq!(counters.read(&tenant, &names).await.unwrap(), [Some(n + 1000), Some(n + 1000)]);
     }
     assert_eq!(counters.read(&acme, &names).await.unwrap(), [Some(1_500_000_100), Some(1_500_000_000)]);
     assert_eq!(counters.read(&acme, &[]).await.unwrap(), Vec::<Option<i64>>::new());
+    assert_eq!(counters.add(&acme, &[], 1).await.unwrap(), Vec::<Option<i64>>::new());
 }
 
 #[tokio::test]

@@ -139,6 +139,54 @@ async fn two_replicas_spend_one_budget_and_a_lost_counter_is_rebuilt() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_sync_interval_a_replica_checks_against_its_own_view_and_counts_in_the_background() {
+    let dir = std::env::temp_dir().join(format!("router-budget-prices-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let prices = dir.join("prices.toml");
+    std::fs::write(&prices, PRICES).expect("price file");
+    let llm = ScriptedLlm::start(|_| Reply::text("Fine.").usage(1000, 0)).await;
+    // An interval longer than the test: the replica never reads a counter it has seen again.
+    let configure = Box::new(move |config: &mut RouterConfig| {
+        config.model_prices = Some(prices);
+        config.budget_sync_interval = Duration::from_secs(3600);
+    });
+    let suite = Suite::with(llm, Options { budgets: true, configure, ..Options::default() }).await;
+    let mut first = suite.client().await;
+    first.set_budget(operator(budget("acme", 3.0, 2.0, BudgetPeriod::Day))).await.expect("set budget");
+
+    // The replica's own turns are in its view at once: the warning and the refusal come at the
+    // same turns as when every check reads the shared counter.
+    for turn in ["first", "second"] {
+        let answered = first.chat(as_tenant("acme", chat(turn))).await.expect("under the soft threshold");
+        assert!(answered.metadata().get(WARNING).is_none(), "{turn}");
+    }
+    let third = first.chat(as_tenant("acme", chat("third"))).await.expect("past the soft threshold");
+    assert!(third.metadata().get(WARNING).is_some());
+    let refused = first.chat(as_tenant("acme", chat("fourth"))).await.expect_err("over the budget");
+    assert_eq!(refused.code(), Code::ResourceExhausted);
+    assert_eq!(refused.message(), "budget acme of $3.00 per day is spent ($3.00)");
+
+    // The spend reached the shared counter in the background.
+    let mut reader = suite.client().await;
+    eventually(Duration::from_secs(10), "acme's three turns counted in redis", || {
+        let mut reader = reader.clone();
+        async move {
+            let spent = spent(&mut reader, "acme").await;
+            if spent == 3.0 { Ok(()) } else { Err(format!("${spent}")) }
+        }
+    })
+    .await;
+    // A replica that has not seen the counter reads the shared total: it refuses too.
+    let second = suite.second_replica().await;
+    let mut other = RouterServiceClient::new(
+        Channel::from_shared(second.url()).expect("url").connect().await.expect("second replica"),
+    );
+    let refused = other.chat(as_tenant("acme", chat("fifth"))).await.expect_err("over the budget there too");
+    assert_eq!(refused.code(), Code::ResourceExhausted);
+    assert_eq!(spent(&mut reader, "acme").await, 3.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_budgets_name_their_field_and_only_the_operator_sets_them() {
     let suite = suite().await;
     let mut client = suite.client().await;

@@ -81,13 +81,16 @@ impl SpendCounters for MemorySpendCounters {
         Ok(value)
     }
 
-    async fn add(&self, tenant: &TenantId, counters: &[String], nanos: i64) -> Result<(), StoreError> {
+    async fn add(&self, tenant: &TenantId, counters: &[String], nanos: i64) -> Result<Vec<Option<i64>>, StoreError> {
         let mut held = lock(&self.counters);
-        for counter in counters {
-            if let Some((value, _)) = held.get_mut(&Self::key(tenant, counter)) {
-                *value += nanos;
-            }
-        }
-        Ok(())
+        Ok(counters
+            .iter()
+            .map(|counter| {
+                held.get_mut(&Self::key(tenant, counter)).map(|(value, _)| {
+                    *value += nanos;
+                    *value
+                })
+            })
+            .collect())
     }
 }

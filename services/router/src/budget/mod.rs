@@ -249,8 +249,9 @@ pub trait SpendCounters: Send + Sync + 'static {
     async fn read(&self, tenant: &TenantId, counters: &[String]) -> Result<Vec<Option<i64>>, StoreError>;
     /// Sets a missing counter (a replica that got there first wins); returns its value.
     async fn seed(&self, tenant: &TenantId, counter: &str, nanos: i64, ttl: Duration) -> Result<i64, StoreError>;
-    /// Adds to the counters that exist (a missing one is rebuilt on the next check).
-    async fn add(&self, tenant: &TenantId, counters: &[String], nanos: i64) -> Result<(), StoreError>;
+    /// Adds to the counters that exist (a missing one is rebuilt on the next check); returns
+    /// their new totals, `None` where a counter is missing.
+    async fn add(&self, tenant: &TenantId, counters: &[String], nanos: i64) -> Result<Vec<Option<i64>>, StoreError>;
 }
 
 /// A check's result for a turn allowed to go on.
@@ -279,6 +280,17 @@ pub struct Degrade {
 /// A tenant's budgets as read from the book, and when.
 type ReadBudgets = (Instant, Arc<Vec<Budget>>);
 
+/// Most counters a replica keeps its own view of (see [`Budgets::with_sync`]).
+const VIEW_COUNTERS: usize = 100_000;
+
+/// What this replica last knew a counter to hold: its total as read or as returned by a charge,
+/// plus the charges it made since, and when it was last read or charged.
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    spent: i64,
+    at: Instant,
+}
+
 /// The router's budgets: the check before a turn and the charge after it.
 pub struct Budgets {
     book: Arc<dyn BudgetBook>,
@@ -287,6 +299,11 @@ pub struct Budgets {
     warned: Mutex<HashSet<(String, DateTime<Utc>)>>,
     /// Each tenant's budgets as last read, and when (see [`BOOK_FRESH`]).
     read: Mutex<HashMap<TenantId, ReadBudgets>>,
+    /// How old this replica's view of a counter may be when a turn is checked against it; zero:
+    /// every check reads the shared counters and every charge is made before the turn ends.
+    sync: Duration,
+    /// This replica's view of each counter, by tenant and counter name (with a nonzero `sync`).
+    seen: Mutex<HashMap<(TenantId, String), Seen>>,
     warnings: Counter<u64>,
     degraded: Counter<u64>,
     used_ratio: Gauge<f64>,
@@ -300,6 +317,8 @@ impl Budgets {
             counters,
             warned: Mutex::default(),
             read: Mutex::default(),
+            sync: Duration::ZERO,
+            seen: Mutex::default(),
             warnings: meter
                 .u64_counter("router.budget.warnings")
                 .with_description("Turns that went on past a budget's soft threshold, by tenant, key and user")
@@ -318,6 +337,17 @@ impl Budgets {
         }
     }
 
+    /// Checks turns against this replica's own view of the spend counters while it is younger
+    /// than `sync`, and counts each turn's spend in the background: no round trip to the shared
+    /// counters on a turn's path. The view is refreshed by every charge's result (the shared
+    /// total) and read again once older than `sync`, so a replica misses at most what the
+    /// others spent in the last `sync`. Zero (the default): exact, every check reads the
+    /// shared counters and every charge is made before the turn ends.
+    pub fn with_sync(mut self, sync: Duration) -> Self {
+        self.sync = sync;
+        self
+    }
+
     /// In memory (one replica, `switchyard dev`, tests).
     pub fn memory() -> Self {
         Self::new(Arc::new(MemoryBudgetBook::default()), Arc::new(MemorySpendCounters::default()))
@@ -326,7 +356,7 @@ impl Budgets {
     pub async fn set(&self, budget: &Budget) -> Result<BudgetStatus, RouterError> {
         self.book.put(budget).await.map_err(|err| RouterError::unavailable("storing the budget", err.to_string()))?;
         self.forget(&budget.tenant);
-        let mut statuses = self.statuses(std::slice::from_ref(budget)).await?;
+        let mut statuses = self.statuses(std::slice::from_ref(budget), false).await?;
         Ok(statuses.remove(0))
     }
 
@@ -373,7 +403,7 @@ impl Budgets {
             self.book.list(tenant).await.map_err(|err| RouterError::unavailable("reading budgets", err.to_string()))?;
         let mut statuses = Vec::with_capacity(budgets.len());
         for budget in budgets {
-            statuses.extend(self.statuses(std::slice::from_ref(&budget)).await?);
+            statuses.extend(self.statuses(std::slice::from_ref(&budget), false).await?);
         }
         Ok(statuses)
     }
@@ -398,7 +428,7 @@ impl Budgets {
         if budgets.is_empty() {
             return Ok(Allowance::default());
         }
-        let statuses = self.statuses(&budgets).await?;
+        let statuses = self.statuses(&budgets, true).await?;
         let mut allowance = Allowance::default();
         for status in statuses {
             let budget = &status.budget;
@@ -474,25 +504,106 @@ impl Budgets {
 
     /// After a turn: adds its cost to the counters of the budgets it was checked against. A
     /// failure is logged, not returned: the answer stands.
-    pub async fn charge(&self, tenant: &TenantId, allowance: &Allowance, cost_nanousd: i64) {
+    /// With a nonzero sync interval the charge is made in the background, after this
+    /// replica's view has taken it in (its next check sees it at once).
+    pub async fn charge(self: &Arc<Self>, tenant: &TenantId, allowance: &Allowance, cost_nanousd: i64) {
         if allowance.counters.is_empty() || cost_nanousd <= 0 {
             return;
         }
-        if let Err(err) = self.counters.add(tenant, &allowance.counters, cost_nanousd).await {
-            tracing::warn!(tenant = %tenant.as_str(), error = %err, "could not count a turn's spend; the counter is rebuilt from the recorded costs when lost");
+        if self.sync.is_zero() {
+            self.charge_shared(tenant, &allowance.counters, cost_nanousd).await;
+            return;
         }
+        {
+            let mut seen = self.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            for counter in &allowance.counters {
+                if let Some(view) = seen.get_mut(&(tenant.clone(), counter.clone())) {
+                    view.spent += cost_nanousd;
+                }
+            }
+        }
+        let budgets = Arc::clone(self);
+        let (tenant, counters) = (tenant.clone(), allowance.counters.clone());
+        tokio::spawn(async move { budgets.charge_shared(&tenant, &counters, cost_nanousd).await });
+    }
+
+    async fn charge_shared(&self, tenant: &TenantId, counters: &[String], cost_nanousd: i64) {
+        match self.counters.add(tenant, counters, cost_nanousd).await {
+            Ok(totals) if !self.sync.is_zero() => self.remember(tenant, counters, &totals, true),
+            Ok(_) => {}
+            Err(err) => {
+                tracing::warn!(tenant = %tenant.as_str(), error = %err, "could not count a turn's spend; the counter is rebuilt from the recorded costs when lost");
+            }
+        }
+    }
+
+    /// Takes shared totals into this replica's view; a missing counter leaves the view, so
+    /// the next check reads (and rebuilds) it. A charge's total (`keep_higher`) may come back
+    /// before that of a charge made just before it, and miss it: the higher of the two stands.
+    fn remember(&self, tenant: &TenantId, counters: &[String], totals: &[Option<i64>], keep_higher: bool) {
+        let mut seen = self.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if seen.len() >= VIEW_COUNTERS {
+            let sync = self.sync;
+            seen.retain(|_, view| view.at.elapsed() < sync);
+            if seen.len() >= VIEW_COUNTERS {
+                seen.clear();
+            }
+        }
+        let now = Instant::now();
+        for (counter, total) in counters.iter().zip(totals) {
+            let key = (tenant.clone(), counter.clone());
+            match total {
+                Some(total) => {
+                    let spent = match seen.get(&key) {
+                        Some(view) if keep_higher => view.spent.max(*total),
+                        _ => *total,
+                    };
+                    seen.insert(key, Seen { spent, at: now });
+                }
+                None => {
+                    seen.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// This replica's view of the counters, where younger than the sync interval.
+    fn viewed(&self, tenant: &TenantId, counters: &[String]) -> Vec<Option<i64>> {
+        if self.sync.is_zero() {
+            return vec![None; counters.len()];
+        }
+        let seen = self.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        counters
+            .iter()
+            .map(|counter| {
+                seen.get(&(tenant.clone(), counter.clone()))
+                    .filter(|view| view.at.elapsed() < self.sync)
+                    .map(|view| view.spent)
+            })
+            .collect()
     }
 
     /// What each budget has spent in its current period: its counter, rebuilt from the recorded
     /// turns' costs when missing.
-    async fn statuses(&self, budgets: &[Budget]) -> Result<Vec<BudgetStatus>, RouterError> {
+    /// With `viewed`, this replica's view stands in for a counter while it is fresh (see
+    /// [`Budgets::with_sync`]); only the others are read.
+    async fn statuses(&self, budgets: &[Budget], viewed: bool) -> Result<Vec<BudgetStatus>, RouterError> {
         let Some(first) = budgets.first() else { return Ok(Vec::new()) };
         let tenant = &first.tenant;
         let now = Utc::now();
         let windows: Vec<(DateTime<Utc>, DateTime<Utc>)> = budgets.iter().map(|b| b.period.window(now)).collect();
         let names: Vec<String> = budgets.iter().zip(&windows).map(|(b, (start, _))| counter_name(b, *start)).collect();
         let unavailable = |err: StoreError| RouterError::unavailable("reading budget spend", err.to_string());
-        let values = self.counters.read(tenant, &names).await.map_err(unavailable)?;
+        let mut values = if viewed { self.viewed(tenant, &names) } else { vec![None; names.len()] };
+        let unseen: Vec<String> =
+            names.iter().zip(&values).filter(|(_, value)| value.is_none()).map(|(name, _)| name.clone()).collect();
+        if !unseen.is_empty() {
+            let mut read = self.counters.read(tenant, &unseen).await.map_err(unavailable)?.into_iter();
+            for value in values.iter_mut().filter(|value| value.is_none()) {
+                *value = read.next().flatten();
+            }
+        }
+        let mut rebuilt = Vec::new();
         let mut statuses = Vec::with_capacity(budgets.len());
         for (((budget, (start, end)), name), value) in budgets.iter().zip(&windows).zip(&names).zip(values) {
             let spent = match value {
@@ -507,7 +618,14 @@ impl Budgets {
                     self.counters.seed(tenant, name, recorded, ttl).await.map_err(unavailable)?
                 }
             };
+            rebuilt.push(Some(spent));
             statuses.push(BudgetStatus { budget: budget.clone(), spent_nanousd: spent, period_start: *start });
+        }
+        if !self.sync.is_zero() && !unseen.is_empty() {
+            // What was read or rebuilt starts a fresh view; the viewed ones keep theirs.
+            let (names, totals): (Vec<String>, Vec<Option<i64>>) =
+                names.into_iter().zip(rebuilt).filter(|(name, _)| unseen.contains(name)).unzip();
+            self.remember(tenant, &names, &totals, false);
         }
         Ok(statuses)
     }

@@ -14,14 +14,17 @@ use switchyard_kit::{
 
 use super::SpendCounters;
 
-/// INCRBY on each key that exists.
+/// INCRBY on each key that exists; the new totals, nil (false) for a missing key.
 const ADD_TO_EXISTING: &str = r"
-for _, key in ipairs(KEYS) do
+local totals = {}
+for i, key in ipairs(KEYS) do
   if redis.call('EXISTS', key) == 1 then
-    redis.call('INCRBY', key, ARGV[1])
+    totals[i] = redis.call('INCRBY', key, ARGV[1])
+  else
+    totals[i] = false
   end
 end
-return 0
+return totals
 ";
 
 /// SET NX EX, then the value whoever set it holds.
@@ -69,14 +72,16 @@ impl SpendCounters for RedisSpendCounters {
         Ok(value.unwrap_or(nanos))
     }
 
-    async fn add(&self, tenant: &TenantId, counters: &[String], nanos: i64) -> Result<(), StoreError> {
+    async fn add(&self, tenant: &TenantId, counters: &[String], nanos: i64) -> Result<Vec<Option<i64>>, StoreError> {
+        if counters.is_empty() {
+            return Ok(Vec::new());
+        }
         let mut conn = self.conn.clone();
         let mut invocation = self.add.prepare_invoke();
         for counter in counters {
             invocation.key(self.key(tenant, counter));
         }
         invocation.arg(nanos);
-        bounded(REDIS_COMMAND_TIMEOUT, invocation.invoke_async::<i64>(&mut conn)).await?;
-        Ok(())
+        bounded(REDIS_COMMAND_TIMEOUT, invocation.invoke_async(&mut conn)).await
     }
 }

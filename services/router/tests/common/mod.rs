@@ -239,7 +239,10 @@ impl Suite {
             .await
             .unwrap_or_else(|err| panic!("redis at {} (set REDIS_URL): {err}", url.url_without_credentials()));
         let prefix = switchyard_kit::store::KeyPrefix::parse(budget_prefix).expect("prefix");
-        let budgets = Arc::new(Budgets::new(Arc::new(book), Arc::new(RedisSpendCounters::new(conn, prefix))));
+        let budgets = Arc::new(
+            Budgets::new(Arc::new(book), Arc::new(RedisSpendCounters::new(conn, prefix)))
+                .with_sync(config.budget_sync_interval),
+        );
         let conversations = Arc::new(ConversationKeys::memory(config.conversation_ttl));
         RouterServer::bind_with_budgets(config, stores, conversations, budgets, providers, fast)
             .await
