@@ -276,11 +276,17 @@ async fn roles_triggers_and_stats_are_served_from_their_annotations() {
     // A turn, then the analytics window (a query parameter bound to a Timestamp).
     let (status, _) = json(stack.post("/api/v1/chat", None, &json!({"message": "Hi"})).await).await;
     assert_eq!(status, 200);
-    switchyard_testkit::eventually(std::time::Duration::from_secs(10), "the turn in the stats", || async {
+    let stats = switchyard_testkit::eventually(std::time::Duration::from_secs(10), "the turn in the stats", || async {
         let (status, stats) = json(stack.get("/api/v1/chat/stats?since=2020-01-01T00:00:00Z", None).await).await;
-        if status == 200 && stats["total"] == "1" { Ok(()) } else { Err(format!("{status} {stats}")) }
+        if status == 200 && stats["total"] == "1" { Ok(stats) } else { Err(format!("{status} {stats}")) }
     })
     .await;
+    // The per-key figures too: the turn came without an API key (an open edge), so under the
+    // empty key id, with the turn's cost.
+    let keys = stats["api_keys"].as_array().unwrap_or_else(|| panic!("api_keys: {stats}"));
+    assert_eq!(keys.len(), 1, "{stats}");
+    assert_eq!((&keys[0]["key_id"], &keys[0]["turns"]), (&json!(""), &json!("1")), "{stats}");
+    assert_eq!(keys[0]["cost_usd"], stats["cost_usd"], "{stats}");
 }
 
 #[tokio::test]
