@@ -4,10 +4,12 @@
 //! TOML and JSON. No panic; a value or an error naming where; each case within the budget.
 
 use proptest::prelude::*;
-use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::model::{ClientJsonRpcMessage, RequestMetaObject, ServerJsonRpcMessage};
+use switchyard_kit::identity::{Identity, TenantId, UserId};
 use switchyard_mcp_gateway::{
     guard::{Origins, parse_allowed_origin},
     naming::{self, MAX_NAME},
+    scope::{CONTEXT_META, stateless},
     upstream::config::parse_contents,
 };
 use switchyard_testkit::fuzz::{
@@ -222,6 +224,29 @@ proptest! {
                 }
             }
             Err(error) => prop_assert!(error.to_string().starts_with("servers.toml: "), "{}", error),
+        }
+    }
+
+    /// A stateless call's context handle in `_meta`, of any JSON, from any user: its scope, or
+    /// an invalid-params error naming the `_meta` field.
+    #[test]
+    fn any_context_handle_is_a_scope_or_refused_naming_the_field(
+        handle in prop_oneof![
+            hostile_text().prop_map(|text| serde_json::Value::String(format!("ctx-{text}"))),
+            hostile_text().prop_map(serde_json::Value::String),
+            json_value().prop_map(|json| serde_json::from_str(&json).unwrap_or_default()),
+        ],
+        user in proptest::option::of(prop_oneof!["[a-z@.:+-]{1,20}", hostile_text()]),
+    ) {
+        let identity = Identity {
+            tenant: TenantId::parse("acme").expect("a tenant"),
+            user: user.and_then(|user| UserId::parse(&user).ok()),
+            admin: false,
+        };
+        let mut meta = RequestMetaObject::default();
+        meta.insert(CONTEXT_META.to_owned(), handle);
+        if let Err(error) = timed("reading a context handle", || stateless(&identity, &meta)) {
+            prop_assert!(error.message.contains(CONTEXT_META), "{}", error.message);
         }
     }
 }

@@ -128,3 +128,53 @@ fn deeply_nested_values_are_refused() {
         assert!(matches!(ended, crate::fuzz::Ended::Failed(error) if error.kind == crate::ErrorKind::Protocol));
     }
 }
+
+/// Thousands of tool calls, input pieces and stops are assembled within the budget: each
+/// piece and each stop used to look through every call before it.
+#[test]
+fn many_tool_calls_pieces_and_stops_are_assembled_within_the_budget() {
+    const CALLS: u32 = 5_000;
+    let mut events: Vec<(String, String)> = (0..CALLS)
+        .map(|index| {
+            let data = format!(
+                r#"{{"type":"content_block_start","index":{index},"content_block":{{"type":"tool_use","id":"t{index}","name":"f","input":{{}}}}}}"#
+            );
+            ("content_block_start".to_owned(), data)
+        })
+        .collect();
+    let piece = r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":" "}}"#;
+    events.extend((0..CALLS).map(|_| ("content_block_delta".to_owned(), piece.to_owned())));
+    events.extend((0..CALLS).map(|_| ("content_block_stop".to_owned(), r#"{"type":"content_block_stop"}"#.to_owned())));
+    events.push((
+        "message_delta".to_owned(),
+        r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"}}"#.to_owned(),
+    ));
+    events.push(("message_stop".to_owned(), r#"{"type":"message_stop"}"#.to_owned()));
+    let (_, ended) = timed("5,000 tool calls", || decode(EventDecoder::new("anthropic", 1, None), &events));
+    let crate::fuzz::Ended::Done(completion) = ended else { panic!("a whole answer") };
+    assert_eq!(completion.tool_calls.len(), CALLS as usize);
+    assert_eq!(completion.tool_calls[0].arguments.len(), CALLS as usize, "every piece reached call 0");
+}
+
+/// Input for a tool call's block after that block ended is a protocol error: read on, it made
+/// the call's pieces (its whole input at the stop, then the late piece) differ from its
+/// arguments (the late piece alone).
+#[test]
+fn tool_input_after_its_block_ended_is_a_protocol_error() {
+    let events = [
+        (
+            "content_block_start",
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t","name":"f","input":{"a":1}}}"#,
+        ),
+        ("content_block_stop", r#"{"type":"content_block_stop","index":0}"#),
+        (
+            "content_block_delta",
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"x"}}"#,
+        ),
+    ]
+    .map(|(name, data)| (name.to_owned(), data.to_owned()));
+    let (out, ended) = decode(EventDecoder::new("anthropic", 1, None), &events);
+    let crate::fuzz::Ended::Failed(error) = ended else { panic!("a protocol error: {out:?}") };
+    assert_eq!(error.kind, crate::ErrorKind::Protocol);
+    assert!(error.message.contains("after the block ended"), "{}", error.message);
+}

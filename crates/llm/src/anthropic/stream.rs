@@ -4,7 +4,7 @@
 //! stream with that error. A tool call's input pieces pass on as [`StreamEvent::ToolCallDelta`];
 //! those of the answer tool (a JSON response format, see `AnswerTool`) as the answer's text.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
 use super::{arguments_text, finish_reason, wire};
 use crate::{Completion, ErrorKind, ProviderError, StreamEvent, ToolCall, Usage, sse::SseEvent, streaming::Decoder};
@@ -15,6 +15,13 @@ pub struct EventDecoder {
     model: String,
     content: String,
     calls: Vec<PartialToolUse>,
+    /// The position in `calls` of each content block's latest call, for its input pieces, and
+    /// of its calls not yet ended (one each, unless a server repeats an index): a stream may
+    /// hold thousands of calls, pieces and stops, each found in one step.
+    last_of_block: HashMap<u32, usize>,
+    open_of_block: HashMap<u32, Vec<usize>>,
+    /// The calls before this position have been ended by a stop naming no block.
+    all_stopped_before: usize,
     stop_reason: Option<String>,
     usage: Usage,
     /// The answer tool's name, when the request asked for a JSON answer.
@@ -61,6 +68,9 @@ impl EventDecoder {
             model: String::new(),
             content: String::new(),
             calls: Vec::new(),
+            last_of_block: HashMap::new(),
+            open_of_block: HashMap::new(),
+            all_stopped_before: 0,
             stop_reason: None,
             usage: Usage::default(),
             answer_tool,
@@ -76,8 +86,12 @@ impl EventDecoder {
         {
             self.text(text, out);
         }
-        for (position, call) in self.calls.iter_mut().enumerate().filter(|(_, call)| ends(call)) {
-            if let Some(arguments) = call.unstreamed_input() {
+        let positions: Vec<usize> = match index {
+            Some(index) => self.open_of_block.remove(&index).unwrap_or_default(),
+            None => (std::mem::replace(&mut self.all_stopped_before, self.calls.len())..self.calls.len()).collect(),
+        };
+        for position in positions {
+            if let Some(arguments) = self.calls[position].unstreamed_input() {
                 out.push_back(StreamEvent::ToolCallDelta { index: position as u32, id: None, name: None, arguments });
             }
         }
@@ -108,6 +122,9 @@ impl EventDecoder {
     }
 
     fn completion(&mut self) -> Completion {
+        self.last_of_block.clear();
+        self.open_of_block.clear();
+        self.all_stopped_before = 0;
         let tool_calls: Vec<ToolCall> = std::mem::take(&mut self.calls)
             .into_iter()
             .map(|call| ToolCall { id: call.id.clone(), name: call.name.clone(), arguments: call.arguments() })
@@ -156,6 +173,8 @@ impl Decoder for EventDecoder {
                             name: Some(call.name.clone()),
                             arguments: String::new(),
                         });
+                        self.last_of_block.insert(index, self.calls.len());
+                        self.open_of_block.entry(index).or_default().push(self.calls.len());
                         self.calls.push(call);
                     }
                 }
@@ -169,12 +188,19 @@ impl Decoder for EventDecoder {
                         self.text(partial_json, out);
                         return Ok(false);
                     }
-                    let Some(position) = self.calls.iter().rposition(|call| call.block == index) else {
+                    let Some(position) = self.last_of_block.get(&index).copied() else {
                         return Err(self.error(
                             ErrorKind::Protocol,
                             format!("tool input for content block {index}, which is not a tool call"),
                         ));
                     };
+                    // Past its end a piece would make the pieces differ from the arguments.
+                    if self.calls[position].stopped {
+                        return Err(self.error(
+                            ErrorKind::Protocol,
+                            format!("tool input for content block {index} after the block ended"),
+                        ));
+                    }
                     self.calls[position].input_json.push_str(&partial_json);
                     if !partial_json.is_empty() {
                         out.push_back(StreamEvent::ToolCallDelta {

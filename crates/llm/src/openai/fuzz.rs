@@ -109,3 +109,18 @@ fn deeply_nested_values_are_refused() {
         assert!(matches!(ended, crate::fuzz::Ended::Failed(error) if error.kind == crate::ErrorKind::Protocol));
     }
 }
+
+/// A chunk with twenty thousand tool calls, each of its own index, is assembled within the
+/// budget: each piece used to look for its call among all the calls before it.
+#[test]
+fn many_tool_calls_are_assembled_within_the_budget() {
+    let calls: Vec<String> = (0..20_000)
+        .map(|index| format!(r#"{{"index":{index},"id":"c{index}","function":{{"name":"f","arguments":"{{}}"}}}}"#))
+        .collect();
+    let chunk =
+        format!(r#"{{"choices":[{{"delta":{{"tool_calls":[{}]}},"finish_reason":"tool_calls"}}]}}"#, calls.join(","));
+    let (out, ended) = timed("20,000 tool calls", || decode(ChunkDecoder::new("openai", 1), &[(String::new(), chunk)]));
+    let crate::fuzz::Ended::Done(completion) = ended else { panic!("a whole answer") };
+    assert_eq!(completion.tool_calls.len(), 20_000);
+    assert_eq!(out.len(), 40_000, "one ToolCallStarted and one ToolCallDelta per call");
+}

@@ -2,7 +2,7 @@
 //! as pieces keyed by `index` (id and name first, then argument fragments) and are joined here;
 //! usage arrives in a last chunk with no choices; `data: [DONE]` ends it.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
 use super::{finish_reason, usage, wire};
 use crate::{Completion, ErrorKind, ProviderError, StreamEvent, ToolCall, Usage, sse::SseEvent, streaming::Decoder};
@@ -13,12 +13,13 @@ pub struct ChunkDecoder {
     model: String,
     content: String,
     calls: Vec<PartialCall>,
+    /// Where the call of each `index` is in `calls`: a chunk may carry thousands of pieces.
+    by_index: HashMap<u32, usize>,
     finish_reason: Option<String>,
     usage: Usage,
 }
 
 struct PartialCall {
-    index: Option<u32>,
     id: String,
     name: String,
     arguments: String,
@@ -33,6 +34,7 @@ impl ChunkDecoder {
             model: String::new(),
             content: String::new(),
             calls: Vec::new(),
+            by_index: HashMap::new(),
             finish_reason: None,
             usage: Usage::default(),
         }
@@ -46,7 +48,7 @@ impl ChunkDecoder {
     /// index, a new one whenever a new id appears.
     fn call_for(&mut self, delta: &wire::ToolCallDelta) -> usize {
         let position = match delta.index {
-            Some(index) => self.calls.iter().position(|call| call.index == Some(index)),
+            Some(index) => self.by_index.get(&index).copied(),
             None => match (&delta.id, self.calls.last()) {
                 (Some(id), Some(last)) if !id.is_empty() && *id != last.id => None,
                 (_, Some(_)) => Some(self.calls.len() - 1),
@@ -54,8 +56,10 @@ impl ChunkDecoder {
             },
         };
         position.unwrap_or_else(|| {
+            if let Some(index) = delta.index {
+                self.by_index.insert(index, self.calls.len());
+            }
             self.calls.push(PartialCall {
-                index: delta.index,
                 id: String::new(),
                 name: String::new(),
                 arguments: String::new(),
@@ -103,6 +107,7 @@ impl ChunkDecoder {
     fn completion(&mut self) -> Completion {
         // In order of arrival, which is the `index` of their `ToolCallDelta`s.
         let calls = std::mem::take(&mut self.calls);
+        self.by_index.clear();
         let tool_calls: Vec<ToolCall> = calls
             .into_iter()
             .map(|call| ToolCall { id: call.id, name: call.name, arguments: call.arguments })
