@@ -1,6 +1,7 @@
 //! One chat turn is one trace: the router's turn span continues the caller's trace, and the
 //! calls it makes carry it on — router → sessions → triggers, and router → MCP gateway → the
-//! MCP server call — over real gRPC between the real services.
+//! MCP server call — over real gRPC between the real services; its span and every MCP tool call
+//! the router makes carry the GenAI and Switchyard attributes.
 
 mod common;
 
@@ -10,6 +11,7 @@ use common::{Options, Suite, as_tenant, chat};
 use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
 use opentelemetry::{Value, trace::SpanId};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+use switchyard_proto::router::v1::{ChatRequest, ClientTool};
 use switchyard_testkit::llm::{Recorded, Reply, ScriptedLlm};
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
@@ -38,8 +40,8 @@ fn text(span: &SpanData, key: &str) -> Option<String> {
     attribute(span, key).map(|value| value.as_str().into_owned())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_chat_turn_is_one_trace_across_the_services() {
+/// Spans of every service of the process, kept in memory.
+fn export_spans() -> (InMemorySpanExporter, SdkTracerProvider) {
     let exporter = InMemorySpanExporter::default();
     let provider = SdkTracerProvider::builder().with_simple_exporter(exporter.clone()).build();
     let subscriber =
@@ -47,6 +49,12 @@ async fn a_chat_turn_is_one_trace_across_the_services() {
     // Global, so every service's tasks report to it; nextest runs each test in its own process.
     tracing::subscriber::set_global_default(subscriber).expect("first subscriber");
     opentelemetry::global::set_text_map_propagator(opentelemetry_sdk::propagation::TraceContextPropagator::new());
+    (exporter, provider)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_turn_is_one_trace_across_the_services() {
+    let (exporter, provider) = export_spans();
 
     let llm = ScriptedLlm::start(script).await;
     let suite = Suite::with(llm, Options { gateway: true, ..Options::default() }).await;
@@ -139,4 +147,47 @@ async fn a_chat_turn_is_one_trace_across_the_services() {
     assert!(tool.ends_with("get-sum"), "the tool called: {tool}");
     assert!(attribute("mcp.session.id").is_some_and(|id| !id.is_empty()), "{:?}", tool_call.attributes);
     assert_eq!(attribute("error.type"), None, "the call succeeded");
+}
+
+/// On a client-tools turn of a tenant with the gateway's tools, the gateway's tool the router
+/// runs is an `execute_tool` span; the caller's own tool, which the router hands back, is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_tool_beside_the_callers_is_an_execute_tool_span() {
+    let (exporter, provider) = export_spans();
+    let script = |request: &Recorded| {
+        let sum = request.tool_names().into_iter().find(|t| t.ends_with("get-sum"));
+        match (sum, request.messages().iter().any(|m| m["role"] == "tool")) {
+            (Some(sum), false) => Reply::tool_call(sum, r#"{"a": 1, "b": 2}"#),
+            _ => Reply::tool_call("run_shell", r#"{"command": "echo 3 > sum.txt"}"#),
+        }
+    };
+    let configure = Box::new(|config: &mut switchyard_router::RouterConfig| {
+        config.gateway_tools_tenants = vec!["acme".to_owned()];
+    });
+    let suite =
+        Suite::with(ScriptedLlm::start(script).await, Options { gateway: true, configure, ..Options::default() }).await;
+    let mut client = suite.client().await;
+    let shell = ClientTool {
+        name: "run_shell".into(),
+        description: "Runs a shell command".into(),
+        parameters_json: r#"{"type":"object","properties":{"command":{"type":"string"}}}"#.into(),
+    };
+    let request = ChatRequest { tools: vec![shell], ..chat("add 1 and 2 and save it") };
+    let response = client.chat(as_tenant("acme", request)).await.expect("chat").into_inner();
+    let meta = response.metadata.expect("metadata");
+    assert_eq!(meta.client_tools_called, ["run_shell"], "{meta:?}");
+    assert_eq!(meta.gateway_tool_calls.len(), 1, "{meta:?}");
+    provider.force_flush().expect("flush");
+
+    let spans = exporter.get_finished_spans().expect("spans");
+    let turn = spans.iter().find(|s| s.name == "chat_turn").expect("the turn's span");
+    assert_eq!(text(turn, "switchyard.route").as_deref(), Some("direct"), "{:?}", turn.attributes);
+    let executions: Vec<&SpanData> = spans.iter().filter(|s| s.name.starts_with("execute_tool")).collect();
+    assert_eq!(executions.len(), 1, "{:?}", executions.iter().map(|s| &s.name).collect::<Vec<_>>());
+    let execution = executions[0];
+    assert_eq!(execution.span_context.trace_id(), turn.span_context.trace_id());
+    assert_eq!(text(execution, "gen_ai.tool.name"), Some(meta.gateway_tool_calls[0].clone()));
+    assert_eq!(execution.name, format!("execute_tool {}", meta.gateway_tool_calls[0]));
+    assert!(text(execution, "gen_ai.tool.call.id").is_some_and(|id| !id.is_empty()), "{:?}", execution.attributes);
+    assert_eq!(attribute(execution, "error.type"), None, "{:?}", execution.attributes);
 }
