@@ -2,7 +2,7 @@
 //! strategies for hostile text and JSON (valid skeletons with hostile leaves reach the code
 //! behind a parser's first check, where random bytes never get). Each
 //! suite runs 256 cases per property unless `PROPTEST_CASES` says otherwise (CI keeps the
-//! default; `PROPTEST_CASES=100000` is the longer local mode).
+//! default; `PROPTEST_CASES=20000` is the longer local mode).
 
 use std::time::{Duration, Instant};
 
