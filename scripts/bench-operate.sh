@@ -12,6 +12,9 @@
 #   metrics: GET /metrics on the router every 100 ms while it serves `chat` at the rate, each
 #           scrape on a new connection (as Prometheus makes one after an idle timeout); the
 #           scrape's whole time (connect to last byte) and its size.
+# The router takes ROUTER_BUDGET_SYNC_INTERVAL from the environment: unset (0s), every budgeted
+# turn reads and adds to the Redis counters on its path; e.g. 1s, it checks its own view and
+# adds in the background.
 # Usage: scripts/bench-operate.sh [RATE] [DURATION]   (defaults: 250 10s; BENCH_ROUNDS=3 rounds)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -103,7 +106,7 @@ pids+=("$scraper")
 busy=$(run --tenant bench-budgeted)
 kill "$scraper" 2>/dev/null || true
 
-echo "scripts/bench-operate.sh $rate $duration  ($rounds rounds interleaved; $(bench_cpu_line))"
+echo "scripts/bench-operate.sh $rate $duration  (ROUTER_BUDGET_SYNC_INTERVAL=${ROUTER_BUDGET_SYNC_INTERVAL:-0s}; $rounds rounds interleaved; $(bench_cpu_line))"
 python3 - "$results" "$scrapes" "$busy" <<'PY'
 import json, statistics, sys
 
