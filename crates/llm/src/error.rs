@@ -24,6 +24,9 @@ pub enum ErrorKind {
     /// model, a malformed image URL, tools it cannot call): the caller's mistake, refused
     /// before any call, with [`ProviderError::field`] naming what to change.
     Unsupported,
+    /// The provider's circuit is open after repeated failures: refused at once, without a
+    /// call, so the fallback walk moves on; the message says when the provider is probed again.
+    CircuitOpen,
 }
 
 impl ErrorKind {

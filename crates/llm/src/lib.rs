@@ -20,6 +20,7 @@
 
 mod anthropic;
 mod args;
+pub mod circuit;
 mod config;
 pub mod error;
 mod fallback;
@@ -37,6 +38,7 @@ mod vendor;
 
 pub use anthropic::Anthropic;
 pub use args::ProviderArgs;
+pub use circuit::{CircuitBreaker, CircuitSettings, CircuitState};
 pub use config::ProviderConfig;
 pub use error::{ErrorKind, ProviderError};
 pub use fallback::{AllModelsFailed, Answered, ModelFailure};

@@ -48,6 +48,23 @@ impl Providers {
         self.by_name.keys().map(String::as_str)
     }
 
+    /// Each provider behind its own [`CircuitBreaker`](crate::CircuitBreaker); unchanged when
+    /// `settings.failures` is 0.
+    pub fn with_circuits(self, settings: crate::CircuitSettings) -> Self {
+        if settings.failures == 0 {
+            return self;
+        }
+        let by_name = self
+            .by_name
+            .into_iter()
+            .map(|(name, provider)| {
+                let breaker: Arc<dyn Provider> = Arc::new(crate::CircuitBreaker::new(provider, settings));
+                (name, breaker)
+            })
+            .collect();
+        Self { by_name }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.by_name.is_empty()
     }

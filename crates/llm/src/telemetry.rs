@@ -220,6 +220,7 @@ fn error_type(kind: ErrorKind) -> &'static str {
         ErrorKind::Protocol => "protocol",
         ErrorKind::NotConfigured => "not_configured",
         ErrorKind::Unsupported => "unsupported",
+        ErrorKind::CircuitOpen => "circuit_open",
     }
 }
 

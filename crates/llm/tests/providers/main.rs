@@ -22,6 +22,7 @@ macro_rules! for_each_vendor {
 
 mod agents;
 mod answers;
+mod circuit;
 mod failures;
 mod fallback;
 mod requests;
