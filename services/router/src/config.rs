@@ -9,7 +9,7 @@ use switchyard_kit::{
     config::{flag_defaults, parse_duration},
     records::RecordBufferConfig,
 };
-use switchyard_llm::{ModelRef, ProviderArgs};
+use switchyard_llm::{CircuitSettings, ModelRef, ProviderArgs};
 
 use crate::limits::Limits;
 
@@ -54,6 +54,15 @@ pub struct RouterConfig {
     /// Models tried in order when the model of a call fails (comma-separated).
     #[arg(long, env = "UNIFIED_CHAT_FALLBACK_MODELS", value_delimiter = ',')]
     pub fallback_models: Vec<ModelRef>,
+
+    /// Calls in a row failing by a provider's fault (5xx, timeouts, connection failures, 429
+    /// after its retries) that open its circuit: calls then skip it at once (0: no circuit).
+    #[arg(long, env = "ROUTER_CIRCUIT_FAILURES", default_value_t = 5)]
+    pub circuit_failures: u32,
+
+    /// How long an open circuit stays open before one probe call is let through.
+    #[arg(long, env = "ROUTER_CIRCUIT_COOLDOWN", default_value = "30s", value_parser = parse_duration)]
+    pub circuit_cooldown: Duration,
 
     /// How long the routing call has to decide (its first text, or a routing tool call) before
     /// the fast router decides instead (0: wait for the model however long it takes).
@@ -211,6 +220,11 @@ impl RouterConfig {
             stores: RouterStoreArgs::in_memory(),
             ..Self::defaults()
         }
+    }
+
+    /// Each provider's circuit breaker, from `--circuit-failures` and `--circuit-cooldown`.
+    pub fn circuit(&self) -> CircuitSettings {
+        CircuitSettings { failures: self.circuit_failures, cooldown: self.circuit_cooldown }
     }
 
     pub fn limits(&self) -> Limits {

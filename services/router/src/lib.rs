@@ -224,7 +224,7 @@ impl RouterServer {
             .log_routing_decisions
             .then(|| RecordBuffer::start(Arc::new(DecisionSink(store.clone())), config.recorder()));
         let router = Arc::new(Router {
-            llm: LlmChain::new(providers.clone()),
+            llm: LlmChain::new(providers.clone().with_circuits(config.circuit())),
             sessions: SessionsClient::new(&config.sessions_url)?,
             gateway: GatewayClient::new(&config.mcp_gateway_url)?,
             limits: config.limits(),

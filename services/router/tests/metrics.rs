@@ -116,3 +116,68 @@ async fn the_router_scrape_shows_every_model_calls_tokens_and_what_the_turns_cos
     assert_eq!(metrics.sum("router_turns_total", &[("route", "multiagent")]), 1.0, "{text}");
     assert!(!text.contains("acme"), "no tenant becomes a label:\n{text}");
 }
+
+/// The default model's vendor answers 500 until it recovers; the fallback model answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_router_scrape_shows_a_providers_circuit_open_then_closed() {
+    use std::sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    };
+    use switchyard_testkit::llm::Wire;
+
+    let listen = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let _metrics = init_metrics("router-circuit-test", None, Some(listen)).unwrap();
+    let recovered = Arc::new(AtomicBool::new(false));
+    let vendor_up = recovered.clone();
+    let llm = ScriptedLlm::start(move |request| match request.wire {
+        Wire::OpenAi if !vendor_up.load(Ordering::SeqCst) => Reply::error(500, "internal error"),
+        _ => Reply::text("Hello there."),
+    })
+    .await;
+    let cooldown = std::time::Duration::from_millis(500);
+    let configure = Box::new(move |config: &mut RouterConfig| {
+        config.circuit_failures = 2;
+        config.circuit_cooldown = cooldown;
+    });
+    let options = Options { fallback_models: vec!["anthropic/claude-test"], configure, ..Options::default() };
+    let suite = Suite::with(llm, options).await;
+    let mut client = suite.client().await;
+    let openai_calls = || suite.llm.requests().iter().filter(|r| r.wire == Wire::OpenAi).count();
+    let scrape = || async {
+        let (status, text) = prometheus::scrape(listen).await;
+        assert_eq!(status, 200, "{text}");
+        let metrics = prometheus::parse(&text).unwrap_or_else(|err| panic!("{err}\n{text}"));
+        let state = metrics.sum("switchyard_provider_circuit_state", &[("provider", "openai")]);
+        let moved = |to: &str| {
+            metrics.sum("switchyard_provider_circuit_transitions_total", &[("provider", "openai"), ("to", to)])
+        };
+        (state, [moved("open"), moved("half_open"), moved("closed")], text)
+    };
+
+    let (state, _, text) = scrape().await;
+    assert_eq!(state, 0.0, "closed from the start:\n{text}");
+    // Two failed calls (each after its retry) open the circuit; the fallback answers each turn.
+    for _ in 0..2 {
+        let answer = client.chat(as_tenant("acme", chat("hello"))).await.unwrap().into_inner();
+        assert_eq!(answer.message.unwrap().content, "Hello there.");
+    }
+    let (state, moved, text) = scrape().await;
+    assert_eq!((state, moved), (2.0, [1.0, 0.0, 0.0]), "{text}");
+    let before = openai_calls();
+    let answer = client.chat(as_tenant("acme", chat("hello"))).await.unwrap().into_inner();
+    assert_eq!(answer.message.unwrap().content, "Hello there.");
+    assert_eq!(openai_calls(), before, "no call reaches a provider whose circuit is open");
+
+    recovered.store(true, Ordering::SeqCst);
+    tokio::time::sleep(cooldown).await;
+    client.chat(as_tenant("acme", chat("hello"))).await.unwrap();
+    assert_eq!(openai_calls(), before + 1, "one probe after the cooldown");
+    let (state, moved, text) = scrape().await;
+    assert_eq!((state, moved), (0.0, [1.0, 1.0, 1.0]), "{text}");
+    assert_eq!(metrics_type(&text, "switchyard_provider_circuit_state"), Some("gauge".to_owned()), "{text}");
+}
+
+fn metrics_type(text: &str, name: &str) -> Option<String> {
+    prometheus::parse(text).ok()?.types.get(name).cloned()
+}
