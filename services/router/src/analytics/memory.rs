@@ -50,13 +50,7 @@ fn figures<'a>(
         ..RouteFigures::default()
     };
     for decision in decisions {
-        let spend = &mut figures.spend;
-        spend.calls += decision.cost_parts.len() as u64;
-        spend.prompt_tokens += u64::from(decision.prompt_tokens);
-        spend.cached_prompt_tokens += u64::from(decision.cached_prompt_tokens);
-        spend.completion_tokens += u64::from(decision.completion_tokens);
-        spend.cost_nanousd += decision.cost_nanousd;
-        spend.unpriced_calls += decision.cost_parts.iter().filter(|part| !part.priced).count() as u64;
+        add_turn(&mut figures.spend, decision);
         if let Some(f) = feedback.get(&decision.id) {
             figures.feedback += 1;
             figures.helpful += u64::from(f.helpful);
@@ -87,13 +81,7 @@ fn keys<'a>(decisions: impl Iterator<Item = &'a DecisionRecord>) -> Vec<KeySpend
         let key_id = decision.key_id.as_deref().unwrap_or_default();
         let key = keys.entry(key_id).or_insert_with(|| KeySpend { key_id: key_id.to_owned(), ..KeySpend::default() });
         key.turns += 1;
-        let spend = &mut key.spend;
-        spend.calls += decision.cost_parts.len() as u64;
-        spend.prompt_tokens += u64::from(decision.prompt_tokens);
-        spend.cached_prompt_tokens += u64::from(decision.cached_prompt_tokens);
-        spend.completion_tokens += u64::from(decision.completion_tokens);
-        spend.cost_nanousd += decision.cost_nanousd;
-        spend.unpriced_calls += decision.cost_parts.iter().filter(|part| !part.priced).count() as u64;
+        add_turn(&mut key.spend, decision);
     }
     let mut keys: Vec<KeySpend> = keys.into_values().collect();
     sort_keys(&mut keys);
@@ -186,4 +174,14 @@ impl AnalyticsStore for MemoryAnalytics {
     async fn ping(&self) -> Result<(), StoreError> {
         Ok(())
     }
+}
+
+/// A whole turn's calls, tokens and cost added to `spend`.
+fn add_turn(spend: &mut Spend, decision: &DecisionRecord) {
+    spend.calls += decision.cost_parts.len() as u64;
+    spend.prompt_tokens += u64::from(decision.prompt_tokens);
+    spend.cached_prompt_tokens += u64::from(decision.cached_prompt_tokens);
+    spend.completion_tokens += u64::from(decision.completion_tokens);
+    spend.cost_nanousd += decision.cost_nanousd;
+    spend.unpriced_calls += decision.cost_parts.iter().filter(|part| !part.priced).count() as u64;
 }

@@ -35,6 +35,17 @@ fn scrub_nul_all(items: &[String]) -> Vec<String> {
 }
 
 impl PostgresAnalytics {
+    /// The rows of a stats query over one tenant's window (`$1` tenant, `$2` since, `$3` until).
+    async fn window_rows(
+        &self,
+        sql: impl sqlx::SqlSafeStr,
+        tenant: &TenantId,
+        since: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<Vec<PgRow>, sqlx::Error> {
+        sqlx::query(sql).bind(tenant.as_str()).bind(since).bind(until).fetch_all(&self.pool).await
+    }
+
     pub async fn connect(url: &str, schema: &str) -> Result<Self, StoreError> {
         let pool = switchyard_kit::postgres::connect_in_schema(url, schema, 4).await.map_err(unavailable)?;
         sqlx::migrate!("./migrations").run(&pool).await.map_err(unavailable)?;
@@ -269,13 +280,7 @@ impl AnalyticsStore for PostgresAnalytics {
              GROUP BY GROUPING SETS ((d.route), ())"
         );
         // Built from constants only: nothing of the request is in the text.
-        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(tenant.as_str())
-            .bind(since)
-            .bind(until)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(unavailable)?;
+        let rows = self.window_rows(sqlx::AssertSqlSafe(sql), tenant, since, until).await.map_err(unavailable)?;
         let mut stats = RoutingStats::default();
         for row in &rows {
             let overall: i32 = row.try_get("overall").map_err(unavailable)?;
@@ -300,13 +305,7 @@ impl AnalyticsStore for PostgresAnalytics {
         }
         stats.routes.sort_by_key(|(route, _)| Route::ALL.iter().position(|r| r == route));
 
-        let rows = sqlx::query(GROUPS)
-            .bind(tenant.as_str())
-            .bind(since)
-            .bind(until)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(unavailable)?;
+        let rows = self.window_rows(GROUPS, tenant, since, until).await.map_err(unavailable)?;
         for row in &rows {
             let spend = spend(row).map_err(unavailable)?;
             let not_model: i32 = row.try_get("not_model").map_err(unavailable)?;
@@ -323,13 +322,7 @@ impl AnalyticsStore for PostgresAnalytics {
             sort_groups(groups);
         }
 
-        let rows = sqlx::query(KEYS)
-            .bind(tenant.as_str())
-            .bind(since)
-            .bind(until)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(unavailable)?;
+        let rows = self.window_rows(KEYS, tenant, since, until).await.map_err(unavailable)?;
         for row in &rows {
             let turns: i64 = row.try_get("turns").map_err(unavailable)?;
             stats.keys.push(KeySpend {
