@@ -8,42 +8,15 @@
 
 mod common;
 
-use std::{
-    io::Write,
-    sync::{Arc, Mutex, OnceLock},
-};
+use std::sync::{Arc, Mutex};
 
 use common::{Options, Stack};
 use serde_json::json;
 use switchyard_testkit::{llm::ScriptedLlm, proxy::TcpProxy, redis};
 
-/// Everything logged at info and above, by every service of the process.
+/// Everything this process logs (see [`common::captured_logs`]).
 fn logs() -> Arc<Mutex<Vec<u8>>> {
-    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let buffer = Arc::new(Mutex::new(Vec::new()));
-        let writer = buffer.clone();
-        tracing_subscriber::fmt()
-            .with_ansi(false)
-            .with_max_level(tracing::Level::INFO)
-            .with_writer(move || Capture(writer.clone()))
-            .init();
-        buffer
-    })
-    .clone()
-}
-
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Capture {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
+    common::captured_logs(tracing::Level::INFO)
 }
 
 /// The log lines about a failure of request `id` (the failure log's, and an internal error's).

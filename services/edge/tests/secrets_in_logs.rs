@@ -7,8 +7,7 @@
 mod common;
 
 use std::{
-    io::Write,
-    sync::{Arc, Mutex, OnceLock},
+    sync::{Arc, Mutex},
     time::{SystemTime, UNIX_EPOCH},
 };
 
@@ -25,33 +24,9 @@ const WRONG_KEY: &str = "sy_wrong-secret-93ab17ce40f2d6";
 /// A message the vendor answers with a 401 that echoes the router's key.
 const REFUSED: &str = "please answer with the vendor refusing";
 
-/// Everything logged at debug and above, by every service of the process and the libraries.
+/// Everything this process logs (see [`common::captured_logs`]).
 fn logs() -> Arc<Mutex<Vec<u8>>> {
-    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let buffer = Arc::new(Mutex::new(Vec::new()));
-        let writer = buffer.clone();
-        tracing_subscriber::fmt()
-            .with_ansi(false)
-            .with_max_level(tracing::Level::DEBUG)
-            .with_writer(move || Capture(writer.clone()))
-            .init();
-        buffer
-    })
-    .clone()
-}
-
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Capture {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
+    common::captured_logs(tracing::Level::DEBUG)
 }
 
 fn hs256_token() -> String {

@@ -297,3 +297,33 @@ pub fn parse_events(text: &str) -> Vec<(String, Value)> {
     }
     out
 }
+
+/// Everything logged at `level` and above by every service of this process (each test binary
+/// runs in its own process under nextest, so the first caller's level holds).
+pub fn captured_logs(level: tracing::Level) -> Arc<std::sync::Mutex<Vec<u8>>> {
+    static LOGS: std::sync::OnceLock<Arc<std::sync::Mutex<Vec<u8>>>> = std::sync::OnceLock::new();
+    LOGS.get_or_init(|| {
+        let buffer = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let writer = buffer.clone();
+        tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(level)
+            .with_writer(move || Capture(writer.clone()))
+            .init();
+        buffer
+    })
+    .clone()
+}
+
+struct Capture(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Capture {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
