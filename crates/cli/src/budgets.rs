@@ -36,15 +36,8 @@ pub enum BudgetsCommand {
     Set {
         #[command(flatten)]
         router: RouterAddress,
-        /// The tenant the budget is for.
-        #[arg(long)]
-        tenant: String,
-        /// Only this API key's turns (by key id); the whole tenant without one.
-        #[arg(long = "key")]
-        key_id: Option<String>,
-        /// Only this user's turns (the user the credential names); every user without one.
-        #[arg(long = "user")]
-        user_id: Option<String>,
+        #[command(flatten)]
+        target: BudgetTarget,
         /// The hard limit in USD: turns are refused with 429 once the period's spend reaches it.
         #[arg(long, allow_negative_numbers = true)]
         limit_usd: f64,
@@ -73,16 +66,23 @@ pub enum BudgetsCommand {
     Delete {
         #[command(flatten)]
         router: RouterAddress,
-        /// The tenant the budget is for.
-        #[arg(long)]
-        tenant: String,
-        /// The API key's budget (by key id); the whole tenant's without one.
-        #[arg(long = "key")]
-        key_id: Option<String>,
-        /// The user's budget; every user's without one.
-        #[arg(long = "user")]
-        user_id: Option<String>,
+        #[command(flatten)]
+        target: BudgetTarget,
     },
+}
+
+/// Which budget: a tenant's, or one of its API keys' or users'.
+#[derive(Debug, Args)]
+pub struct BudgetTarget {
+    /// The tenant the budget is for.
+    #[arg(long)]
+    tenant: String,
+    /// Only this API key's turns (by key id); the whole tenant without one.
+    #[arg(long = "key")]
+    key_id: Option<String>,
+    /// Only this user's turns (the user the credential names); every user without one.
+    #[arg(long = "user")]
+    user_id: Option<String>,
 }
 
 /// A request as the operator: the default tenant (no `x-tenant-id`), an administrator.
@@ -150,9 +150,7 @@ pub async fn run(command: BudgetsCommand) -> anyhow::Result<()> {
     match command {
         BudgetsCommand::Set {
             router,
-            tenant,
-            key_id,
-            user_id,
+            target: BudgetTarget { tenant, key_id, user_id },
             limit_usd,
             period,
             soft_usd,
@@ -194,7 +192,7 @@ pub async fn run(command: BudgetsCommand) -> anyhow::Result<()> {
                 .into_inner();
             print_table(&listed.budgets);
         }
-        BudgetsCommand::Delete { router, tenant, key_id, user_id } => {
+        BudgetsCommand::Delete { router, target: BudgetTarget { tenant, key_id, user_id } } => {
             let (key_id, user_id) = (key_id.unwrap_or_default(), user_id.unwrap_or_default());
             let mut name = tenant.clone();
             if !key_id.is_empty() {

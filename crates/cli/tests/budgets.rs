@@ -14,6 +14,21 @@ fn switchyard(args: &[&str]) -> std::process::Output {
         .expect("run switchyard")
 }
 
+/// `switchyard budgets <args>`, which must succeed: what it printed.
+fn succeeds(args: &[&str]) -> String {
+    let output = switchyard(&[&["budgets"][..], args].concat());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "budgets {args:?} fails: {stderr}");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// `switchyard budgets <args>`, which must fail: what it said on stderr.
+fn fails(args: &[&str]) -> String {
+    let output = switchyard(&[&["budgets"][..], args].concat());
+    assert!(!output.status.success(), "budgets {args:?} succeeds");
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn budgets_are_set_and_listed_through_the_router() {
     let down = closed_port();
@@ -25,43 +40,16 @@ async fn budgets_are_set_and_listed_through_the_router() {
         .expect("the stack starts");
     let Serving { router, .. } = stack.serve_each::<_, Shutdown, _>(Served::spawn);
     let url = router.url();
+    let router = ["--router-url", url.as_str()];
+    let set = |args: &[&str]| succeeds(&[&["set"][..], &router, args].concat());
+    let delete = |args: &[&str]| succeeds(&[&["delete"][..], &router, args].concat());
+    let list = || succeeds(&[&["list"][..], &router].concat());
 
-    let set = switchyard(&[
-        "budgets",
-        "set",
-        "--router-url",
-        &url,
-        "--tenant",
-        "acme",
-        "--limit-usd",
-        "25",
-        "--period",
-        "month",
-        "--soft-usd",
-        "20",
-    ]);
-    let shown = String::from_utf8_lossy(&set.stdout);
-    assert!(set.status.success(), "budgets set fails: {}", String::from_utf8_lossy(&set.stderr));
+    let shown = set(&["--tenant", "acme", "--limit-usd", "25", "--period", "month", "--soft-usd", "20"]);
     assert!(shown.contains("acme") && shown.contains("25.00") && shown.contains("20.00"), "{shown}");
-    let set = switchyard(&[
-        "budgets",
-        "set",
-        "--router-url",
-        &url,
-        "--tenant",
-        "globex",
-        "--key",
-        "k1",
-        "--limit-usd",
-        "3",
-        "--period",
-        "day",
-    ]);
-    assert!(set.status.success(), "budgets set --key fails: {}", String::from_utf8_lossy(&set.stderr));
+    set(&["--tenant", "globex", "--key", "k1", "--limit-usd", "3", "--period", "day"]);
 
-    let list = switchyard(&["budgets", "list", "--router-url", &url]);
-    let table = String::from_utf8_lossy(&list.stdout);
-    assert!(list.status.success(), "budgets list fails: {}", String::from_utf8_lossy(&list.stderr));
+    let table = list();
     let lines: Vec<&str> = table.lines().collect();
     assert_eq!(lines.len(), 3, "a header and two budgets:\n{table}");
     assert!(lines[0].starts_with("TENANT") && lines[0].contains("SPENT USD"), "{table}");
@@ -72,92 +60,36 @@ async fn budgets_are_set_and_listed_through_the_router() {
     assert_eq!(acme.last(), Some(&"refuse"), "{table}");
 
     // A budget that degrades at its limit; a degrade model of no configured provider is refused.
-    let degrade = [
-        "budgets",
-        "set",
-        "--router-url",
-        &url,
-        "--tenant",
-        "initech",
-        "--limit-usd",
-        "2",
-        "--period",
-        "day",
-        "--on-limit",
-        "degrade",
-    ];
-    let set = switchyard(&degrade);
-    let shown = String::from_utf8_lossy(&set.stdout);
-    assert!(set.status.success(), "budgets set --on-limit degrade fails: {}", String::from_utf8_lossy(&set.stderr));
+    let degrade = ["--tenant", "initech", "--limit-usd", "2", "--period", "day", "--on-limit", "degrade"];
+    let shown = set(&degrade);
     assert!(
         shown.lines().nth(1).is_some_and(|row| row.starts_with("initech ") && row.ends_with(" degrade")),
         "{shown}"
     );
-    let bad = switchyard(&[&degrade[..], &["--degrade-model", "nosuch/model"]].concat());
-    assert!(!bad.status.success(), "a degrade model of no configured provider is refused");
-    let said = String::from_utf8_lossy(&bad.stderr);
+    let said = fails(&[&["set"][..], &router, &degrade, &["--degrade-model", "nosuch/model"]].concat());
     assert!(said.contains("degrade_model") && said.contains("nosuch"), "{said}");
-    let delete = switchyard(&["budgets", "delete", "--router-url", &url, "--tenant", "initech"]);
-    assert!(delete.status.success(), "{}", String::from_utf8_lossy(&delete.stderr));
+    delete(&["--tenant", "initech"]);
 
     // A user's budget: set, shown with its user, deleted by naming it.
-    let user = ["--router-url", &url, "--tenant", "initech", "--user", "ann@initech.example"];
-    let set = switchyard(&[&["budgets", "set"][..], &user, &["--limit-usd", "1", "--period", "day"]].concat());
-    let shown = String::from_utf8_lossy(&set.stdout);
-    assert!(set.status.success(), "budgets set --user fails: {}", String::from_utf8_lossy(&set.stderr));
+    let user = ["--tenant", "initech", "--user", "ann@initech.example"];
+    let shown = set(&[&user[..], &["--limit-usd", "1", "--period", "day"]].concat());
     let row: Vec<&str> = shown.lines().nth(1).unwrap_or_default().split_whitespace().collect();
     assert_eq!(row[row.len() - 2..], ["ann@initech.example", "refuse"], "{shown}");
-    let delete = switchyard(&[&["budgets", "delete"][..], &user].concat());
-    let said = String::from_utf8_lossy(&delete.stdout);
-    assert!(delete.status.success(), "budgets delete --user fails: {}", String::from_utf8_lossy(&delete.stderr));
-    assert_eq!(said.trim(), "deleted budget initech/user:ann@initech.example");
+    assert_eq!(delete(&user).trim(), "deleted budget initech/user:ann@initech.example");
 
-    let delete = switchyard(&["budgets", "delete", "--router-url", &url, "--tenant", "globex", "--key", "k1"]);
-    let said = String::from_utf8_lossy(&delete.stdout);
-    assert!(delete.status.success(), "budgets delete fails: {}", String::from_utf8_lossy(&delete.stderr));
-    assert_eq!(said.trim(), "deleted budget globex/k1");
-    let list = switchyard(&["budgets", "list", "--router-url", &url]);
-    let table = String::from_utf8_lossy(&list.stdout);
-    assert!(list.status.success(), "budgets list fails: {}", String::from_utf8_lossy(&list.stderr));
+    let globex_k1 = ["--tenant", "globex", "--key", "k1"];
+    assert_eq!(delete(&globex_k1).trim(), "deleted budget globex/k1");
+    let table = list();
     let lines: Vec<&str> = table.lines().collect();
     assert_eq!(lines.len(), 2, "a header and acme's budget:\n{table}");
     assert!(lines[1].starts_with("acme "), "{table}");
-    let again = switchyard(&["budgets", "delete", "--router-url", &url, "--tenant", "globex", "--key", "k1"]);
-    assert!(!again.status.success(), "deleting a budget that is gone fails");
-    let said = String::from_utf8_lossy(&again.stderr);
-    assert!(said.contains("no budget globex/k1"), "{said}");
-    let bad = switchyard(&["budgets", "delete", "--router-url", &url, "--tenant", "not a tenant"]);
-    assert!(!bad.status.success(), "a bad tenant is refused");
-    let said = String::from_utf8_lossy(&bad.stderr);
-    assert!(said.contains("tenant_id"), "{said}");
+    let said = fails(&[&["delete"][..], &router, &globex_k1].concat());
+    assert!(said.contains("no budget globex/k1"), "deleting a budget that is gone fails saying so: {said}");
+    let said = fails(&[&["delete"][..], &router, &["--tenant", "not a tenant"]].concat());
+    assert!(said.contains("tenant_id"), "a bad tenant is refused naming it: {said}");
 
-    let bad = switchyard(&[
-        "budgets",
-        "set",
-        "--router-url",
-        &url,
-        "--tenant",
-        "acme",
-        "--limit-usd",
-        "-5",
-        "--period",
-        "day",
-    ]);
-    let said = String::from_utf8_lossy(&bad.stderr);
-    assert!(!bad.status.success(), "a negative limit is refused");
-    assert!(said.contains("limit_usd"), "{said}");
-    let bad = switchyard(&[
-        "budgets",
-        "set",
-        "--router-url",
-        &url,
-        "--tenant",
-        "acme",
-        "--limit-usd",
-        "5",
-        "--period",
-        "week",
-    ]);
-    assert!(!bad.status.success(), "an unknown period is refused");
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("--period"), "{}", String::from_utf8_lossy(&bad.stderr));
+    let said = fails(&[&["set"][..], &router, &["--tenant", "acme", "--limit-usd", "-5", "--period", "day"]].concat());
+    assert!(said.contains("limit_usd"), "a negative limit is refused naming it: {said}");
+    let said = fails(&[&["set"][..], &router, &["--tenant", "acme", "--limit-usd", "5", "--period", "week"]].concat());
+    assert!(said.contains("--period"), "an unknown period is refused naming it: {said}");
 }
