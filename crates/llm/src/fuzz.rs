@@ -8,6 +8,13 @@ use proptest::{prelude::*, test_runner::TestCaseError};
 
 use crate::{Completion, ErrorKind, ProviderError, StreamEvent, sse::SseEvent, streaming::Decoder};
 
+/// The bytes a completion holds: its content and each tool call's id, name and arguments (what
+/// must stay bounded by the body it was read from).
+pub(crate) fn output_bytes(completion: &Completion) -> usize {
+    completion.content.len()
+        + completion.tool_calls.iter().map(|call| call.id.len() + call.name.len() + call.arguments.len()).sum::<usize>()
+}
+
 /// How a decoded stream ended.
 pub(crate) enum Ended {
     /// The end marker came, or the body ended on a whole answer.
