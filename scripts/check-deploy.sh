@@ -100,6 +100,15 @@ for deployment in deployments:
         for source in container.get("envFrom") or []:
             env.update(config_maps.get((source.get("configMapRef") or {}).get("name"), {}))
         env.update({e["name"]: e["value"] for e in container.get("env") or [] if "value" in e})
+        # Every service but triggers keeps shared state in Redis: each replica must be given
+        # the one Redis (or Redis Cluster) from the Secret, or it keeps that state alone.
+        redis_from = [
+            ((e.get("valueFrom") or {}).get("secretKeyRef") or {}).get("name")
+            for e in container.get("env") or []
+            if e.get("name") == "REDIS_URL"
+        ]
+        if name != "triggers" and redis_from != ["switchyard-redis"]:
+            errors.append(f"Deployment {name}: REDIS_URL does not come from the switchyard-redis Secret")
         shutdown = seconds(env.get("SHUTDOWN_GRACE", "75s"))
         drains = [seconds(v) for k, v in env.items() if k.endswith("_RECORD_DRAIN_TIMEOUT")]
         if shutdown is None or None in drains:
@@ -231,6 +240,14 @@ for name, svc in (compose.get("services") or {}).items():
         source = volume.split(":", 1)[0] if isinstance(volume, str) else (volume or {}).get("source", "")
         if source.startswith((".", "/")) and not os.path.exists(source):
             errors.append(f"docker-compose.yml: service {name}: volume source {source} does not exist")
+
+# Every service that keeps shared state in Redis takes the one REDIS_URL, which
+# SWITCHYARD_REDIS_URL points at a Redis Cluster when set.
+for name, svc in (compose.get("services") or {}).items():
+    if name in ("sessions", "router", "mcp-gateway", "edge"):
+        url = str(((svc.get("environment") or {}) or {}).get("REDIS_URL", ""))
+        if not url.startswith("${SWITCHYARD_REDIS_URL:-"):
+            errors.append(f"docker-compose.yml: service {name}: REDIS_URL is not ${{SWITCHYARD_REDIS_URL:-...}}")
 
 # Compose build targets are stages of their Dockerfile.
 for name, svc in (compose.get("services") or {}).items():
