@@ -40,11 +40,17 @@ struct Links {
 impl TcpProxy {
     /// Listens on 127.0.0.1:0 and forwards every connection to `upstream`.
     pub async fn start(upstream: SocketAddr) -> TcpProxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the proxy");
-        let addr = listener.local_addr().expect("proxy address");
+        Self::start_on(SocketAddr::from(([127, 0, 0, 1], 0)), upstream).await.expect("bind the proxy")
+    }
+
+    /// Listens on `listen` (the benchmarks' fault proxy takes a fixed port) and forwards every
+    /// connection to `upstream`.
+    pub async fn start_on(listen: SocketAddr, upstream: SocketAddr) -> std::io::Result<TcpProxy> {
+        let listener = TcpListener::bind(listen).await?;
+        let addr = listener.local_addr()?;
         let links = Arc::new(Mutex::new(Links { open: true, connections: Vec::new() }));
         let accept_loop = tokio::spawn(accept(listener, upstream, links.clone()));
-        TcpProxy { addr, links, accept_loop }
+        Ok(TcpProxy { addr, links, accept_loop })
     }
 
     pub fn addr(&self) -> SocketAddr {
