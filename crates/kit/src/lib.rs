@@ -4,9 +4,9 @@
 //! graceful shutdown, each failure logged once where it was decided, with the request id carried
 //! across services), the HTTP listener (deadlines for slow and idle clients, a connection cap),
 //! client channels, the shared error codes, caller identity (tenant, user, session keys), store
-//! plumbing (Redis, Postgres schemas, store flags, secrets), the record buffer that writes
-//! Postgres records off the request path, backoff, wire timestamps, and the rule for text
-//! Postgres refuses (NUL).
+//! plumbing (Redis, Postgres schemas, day-partitioned record tables, store flags, secrets), the
+//! record buffer that writes Postgres records off the request path, backoff, wire timestamps,
+//! and the rule for text Postgres refuses (NUL).
 
 pub mod backoff;
 pub mod call_outcome;
@@ -17,7 +17,9 @@ pub mod failures;
 pub mod health;
 pub mod http_server;
 pub mod identity;
+pub mod json_depth;
 pub mod metrics_export;
+pub mod partitions;
 pub mod postgres;
 pub mod proto_json;
 pub mod proto_time;
