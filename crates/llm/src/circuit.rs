@@ -1,10 +1,14 @@
 //! A circuit breaker per provider: after `failures` calls in a row fail by the provider's fault
 //! the circuit opens and calls fail at once (so a fallback walk moves to the next model without
 //! waiting on a vendor that is down); after `cooldown` one probe call goes through, and its
-//! outcome closes or reopens the circuit. The state is per process (per router replica).
+//! outcome closes or reopens the circuit. The state is per process (per router replica), and
+//! with a [`CircuitSync`] shared with the other replicas through Redis (`circuit_sync`).
 
 use std::{
-    sync::{Arc, Mutex, OnceLock},
+    sync::{
+        Arc, Mutex, OnceLock,
+        atomic::{AtomicBool, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -13,7 +17,10 @@ use opentelemetry::{
     metrics::{Counter, Gauge},
 };
 
-use crate::{ChatRequest, Completion, ErrorKind, EventStream, Provider, ProviderError};
+use crate::{
+    ChatRequest, Completion, ErrorKind, EventStream, Provider, ProviderError,
+    circuit_sync::{Change, CircuitSync, Claim, Record, wall_ms},
+};
 
 /// When a provider's circuit opens and how long it stays open before a probe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,7 +77,9 @@ impl Health {
             Err(ErrorKind::Connect | ErrorKind::Timeout | ErrorKind::RateLimited | ErrorKind::Server) => Self::Failed,
             Err(ErrorKind::Protocol) => Self::Failed,
             Err(ErrorKind::Auth | ErrorKind::Rejected) => Self::Answered,
-            Err(ErrorKind::Unsupported | ErrorKind::NotConfigured | ErrorKind::CircuitOpen) => Self::Unknown,
+            Err(ErrorKind::Unsupported | ErrorKind::NotConfigured | ErrorKind::CircuitOpen | ErrorKind::Cooling) => {
+                Self::Unknown
+            }
         }
     }
 }
@@ -84,6 +93,15 @@ pub enum Admission {
     Probe,
     /// Open (or half-open with its probe in flight): fail at once; a probe is due at `until`.
     Refuse { until: Instant },
+}
+
+/// A circuit's state as another replica published it, in this replica's clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shared {
+    /// Opened (or reopened by a failed probe) until then.
+    Open { until: Instant },
+    /// Closed by a probe that answered.
+    Closed,
 }
 
 /// The state machine, without clock or I/O: every step is given `now`.
@@ -131,6 +149,50 @@ impl Circuit {
                 (Admission::Probe, None)
             }
             Inner::HalfOpen { since } => (Admission::Refuse { until: since + self.settings.cooldown }, None),
+        }
+    }
+
+    /// Whether the next [`admit`](Self::admit) would let a probe through: open past its
+    /// cooldown, or half-open with a probe that never reported for a cooldown.
+    pub fn probe_due(&self, now: Instant) -> bool {
+        match self.state {
+            _ if self.settings.failures == 0 => false,
+            Inner::Closed { .. } => false,
+            Inner::Open { until } => now >= until,
+            Inner::HalfOpen { since } => now >= since + self.settings.cooldown,
+        }
+    }
+
+    /// Another replica is probing (or has just decided): stay open, refusing calls, until
+    /// `until`, when a probe may be due again. No transition: the circuit was open already or
+    /// is left so.
+    pub fn hold(&mut self, until: Instant) {
+        if self.settings.failures > 0 && !matches!(self.state, Inner::Closed { .. }) {
+            self.state = Inner::Open { until };
+        }
+    }
+
+    /// Takes the state another replica published (newer than this one's own, which the
+    /// caller checks): open until a time, or closed after a probe answered. Returns the
+    /// transition it made, if any.
+    pub fn adopt(&mut self, shared: Shared) -> Option<CircuitState> {
+        if self.settings.failures == 0 {
+            return None;
+        }
+        match (self.state, shared) {
+            (Inner::Open { .. }, Shared::Open { until }) => {
+                self.state = Inner::Open { until };
+                None
+            }
+            (_, Shared::Open { until }) => {
+                self.state = Inner::Open { until };
+                Some(CircuitState::Open)
+            }
+            (Inner::Closed { .. }, Shared::Closed) => None,
+            (_, Shared::Closed) => {
+                self.state = Inner::Closed { failures: 0 };
+                Some(CircuitState::Closed)
+            }
         }
     }
 
@@ -201,62 +263,218 @@ fn instruments() -> &'static Instruments {
     })
 }
 
-/// A provider behind its circuit.
+/// A provider behind its circuit, kept in this replica and, with a [`CircuitSync`], shared with
+/// the other replicas (see `circuit_sync`).
 pub struct CircuitBreaker {
     inner: Arc<dyn Provider>,
-    circuit: Mutex<Circuit>,
+    local: Mutex<Local>,
+    sync: Option<Arc<CircuitSync>>,
+    /// A probe lease is being claimed: the replica's other calls are refused meanwhile rather
+    /// than claiming it too.
+    claiming: AtomicBool,
+}
+
+/// This replica's circuit and when its state last changed (wall-clock ms), to tell whether a
+/// shared record is newer.
+struct Local {
+    circuit: Circuit,
+    changed_ms: u64,
+    /// This replica's own last change, while no newer change came from another replica.
+    own_change: Option<Record>,
 }
 
 impl CircuitBreaker {
     pub fn new(inner: Arc<dyn Provider>, settings: CircuitSettings) -> Self {
-        let breaker = Self { inner, circuit: Mutex::new(Circuit::new(settings)) };
+        let breaker = Self {
+            inner,
+            local: Mutex::new(Local { circuit: Circuit::new(settings), changed_ms: 0, own_change: None }),
+            sync: None,
+            claiming: AtomicBool::new(false),
+        };
         breaker.report(CircuitState::Closed, false);
         breaker
     }
 
-    pub fn state(&self) -> CircuitState {
-        self.lock().state()
+    /// A breaker sharing its state through `sync`: it reads the shared record every
+    /// `sync.interval()` in a task that ends with the breaker. Needs a Tokio runtime.
+    pub fn shared(inner: Arc<dyn Provider>, settings: CircuitSettings, sync: Arc<CircuitSync>) -> Arc<Self> {
+        let breaker = Arc::new(Self { sync: Some(sync.clone()), ..Self::new(inner, settings) });
+        let watched = Arc::downgrade(&breaker);
+        let provider = breaker.inner.name().to_owned();
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(sync.interval());
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                every.tick().await;
+                if watched.strong_count() == 0 {
+                    return;
+                }
+                let Ok(record) = sync.read(&provider).await else { continue };
+                let Some(breaker) = watched.upgrade() else { return };
+                match record {
+                    Some(record) if breaker.is_newer(&record) => breaker.take_shared(record),
+                    // Redis holds an older state than this replica's own last change (its
+                    // write failed while Redis was away): written now.
+                    _ => {
+                        if let Some(own) = breaker.unpublished(record) {
+                            sync.publish(&provider, own).await;
+                        }
+                    }
+                }
+            }
+        });
+        breaker
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Circuit> {
+    pub fn state(&self) -> CircuitState {
+        self.lock().circuit.state()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Local> {
         // The circuit's steps cannot panic half-way, so a poisoned lock still holds a valid state.
-        self.circuit.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.local.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn report(&self, state: CircuitState, transition: bool) {
+        self.report_from(state, transition, false);
+    }
+
+    fn report_from(&self, state: CircuitState, transition: bool, shared: bool) {
         let provider = KeyValue::new("provider", self.inner.name().to_owned());
         instruments().state.record(state as u64, std::slice::from_ref(&provider));
         if transition {
-            tracing::warn!(provider = %self.inner.name(), to = state.as_str(), "provider circuit changed");
+            tracing::warn!(provider = %self.inner.name(), to = state.as_str(), shared, "provider circuit changed");
             instruments().transitions.add(1, &[provider, KeyValue::new("to", state.as_str())]);
         }
     }
 
-    fn admit(&self) -> Result<bool, ProviderError> {
+    fn is_newer(&self, record: &Record) -> bool {
+        record.at_ms > self.lock().changed_ms
+    }
+
+    /// This replica's last change when Redis holds an older one (or none).
+    fn unpublished(&self, stored: Option<Record>) -> Option<Record> {
+        let own = self.lock().own_change?;
+        stored.is_none_or(|stored| stored.at_ms < own.at_ms).then_some(own)
+    }
+
+    /// Takes a record another replica published when it is newer than this replica's state.
+    fn take_shared(&self, record: Record) {
         let now = Instant::now();
-        let (admission, transition) = self.lock().admit(now);
+        let transition = {
+            let mut local = self.lock();
+            if record.at_ms <= local.changed_ms {
+                return;
+            }
+            local.changed_ms = record.at_ms;
+            local.own_change = None;
+            let shared = match record.change {
+                Change::Open { until_ms } => {
+                    Shared::Open { until: now + Duration::from_millis(until_ms.saturating_sub(wall_ms())) }
+                }
+                Change::Closed => Shared::Closed,
+            };
+            local.circuit.adopt(shared)
+        };
+        if let Some(state) = transition {
+            self.report_from(state, true, true);
+        }
+    }
+
+    /// With shared state, a due probe is first claimed: only the replica that wins the lease
+    /// probes; the others keep refusing until the record tells them the outcome.
+    async fn claim_if_due(&self, sync: &CircuitSync) -> Result<(), Instant> {
+        let now = Instant::now();
+        if !self.lock().circuit.probe_due(now) {
+            return Ok(());
+        }
+        // Another call of this replica is claiming: its answer decides for both.
+        let hold_until = now + sync.interval().min(self.cooldown());
+        if self.claiming.swap(true, Ordering::AcqRel) {
+            return Err(hold_until);
+        }
+        let claim = sync.claim_probe(self.inner.name(), self.cooldown()).await;
+        self.claiming.store(false, Ordering::Release);
+        match claim {
+            // Won, or Redis away: the local circuit decides, as without sharing.
+            Claim::Won | Claim::Unavailable => Ok(()),
+            Claim::Lost(record) => {
+                if let Some(record) = record {
+                    self.take_shared(record);
+                }
+                let mut local = self.lock();
+                if local.circuit.probe_due(Instant::now()) {
+                    local.circuit.hold(hold_until);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn cooldown(&self) -> Duration {
+        self.lock().circuit.settings.cooldown
+    }
+
+    async fn admit(&self) -> Result<bool, ProviderError> {
+        if let Some(sync) = &self.sync
+            && let Err(until) = self.claim_if_due(sync).await
+        {
+            return Err(self.refusal(until, Instant::now()));
+        }
+        let now = Instant::now();
+        let (admission, transition) = self.lock().circuit.admit(now);
         if let Some(state) = transition {
             self.report(state, true);
         }
         match admission {
             Admission::Call => Ok(false),
             Admission::Probe => Ok(true),
-            Admission::Refuse { until } => Err(ProviderError::new(
-                self.inner.name(),
-                ErrorKind::CircuitOpen,
-                format!(
-                    "the circuit is open after repeated failures; the provider will be probed again in {}s",
-                    until.saturating_duration_since(now).as_secs_f64().ceil()
-                ),
-            )),
+            Admission::Refuse { until } => Err(self.refusal(until, now)),
         }
+    }
+
+    fn refusal(&self, until: Instant, now: Instant) -> ProviderError {
+        ProviderError::new(
+            self.inner.name(),
+            ErrorKind::CircuitOpen,
+            format!(
+                "the circuit is open after repeated failures; the provider will be probed again in {}s",
+                until.saturating_duration_since(now).as_secs_f64().ceil()
+            ),
+        )
     }
 
     fn record<T>(&self, outcome: &Result<T, ProviderError>, probe: bool) {
         let health = Health::of(outcome.as_ref().map(|_| ()).map_err(|error| error.kind));
-        let transition = self.lock().record(health, probe, Instant::now());
+        let (transition, published) = {
+            let mut local = self.lock();
+            let transition = local.circuit.record(health, probe, Instant::now());
+            let published = transition.and_then(|state| {
+                // Stamped after the last change this replica knows of, so it replaces it.
+                let at_ms = wall_ms().max(local.changed_ms + 1);
+                local.changed_ms = at_ms;
+                let change = match state {
+                    CircuitState::Open => {
+                        Change::Open { until_ms: at_ms + local.circuit.settings.cooldown.as_millis() as u64 }
+                    }
+                    CircuitState::Closed => Change::Closed,
+                    // Half-open is the lease's business, not the record's.
+                    CircuitState::HalfOpen => return None,
+                };
+                let record = Record { at_ms, change };
+                local.own_change = Some(record);
+                Some(record)
+            });
+            (transition, published)
+        };
         if let Some(state) = transition {
             self.report(state, true);
+        }
+        if let (Some(sync), Some(record)) = (&self.sync, published) {
+            // Written in the background: the call's answer does not wait on Redis.
+            let sync = sync.clone();
+            let provider = self.inner.name().to_owned();
+            tokio::spawn(async move { sync.publish(&provider, record).await });
         }
     }
 }
@@ -268,7 +486,7 @@ impl Provider for CircuitBreaker {
     }
 
     async fn complete(&self, request: ChatRequest) -> Result<Completion, ProviderError> {
-        let probe = self.admit()?;
+        let probe = self.admit().await?;
         let outcome = self.inner.complete(request).await;
         self.record(&outcome, probe);
         outcome
@@ -276,7 +494,7 @@ impl Provider for CircuitBreaker {
 
     /// Opening the stream is what counts: once it has started, its errors are the caller's.
     async fn stream(&self, request: ChatRequest) -> Result<EventStream, ProviderError> {
-        let probe = self.admit()?;
+        let probe = self.admit().await?;
         let outcome = self.inner.stream(request).await;
         self.record(&outcome, probe);
         outcome
@@ -367,6 +585,27 @@ mod tests {
     }
 
     #[test]
+    fn another_replicas_state_is_taken_and_a_held_circuit_waits_for_its_probe() {
+        let t0 = Instant::now();
+        let mut circuit = circuit(3);
+        assert_eq!(circuit.adopt(Shared::Open { until: t0 + COOLDOWN }), Some(CircuitState::Open));
+        assert_eq!(circuit.admit(t0).0, Admission::Refuse { until: t0 + COOLDOWN });
+        assert!(!circuit.probe_due(t0) && circuit.probe_due(t0 + COOLDOWN));
+        // Another replica holds the probe: this one stays open, without a transition.
+        circuit.hold(t0 + COOLDOWN + Duration::from_secs(1));
+        assert!(!circuit.probe_due(t0 + COOLDOWN));
+        assert_eq!(circuit.state(), CircuitState::Open);
+        // Its probe answered: closed here too, and closed stays closed.
+        assert_eq!(circuit.adopt(Shared::Closed), Some(CircuitState::Closed));
+        assert_eq!(circuit.adopt(Shared::Closed), None);
+        circuit.hold(t0 + COOLDOWN * 3);
+        assert_eq!(circuit.admit(t0).0, Admission::Call, "holding never opens a closed circuit");
+        let mut off = Circuit::new(CircuitSettings::DISABLED);
+        assert_eq!(off.adopt(Shared::Open { until: t0 + COOLDOWN }), None);
+        assert_eq!(off.admit(t0).0, Admission::Call);
+    }
+
+    #[test]
     fn only_the_providers_own_faults_count() {
         assert_eq!(Health::of(Err(ErrorKind::Server)), Health::Failed);
         assert_eq!(Health::of(Err(ErrorKind::RateLimited)), Health::Failed);
@@ -375,5 +614,6 @@ mod tests {
         assert_eq!(Health::of(Err(ErrorKind::Rejected)), Health::Answered);
         assert_eq!(Health::of(Err(ErrorKind::Auth)), Health::Answered);
         assert_eq!(Health::of(Err(ErrorKind::Unsupported)), Health::Unknown);
+        assert_eq!(Health::of(Err(ErrorKind::Cooling)), Health::Unknown);
     }
 }

@@ -27,6 +27,9 @@ pub enum ErrorKind {
     /// The provider's circuit is open after repeated failures: refused at once, without a
     /// call, so the fallback walk moves on; the message says when the provider is probed again.
     CircuitOpen,
+    /// Every deployment of the provider (its keys or base URLs) is cooling down after failures:
+    /// refused at once, without a call, so the fallback walk moves on.
+    Cooling,
 }
 
 impl ErrorKind {

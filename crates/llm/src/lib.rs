@@ -21,7 +21,9 @@
 mod anthropic;
 mod args;
 pub mod circuit;
+pub mod circuit_sync;
 mod config;
+pub mod deployments;
 pub mod error;
 mod fallback;
 #[cfg(test)]
@@ -39,7 +41,9 @@ mod vendor;
 pub use anthropic::Anthropic;
 pub use args::ProviderArgs;
 pub use circuit::{CircuitBreaker, CircuitSettings, CircuitState};
+pub use circuit_sync::CircuitSync;
 pub use config::ProviderConfig;
+pub use deployments::{DeploymentSettings, Deployments};
 pub use error::{ErrorKind, ProviderError};
 pub use fallback::{AllModelsFailed, Answered, ModelFailure};
 pub use model::ModelRef;

@@ -27,6 +27,9 @@ pub trait Provider: Send + Sync + 'static {
 #[derive(Clone, Default)]
 pub struct Providers {
     by_name: HashMap<String, Arc<dyn Provider>>,
+    /// Each provider is behind its circuit already: wrapping again would count every failure
+    /// twice.
+    circuits: bool,
 }
 
 impl Providers {
@@ -48,21 +51,36 @@ impl Providers {
         self.by_name.keys().map(String::as_str)
     }
 
-    /// Each provider behind its own [`CircuitBreaker`](crate::CircuitBreaker); unchanged when
-    /// `settings.failures` is 0.
+    /// Each provider behind its own [`CircuitBreaker`](crate::CircuitBreaker), kept in this
+    /// process; unchanged when `settings.failures` is 0 or the providers have their circuits.
     pub fn with_circuits(self, settings: crate::CircuitSettings) -> Self {
-        if settings.failures == 0 {
+        self.with_shared_circuits(settings, None)
+    }
+
+    /// As [`with_circuits`](Self::with_circuits), each circuit shared with the other replicas
+    /// through `sync` when given (a Tokio runtime must be running: each breaker reads the
+    /// shared state in a task of its own).
+    pub fn with_shared_circuits(self, settings: crate::CircuitSettings, sync: Option<Arc<crate::CircuitSync>>) -> Self {
+        if settings.failures == 0 || self.circuits {
             return self;
         }
         let by_name = self
             .by_name
             .into_iter()
             .map(|(name, provider)| {
-                let breaker: Arc<dyn Provider> = Arc::new(crate::CircuitBreaker::new(provider, settings));
+                let breaker: Arc<dyn Provider> = match &sync {
+                    Some(sync) => crate::CircuitBreaker::shared(provider, settings, sync.clone()),
+                    None => Arc::new(crate::CircuitBreaker::new(provider, settings)),
+                };
                 (name, breaker)
             })
             .collect();
-        Self { by_name }
+        Self { by_name, circuits: true }
+    }
+
+    /// Whether each provider is behind its circuit already.
+    pub fn has_circuits(&self) -> bool {
+        self.circuits
     }
 
     pub fn is_empty(&self) -> bool {

@@ -209,7 +209,7 @@ fn finish_reason(reason: FinishReason) -> &'static str {
     }
 }
 
-fn error_type(kind: ErrorKind) -> &'static str {
+pub(crate) fn error_type(kind: ErrorKind) -> &'static str {
     match kind {
         ErrorKind::Connect => "connect",
         ErrorKind::Timeout => "timeout",
@@ -221,6 +221,7 @@ fn error_type(kind: ErrorKind) -> &'static str {
         ErrorKind::NotConfigured => "not_configured",
         ErrorKind::Unsupported => "unsupported",
         ErrorKind::CircuitOpen => "circuit_open",
+        ErrorKind::Cooling => "deployments_cooling",
     }
 }
 

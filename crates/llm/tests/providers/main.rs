@@ -22,8 +22,11 @@ macro_rules! for_each_vendor {
 
 mod agents;
 mod answers;
+mod bursts;
 mod circuit;
+mod deployments;
 mod failures;
 mod fallback;
 mod requests;
+mod shared_circuit;
 mod support;
