@@ -64,6 +64,13 @@ pub struct RouterConfig {
     #[arg(long, env = "ROUTER_CIRCUIT_COOLDOWN", default_value = "30s", value_parser = parse_duration)]
     pub circuit_cooldown: Duration,
 
+    /// With Redis (REDIS_URL), how often each replica reads the circuits the other replicas
+    /// published (one GET per provider): a provider another replica found sick is skipped
+    /// within this time, and only one replica probes it after the cooldown. 0s: circuits are
+    /// per replica.
+    #[arg(long, env = "ROUTER_CIRCUIT_SYNC_INTERVAL", default_value = "1s", value_parser = parse_duration)]
+    pub circuit_sync_interval: Duration,
+
     /// How long the routing call has to decide (its first text, or a routing tool call) before
     /// the fast router decides instead (0: wait for the model however long it takes).
     #[arg(long, env = "UNIFIED_CHAT_ROUTING_TIMEOUT_MS", default_value_t = 500)]

@@ -29,7 +29,7 @@ use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::Context;
 use switchyard_kit::{GrpcServer, records::RecordBuffer, store::StorePlan};
-use switchyard_llm::Providers;
+use switchyard_llm::{CircuitSync, Providers};
 use switchyard_proto::router::v1::router_service_server::RouterServiceServer;
 
 pub use config::RouterConfig;
@@ -136,6 +136,38 @@ pub async fn open_budgets(config: &RouterConfig) -> anyhow::Result<Arc<Budgets>>
     }
 }
 
+/// The providers' circuits shared by replicas in Redis when one is configured (and
+/// `--circuit-sync-interval` is above zero). Redis is not needed to serve: when it cannot be
+/// reached at start, circuits are per replica, which is logged.
+pub async fn open_circuit_sync(config: &RouterConfig) -> Option<Arc<CircuitSync>> {
+    let args = config.stores.store_args();
+    let url = args.redis_url.as_ref().filter(|_| !args.in_memory)?;
+    if config.circuit_failures == 0 || config.circuit_sync_interval.is_zero() {
+        return None;
+    }
+    let prefix = match switchyard_kit::store::KeyPrefix::parse(&args.redis_prefix) {
+        Ok(prefix) => prefix,
+        Err(err) => {
+            tracing::warn!(error = %err, "provider circuits are per replica: the Redis key prefix is unusable");
+            return None;
+        }
+    };
+    match switchyard_kit::store::RedisConnection::connect(url).await {
+        Ok(conn) => {
+            tracing::info!(interval = ?config.circuit_sync_interval, "provider circuits are shared by replicas in Redis");
+            Some(Arc::new(CircuitSync::new(conn, &prefix, config.circuit_sync_interval)))
+        }
+        Err(err) => {
+            tracing::warn!(
+                redis = %url.url_without_credentials(),
+                error = %err,
+                "provider circuits are per replica: Redis cannot be reached at start"
+            );
+            None
+        }
+    }
+}
+
 /// Checks the settings no flag parser can.
 fn check(config: &RouterConfig) -> anyhow::Result<()> {
     let similarity = config.cache_similarity;
@@ -223,8 +255,15 @@ impl RouterServer {
         let recorder: Option<Arc<Recorder>> = config
             .log_routing_decisions
             .then(|| RecordBuffer::start(Arc::new(DecisionSink(store.clone())), config.recorder()));
+        // Each provider behind its circuit, shared by the replicas through Redis when the
+        // configuration names one (unless the caller put the providers behind circuits already).
+        let providers = if providers.has_circuits() {
+            providers
+        } else {
+            providers.with_shared_circuits(config.circuit(), open_circuit_sync(config).await)
+        };
         let router = Arc::new(Router {
-            llm: LlmChain::new(providers.clone().with_circuits(config.circuit())),
+            llm: LlmChain::new(providers.clone()),
             sessions: SessionsClient::new(&config.sessions_url)?,
             gateway: GatewayClient::new(&config.mcp_gateway_url)?,
             limits: config.limits(),
