@@ -183,7 +183,8 @@ pub trait AnalyticsStore: Send + Sync + 'static {
         since: DateTime<Utc>,
         until: DateTime<Utc>,
     ) -> Result<RoutingStats, StoreError>;
-    /// Deletes decisions and feedback older than `before`; returns the decisions deleted.
+    /// Removes decisions and feedback older than `before`; returns the decisions removed. In
+    /// Postgres, whole days of decisions are dropped and the coming days' partitions made.
     async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError>;
     async fn ping(&self) -> Result<(), StoreError>;
 }

@@ -1,11 +1,12 @@
 //! Analytics in Postgres (schema `router` by default, its own migrations). The figures are
 //! computed by Postgres over the tenant's window, which the (tenant_id, occurred_at) index
-//! serves.
+//! serves within the window's days: decisions are partitioned by day (migration 0010), the
+//! coming days' partitions made ahead by the kit's keeper, and retention drops whole days.
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::{PgPool, QueryBuilder, Row, postgres::PgRow};
-use switchyard_kit::{TenantId, store::StoreError, text::scrub_nul};
+use switchyard_kit::{TenantId, partitions::DailyPartitions, store::StoreError, text::scrub_nul};
 
 use super::{
     AnalyticsStore, Correction, DecisionRecord, Feedback, RecordedTurn, RouteFigures, RoutingStats, Spend,
@@ -16,7 +17,12 @@ use crate::route::Route;
 
 pub struct PostgresAnalytics {
     pool: PgPool,
+    decisions: DailyPartitions,
 }
+
+/// Days after today whose decision partitions exist at all times: the keeper runs at start and
+/// hourly, so a keeper stopped for up to this long still leaves no day to the default partition.
+pub const DECISION_DAYS_AHEAD: u32 = 3;
 
 /// A failed statement is reported as the store being unavailable — unless Postgres refused
 /// what it was given: that error is kept as it is, so the record buffer sets the record aside
@@ -26,6 +32,13 @@ fn unavailable(err: impl Into<StoreError>) -> StoreError {
         refused if refused.is_refused_content() => refused,
         StoreError::Database(err) => StoreError::Unavailable(format!("postgres: {err}")),
         other => StoreError::Unavailable(format!("postgres: {other}")),
+    }
+}
+
+fn partition_unavailable(err: switchyard_kit::partitions::PartitionError) -> StoreError {
+    match err {
+        switchyard_kit::partitions::PartitionError::Database(err) => unavailable(err),
+        other => StoreError::Config(other.to_string()),
     }
 }
 
@@ -49,7 +62,21 @@ impl PostgresAnalytics {
     pub async fn connect(url: &str, schema: &str) -> Result<Self, StoreError> {
         let pool = switchyard_kit::postgres::connect_in_schema(url, schema, 4).await.map_err(unavailable)?;
         sqlx::migrate!("./migrations").run(&pool).await.map_err(unavailable)?;
-        Ok(Self { pool })
+        let decisions = DailyPartitions::new("routing_decisions", "occurred_at")
+            .map_err(|err| StoreError::Config(err.to_string()))?;
+        let store = Self { pool, decisions };
+        // Not fatal: until the keeper's next round, today's decisions go to the default partition.
+        if let Err(err) = store.create_partitions_ahead().await {
+            tracing::warn!(error = %err, "creating the coming days' decision partitions; retrying within the hour");
+        }
+        Ok(store)
+    }
+
+    /// Today's and the next [`DECISION_DAYS_AHEAD`] days' decision partitions (another replica
+    /// may be making them at the same time).
+    async fn create_partitions_ahead(&self) -> Result<u32, StoreError> {
+        let today = Utc::now().date_naive();
+        self.decisions.create_ahead(&self.pool, today, DECISION_DAYS_AHEAD).await.map_err(partition_unavailable)
     }
 }
 
@@ -181,8 +208,9 @@ impl AnalyticsStore for PostgresAnalytics {
                 .push_bind(d.routing_call_avoided)
                 .push_bind(&d.key_id);
         });
-        // A batch retried after a timeout may have landed already.
-        insert.push(" ON CONFLICT (id) DO NOTHING");
+        // A batch retried after a timeout may have landed already. The key holds the partition
+        // column; a retry repeats the decision's time, so (id, occurred_at) catches it.
+        insert.push(" ON CONFLICT (id, occurred_at) DO NOTHING");
         insert.build().execute(&self.pool).await.map_err(unavailable)?;
         Ok(())
     }
@@ -336,20 +364,18 @@ impl AnalyticsStore for PostgresAnalytics {
     }
 
     async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
-        let mut tx = self.pool.begin().await.map_err(unavailable)?;
+        // The hourly round is also the keeper's: the coming days get their partitions. Their
+        // failure does not hold up the retention (today's partition was made earlier).
+        if let Err(err) = self.create_partitions_ahead().await {
+            tracing::warn!(error = %err, "creating the coming days' decision partitions; retrying within the hour");
+        }
         sqlx::query("DELETE FROM routing_feedback WHERE submitted_at < $1")
             .bind(before)
-            .execute(&mut *tx)
+            .execute(&self.pool)
             .await
             .map_err(unavailable)?;
-        let deleted = sqlx::query("DELETE FROM routing_decisions WHERE occurred_at < $1")
-            .bind(before)
-            .execute(&mut *tx)
-            .await
-            .map_err(unavailable)?
-            .rows_affected();
-        tx.commit().await.map_err(unavailable)?;
-        Ok(deleted)
+        let pruned = self.decisions.prune_before(&self.pool, before).await.map_err(partition_unavailable)?;
+        Ok(pruned.rows)
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
