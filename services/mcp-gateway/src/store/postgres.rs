@@ -1,9 +1,14 @@
-//! The usage record in Postgres (schema `mcp_gateway` by default, its own migrations).
+//! The usage record in Postgres (schema `mcp_gateway` by default, its own migrations). The
+//! audit trail is partitioned by day (migration 0003): the kit's keeper makes the coming days'
+//! partitions ahead, and retention drops whole days.
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::{PgPool, Row};
-use switchyard_kit::text::scrub_nul;
+use switchyard_kit::{
+    partitions::{DailyPartitions, PartitionError},
+    text::scrub_nul,
+};
 
 use super::{SessionKey, StoreError, UsageStore, embedding_from_bytes, embedding_to_bytes};
 use crate::{
@@ -13,7 +18,12 @@ use crate::{
 
 pub struct PostgresUsageStore {
     pool: PgPool,
+    audit: DailyPartitions,
 }
+
+/// Days after today whose audit partitions exist at all times: the keeper runs at start and
+/// hourly, so a keeper stopped for up to this long still leaves no day to the default partition.
+pub const AUDIT_DAYS_AHEAD: u32 = 3;
 
 /// A failed statement is reported as the store being unavailable — unless Postgres refused
 /// what it was given: that error is kept as it is, so the record buffer sets the record aside
@@ -30,7 +40,28 @@ impl PostgresUsageStore {
     pub async fn connect(url: &str, schema: &str) -> Result<Self, StoreError> {
         let pool = switchyard_kit::postgres::connect_in_schema(url, schema, 4).await.map_err(unavailable)?;
         sqlx::migrate!("./migrations").run(&pool).await.map_err(unavailable)?;
-        Ok(Self { pool })
+        let audit =
+            DailyPartitions::new("tool_call_audit", "created_at").map_err(|err| StoreError::Config(err.to_string()))?;
+        let store = Self { pool, audit };
+        // Not fatal: until the keeper's next round, today's records go to the default partition.
+        if let Err(err) = store.create_partitions_ahead().await {
+            tracing::warn!(error = %err, "creating the coming days' audit partitions; retrying within the hour");
+        }
+        Ok(store)
+    }
+
+    /// Today's and the next [`AUDIT_DAYS_AHEAD`] days' audit partitions (another replica may be
+    /// making them at the same time).
+    async fn create_partitions_ahead(&self) -> Result<u32, StoreError> {
+        let today = Utc::now().date_naive();
+        self.audit.create_ahead(&self.pool, today, AUDIT_DAYS_AHEAD).await.map_err(partition_unavailable)
+    }
+}
+
+fn partition_unavailable(err: PartitionError) -> StoreError {
+    match err {
+        PartitionError::Database(err) => unavailable(err),
+        other => StoreError::Config(other.to_string()),
     }
 }
 
@@ -101,7 +132,7 @@ impl UsageStore for PostgresUsageStore {
                         "INSERT INTO tool_call_audit (id, created_at, tenant, user_id, role, groups, session_id, server, \
                          tool, arguments_sha256, arguments_bytes, arguments, outcome, error, duration_ms, policy) \
                          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) \
-                         ON CONFLICT (id) DO NOTHING",
+                         ON CONFLICT (id, created_at) DO NOTHING",
                     )
                     .bind(audit.id)
                     .bind(audit.at)
@@ -280,12 +311,13 @@ impl UsageStore for PostgresUsageStore {
     }
 
     async fn prune_audit(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
-        let done = sqlx::query("DELETE FROM tool_call_audit WHERE created_at < $1")
-            .bind(before)
-            .execute(&self.pool)
-            .await
-            .map_err(unavailable)?;
-        Ok(done.rows_affected())
+        // The hourly round is also the keeper's: the coming days get their partitions. Their
+        // failure does not hold up the retention (today's partition was made earlier).
+        if let Err(err) = self.create_partitions_ahead().await {
+            tracing::warn!(error = %err, "creating the coming days' audit partitions; retrying within the hour");
+        }
+        let pruned = self.audit.prune_before(&self.pool, before).await.map_err(partition_unavailable)?;
+        Ok(pruned.rows)
     }
 }
 
