@@ -28,6 +28,12 @@ pub struct ServerArgs {
     /// within it.
     #[arg(long, env = "SHUTDOWN_GRACE", default_value = "75s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
+
+    /// How long a new connection may take to send the HTTP/2 connection preface (its first 24
+    /// bytes; gRPC clients send it at once) before it is closed: a connection that says nothing
+    /// would otherwise hold its file descriptor for good. 0 turns it off.
+    #[arg(long, env = "HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub handshake_timeout: Duration,
 }
 
 impl Default for ServerArgs {

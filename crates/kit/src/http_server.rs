@@ -1,8 +1,9 @@
 //! The HTTP listener of the services that speak HTTP (the edge, the gateway's MCP endpoint):
 //! an axum app served over hyper's HTTP/1.1 and HTTP/2 connections, with what `axum::serve`
 //! lacks against slow and idle clients — a deadline for a request's head, one for a connection
-//! with no request in progress, and a cap on open connections — and the same graceful shutdown
-//! (stop accepting, let in-flight requests finish, then return).
+//! with no request in progress, and a cap on open connections, at which a new connection takes
+//! the place of the one idle longest — and the same graceful shutdown (stop accepting, let
+//! in-flight requests finish, then return).
 //!
 //! The deadlines follow the connection, not hyper's own `header_read_timeout` (which on a
 //! keep-alive connection also runs while waiting for the next request, so an idle connection
@@ -11,12 +12,16 @@
 //! still streaming, such as Server-Sent Events — is never cut by them.
 
 use std::{
+    collections::HashMap,
     convert::Infallible,
     future::Future,
     io,
     net::SocketAddr,
     pin::{Pin, pin},
-    sync::{Arc, Mutex, PoisonError},
+    sync::{
+        Arc, Mutex, PoisonError,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
     task::{Context, Poll},
     time::{Duration, Instant},
 };
@@ -49,7 +54,10 @@ pub struct HttpLimits {
     /// How long a connection may stay open between requests (from the end of one response to
     /// the first byte of the next). Zero turns it off.
     pub idle_timeout: Duration,
-    /// Connections served at once; further ones wait in the listen backlog until one closes.
+    /// Connections open at once. A new connection past it closes the connection idle longest
+    /// (no request in progress: waiting for its first request or its next one) and takes its
+    /// place; when every connection has a request in progress, new ones wait (in the listen
+    /// backlog) until one ends its request or closes.
     pub max_connections: usize,
 }
 
@@ -68,40 +76,85 @@ impl Default for HttpLimits {
 
 /// How long to wait before accepting again after the listener failed (out of file
 /// descriptors, say), rather than spinning.
-const ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
-/// At most one "connection limit reached" warning this often.
+pub(crate) const ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
+/// At most one "connection limit reached" warning of each kind this often.
 const LIMIT_WARNING_EVERY: Duration = Duration::from_secs(60);
+
+/// How much of a refused request body is still read, and dropped, after the refusal.
+const DISCARD_BYTES: usize = 8 * 1024 * 1024;
+/// How long a refused request body is still read after the refusal.
+const DISCARD_TIME: Duration = Duration::from_secs(5);
+
+/// Why [`read_body`] returned no body.
+#[derive(Debug)]
+pub enum BodyError {
+    /// Larger than the limit (announced or read).
+    TooLarge,
+    /// The connection failed while reading it.
+    Unreadable(String),
+}
+
+/// Reads a request body of at most `limit` bytes. A larger one is refused as soon as its
+/// announced length (`Content-Length`) or the bytes read pass the limit, and the rest is read
+/// and dropped in the background, up to 8 MiB or for 5 s: a connection closed with request
+/// bytes unread is reset by the kernel, and a client still sending its body would see the
+/// reset instead of the refusal (a body just over the limit would lose its 413).
+pub async fn read_body(body: Body, limit: usize, announced: Option<usize>) -> Result<Bytes, BodyError> {
+    let mut body = body;
+    if announced.is_some_and(|length| length > limit) {
+        discard(body);
+        return Err(BodyError::TooLarge);
+    }
+    let mut read = Vec::new();
+    while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
+        let frame = frame.map_err(|err| BodyError::Unreadable(err.to_string()))?;
+        if let Ok(data) = frame.into_data() {
+            if read.len() + data.len() > limit {
+                discard(body);
+                return Err(BodyError::TooLarge);
+            }
+            read.extend_from_slice(&data);
+        }
+    }
+    Ok(Bytes::from(read))
+}
+
+/// Reads and drops what is left of a refused body, within [`DISCARD_BYTES`] and
+/// [`DISCARD_TIME`]; past either the connection closes as it would have.
+fn discard(mut body: Body) {
+    tokio::spawn(async move {
+        let mut left = DISCARD_BYTES;
+        let reading = async {
+            while let Some(Ok(frame)) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
+                let size = frame.data_ref().map_or(0, Bytes::len);
+                if size >= left {
+                    return;
+                }
+                left -= size;
+            }
+        };
+        let _ = tokio::time::timeout(DISCARD_TIME, reading).await;
+    });
+}
 
 /// Serves `app` on `listener` until `shutdown`; then stops accepting, asks every connection to
 /// finish (idle ones close at once, HTTP/2 ones get GOAWAY) and returns once all have closed.
 /// A caller that bounds the drain drops this future: the connections still open are closed.
+///
+/// At the connection limit a new connection closes the one idle longest and takes its place:
+/// otherwise connections that say nothing (or idle keep-alive ones) could hold every place,
+/// and a new client would wait for a header or idle timeout to pass. Closing an idle
+/// connection loses nothing in progress; its client opens a new one for its next request.
 pub async fn serve(listener: TcpListener, app: Router, limits: HttpLimits, shutdown: impl Future<Output = ()> + Send) {
     let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let open = Arc::new(OpenConnections::default());
     let stop = CancellationToken::new();
     let mut connections = JoinSet::new();
     let mut shutdown = pin!(shutdown);
+    let mut warned_evicting: Option<Instant> = None;
     let mut warned_full: Option<Instant> = None;
-    loop {
+    'accepting: loop {
         while connections.try_join_next().is_some() {}
-        let permit = match permits.clone().try_acquire_owned() {
-            Ok(permit) => permit,
-            Err(_) => {
-                if warned_full.is_none_or(|at| at.elapsed() >= LIMIT_WARNING_EVERY) {
-                    tracing::warn!(
-                        max_connections = limits.max_connections,
-                        "connection limit reached: new connections wait until one closes"
-                    );
-                    warned_full = Some(Instant::now());
-                }
-                tokio::select! {
-                    permit = permits.clone().acquire_owned() => match permit {
-                        Ok(permit) => permit,
-                        Err(_) => break,
-                    },
-                    () = &mut shutdown => break,
-                }
-            }
-        };
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
@@ -116,35 +169,116 @@ pub async fn serve(listener: TcpListener, app: Router, limits: HttpLimits, shutd
             },
             () = &mut shutdown => break,
         };
+        let permit = match permits.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => loop {
+                // Every place is taken: the connection idle longest makes room, or, with every
+                // connection busy, this one waits until one of them is idle or closes.
+                if open.evict_longest_idle() {
+                    if warned_evicting.is_none_or(|at| at.elapsed() >= LIMIT_WARNING_EVERY) {
+                        tracing::warn!(
+                            max_connections = limits.max_connections,
+                            "connection limit reached: new connections take the place of the connections idle longest"
+                        );
+                        warned_evicting = Some(Instant::now());
+                    }
+                } else if warned_full.is_none_or(|at| at.elapsed() >= LIMIT_WARNING_EVERY) {
+                    tracing::warn!(
+                        max_connections = limits.max_connections,
+                        "connection limit reached with every connection busy: new connections wait"
+                    );
+                    warned_full = Some(Instant::now());
+                }
+                tokio::select! {
+                    permit = permits.clone().acquire_owned() => match permit {
+                        Ok(permit) => break permit,
+                        // The semaphore is never closed.
+                        Err(_) => break 'accepting,
+                    },
+                    () = open.became_idle.notified() => {}
+                    () = &mut shutdown => break 'accepting,
+                }
+            },
+        };
         // Streamed answers go out token by token: no waiting to fill a segment.
         let _ = stream.set_nodelay(true);
-        connections.spawn(connection(stream, peer, app.clone(), limits, stop.clone(), permit));
+        let activity = Arc::new(Activity::new(open.clone()));
+        let registered = open.register(activity.clone());
+        connections.spawn(connection(stream, peer, app.clone(), limits, stop.clone(), activity, (permit, registered)));
     }
     drop(listener);
     stop.cancel();
     while connections.join_next().await.is_some() {}
 }
 
+/// The connections open, for finding the one idle longest when the limit is reached.
+#[derive(Default)]
+struct OpenConnections {
+    by_id: Mutex<HashMap<u64, Arc<Activity>>>,
+    next_id: AtomicU64,
+    /// Told when a connection's last request in progress ends: a new connection waiting for a
+    /// place may take that one's.
+    became_idle: Notify,
+}
+
+impl OpenConnections {
+    fn register(self: &Arc<Self>, activity: Arc<Activity>) -> Registered {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.by_id.lock().unwrap_or_else(PoisonError::into_inner).insert(id, activity);
+        Registered { open: self.clone(), id }
+    }
+
+    /// Asks the connection with no request in progress that has been so longest to close;
+    /// false when every connection is busy.
+    fn evict_longest_idle(&self) -> bool {
+        let by_id = self.by_id.lock().unwrap_or_else(PoisonError::into_inner);
+        let longest = by_id
+            .values()
+            .filter_map(|activity| activity.idle_since().map(|since| (since, activity)))
+            .min_by_key(|(since, _)| *since);
+        match longest {
+            Some((_, activity)) => {
+                activity.evict();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// A connection's entry in [`OpenConnections`], removed when the connection ends.
+struct Registered {
+    open: Arc<OpenConnections>,
+    id: u64,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.open.by_id.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.id);
+    }
+}
+
 /// Errors of one incoming connection (it went away before it was accepted), not of the
 /// listener.
-fn is_connection_error(err: &io::Error) -> bool {
+pub(crate) fn is_connection_error(err: &io::Error) -> bool {
     matches!(
         err.kind(),
         io::ErrorKind::ConnectionRefused | io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset
     )
 }
 
-/// Serves one connection until it ends, a deadline passes with no request in progress, or
-/// shutdown (then gracefully). The permit is the connection's place under the limit.
+/// Serves one connection until it ends, a deadline passes with no request in progress, it is
+/// asked to make room while it has none, or shutdown (then gracefully). The permit and entry
+/// are the connection's place under the limit.
 async fn connection(
     stream: TcpStream,
     peer: SocketAddr,
     app: Router,
     limits: HttpLimits,
     stop: CancellationToken,
-    _permit: OwnedSemaphorePermit,
+    activity: Arc<Activity>,
+    _place: (OwnedSemaphorePermit, Registered),
 ) {
-    let activity = Arc::new(Activity::new());
     let io = TokioIo::new(Watched { stream, activity: activity.clone() });
     let requests = activity.clone();
     let service = hyper::service::service_fn(move |request: http::Request<Incoming>| {
@@ -159,8 +293,21 @@ async fn connection(
     let mut conn = pin!(builder.serve_connection_with_upgrades(io, service));
     let mut stopping = false;
     loop {
-        let deadline = activity.deadline(&limits);
         let changed = activity.changed.notified();
+        if activity.take_eviction() {
+            tracing::debug!(%peer, "closing the connection idle longest: the connection limit is reached");
+            if activity.owes_a_head() {
+                // Nothing in progress and nothing owed to the client: close the socket now.
+                return;
+            }
+            // Between requests: let hyper finish writing the last response, then close (an
+            // HTTP/2 client is sent GOAWAY).
+            if !stopping {
+                stopping = true;
+                conn.as_mut().graceful_shutdown();
+            }
+        }
+        let deadline = activity.deadline(&limits);
         tokio::select! {
             served = conn.as_mut() => {
                 if let Err(err) = served {
@@ -193,11 +340,16 @@ async fn sleep_until(deadline: Option<Instant>) {
     }
 }
 
-/// What a connection is doing, as its deadlines see it.
+/// What a connection is doing, as its deadlines and the connection limit see it.
 struct Activity {
     phase: Mutex<Phase>,
-    /// Told when the phase changes, so the connection's deadline is recomputed.
+    /// Told when the phase changes or the connection is asked to make room, so the connection
+    /// looks again.
     changed: Notify,
+    /// Asked to close to make room for a new connection (honoured only with no request in
+    /// progress).
+    evicted: AtomicBool,
+    open: Arc<OpenConnections>,
 }
 
 struct Phase {
@@ -210,12 +362,41 @@ struct Phase {
 }
 
 impl Activity {
-    fn new() -> Self {
+    fn new(open: Arc<OpenConnections>) -> Self {
         let now = Instant::now();
         Self {
             phase: Mutex::new(Phase { in_flight: 0, idle_since: now, head_since: Some(now) }),
             changed: Notify::new(),
+            evicted: AtomicBool::new(false),
+            open,
         }
+    }
+
+    /// Since when the connection has had no request in progress; none while it has one.
+    fn idle_since(&self) -> Option<Instant> {
+        let phase = self.phase();
+        (phase.in_flight == 0).then_some(phase.idle_since)
+    }
+
+    fn evict(&self) {
+        self.evicted.store(true, Ordering::SeqCst);
+        self.changed.notify_one();
+    }
+
+    /// Whether the connection is waiting for the head of a request (its first, or one whose
+    /// first bytes have come), rather than between requests.
+    fn owes_a_head(&self) -> bool {
+        self.phase().head_since.is_some()
+    }
+
+    /// Whether the connection should close now to make room: it was asked to and has no
+    /// request in progress. A request that began since the ask cancels it (the connection
+    /// waiting for a place is told again when a connection becomes idle).
+    fn take_eviction(&self) -> bool {
+        if !self.evicted.swap(false, Ordering::SeqCst) {
+            return false;
+        }
+        self.phase().in_flight == 0
     }
 
     fn phase(&self) -> std::sync::MutexGuard<'_, Phase> {
@@ -265,12 +446,16 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         let mut phase = self.0.phase();
         phase.in_flight = phase.in_flight.saturating_sub(1);
-        if phase.in_flight == 0 {
+        let idle = phase.in_flight == 0;
+        if idle {
             phase.idle_since = Instant::now();
             phase.head_since = None;
         }
         drop(phase);
         self.0.changed.notify_one();
+        if idle {
+            self.0.open.became_idle.notify_one();
+        }
     }
 }
 
@@ -371,7 +556,7 @@ mod tests {
 
     #[test]
     fn a_new_connection_owes_a_head_within_the_header_timeout() {
-        let activity = Activity::new();
+        let activity = Activity::new(Arc::default());
         let (at, waiting_for) = activity.deadline(&LIMITS).unwrap();
         assert_eq!(waiting_for, "request head");
         assert!(at <= Instant::now() + LIMITS.header_timeout);
@@ -379,7 +564,7 @@ mod tests {
 
     #[test]
     fn a_request_in_progress_has_no_deadline_and_its_end_starts_the_idle_one() {
-        let activity = Arc::new(Activity::new());
+        let activity = Arc::new(Activity::new(Arc::default()));
         let first = activity.begin();
         let second = activity.begin();
         assert_eq!(activity.deadline(&LIMITS), None);
@@ -435,8 +620,42 @@ mod tests {
     }
 
     #[test]
+    fn the_connection_idle_longest_makes_room_and_a_busy_one_never_does() {
+        let open = Arc::new(OpenConnections::default());
+        let accept = || {
+            let activity = Arc::new(Activity::new(open.clone()));
+            // Distinct times of acceptance, oldest first.
+            std::thread::sleep(Duration::from_millis(2));
+            activity
+        };
+        let (busy, older, newer) = (accept(), accept(), accept());
+        let _places = [open.register(busy.clone()), open.register(older.clone()), open.register(newer.clone())];
+        let request = busy.begin();
+
+        // The oldest connection is busy: the one idle longest after it is asked.
+        assert!(open.evict_longest_idle());
+        assert!(!busy.take_eviction() && !newer.take_eviction());
+        assert!(older.take_eviction());
+        assert!(!older.take_eviction(), "asked once");
+
+        // A request begun after the ask cancels it.
+        assert!(open.evict_longest_idle());
+        let late = older.begin();
+        assert!(!older.take_eviction(), "a connection with a request in progress stays");
+
+        // Once every connection is busy, nobody is asked.
+        let other = newer.begin();
+        assert!(!open.evict_longest_idle());
+        // A keep-alive connection whose request just ended is idle again, and may be asked.
+        drop(request);
+        assert!(open.evict_longest_idle());
+        assert!(busy.take_eviction());
+        drop((late, other));
+    }
+
+    #[test]
     fn zero_turns_a_timeout_off() {
-        let activity = Arc::new(Activity::new());
+        let activity = Arc::new(Activity::new(Arc::default()));
         let off = HttpLimits { header_timeout: Duration::ZERO, idle_timeout: Duration::ZERO, ..LIMITS };
         assert_eq!(activity.deadline(&off), None);
         drop(activity.begin());

@@ -2,13 +2,16 @@
 //! 1.8 works), a request id, a span per request continuing the caller's trace, admission
 //! control (a global concurrency limit that sheds instead of queueing, and a deadline), rate,
 //! errors and latency per method (`rpc_metrics`), every error answered logged once
-//! (`failures`), the caller's identity (`x-tenant-id`, `x-user-id`), message size limits, and a
-//! graceful shutdown that drains in-flight calls and, when the grace runs out, ends the streams
-//! still open with UNAVAILABLE rather than cutting them mid-frame ([`ShutdownNotice`]).
+//! (`failures`), the caller's identity (`x-tenant-id`, `x-user-id`), message size limits, a
+//! deadline for a new connection's HTTP/2 preface, an accept loop that backs off when the
+//! process is out of file descriptors, and a graceful shutdown that drains in-flight calls and,
+//! when the grace runs out, ends the streams still open with UNAVAILABLE rather than cutting
+//! them mid-frame ([`ShutdownNotice`]).
 
 use std::{
     convert::Infallible,
     future::Future,
+    io,
     net::SocketAddr,
     pin::Pin,
     sync::Arc,
@@ -17,13 +20,22 @@ use std::{
 };
 
 use anyhow::Context as _;
+use futures::Stream;
 use http::{Request, Response};
-use tokio::{net::TcpListener, sync::Semaphore};
+use tokio::{
+    io::{AsyncRead, AsyncWrite, ReadBuf},
+    net::{TcpListener, TcpStream},
+    sync::Semaphore,
+    time::Sleep,
+};
 use tonic::{
     Status,
     server::NamedService,
     service::RoutesBuilder,
-    transport::{Server, server::TcpIncoming},
+    transport::{
+        Server,
+        server::{Connected, TcpConnectInfo},
+    },
 };
 use tower::{Layer, Service, ServiceBuilder};
 use tower_http::{
@@ -34,7 +46,12 @@ use tracing::Level;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::{
-    call_outcome::CallOutcomeLayer, config::ServerArgs, health::HealthHandle, identity::IdentityLayer, telemetry,
+    call_outcome::CallOutcomeLayer,
+    config::ServerArgs,
+    health::HealthHandle,
+    http_server::{ACCEPT_BACKOFF, is_connection_error},
+    identity::IdentityLayer,
+    telemetry,
 };
 
 /// A bound, not yet serving, gRPC server.
@@ -150,7 +167,7 @@ impl GrpcServer {
             .layer(IdentityLayer::grpc())
             .into_inner();
 
-        let incoming = TcpIncoming::from(self.listener).with_nodelay(Some(true));
+        let incoming = incoming(self.listener, args.handshake_timeout);
         tracing::info!(%addr, services = ?self.service_names, "grpc server listening");
         let serving = Server::builder()
             .http2_keepalive_interval(Some(Duration::from_secs(30)))
@@ -166,6 +183,113 @@ impl GrpcServer {
         }
         tracing::info!("grpc server stopped");
         Ok(())
+    }
+}
+
+/// The listener's connections as tonic serves them. tonic's own `TcpIncoming` hands a
+/// listener error (out of file descriptors, say) to its accept loop, which logs it at trace
+/// level and accepts again at once: with the descriptors used up, the same error comes back
+/// at once, and the loop spins a core until one is freed. Here the error is logged and the
+/// next accept waits [`ACCEPT_BACKOFF`], as the HTTP listener does; the stream never ends
+/// and never yields an error, so the server never stops over it.
+fn incoming(listener: TcpListener, handshake_timeout: Duration) -> impl Stream<Item = io::Result<Handshaking>> {
+    futures::stream::unfold(listener, move |listener| async move {
+        loop {
+            match listener.accept().await {
+                Ok((stream, _)) => {
+                    // Streamed answers go out message by message: no waiting to fill a segment.
+                    let _ = stream.set_nodelay(true);
+                    return Some((Ok(Handshaking::new(stream, handshake_timeout)), listener));
+                }
+                Err(err) if is_connection_error(&err) => {}
+                Err(err) => {
+                    tracing::error!(error = %err, backoff = ?ACCEPT_BACKOFF, "accepting a connection failed");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                }
+            }
+        }
+    })
+}
+
+/// The length of the HTTP/2 connection preface (`PRI * HTTP/2.0...`), the first bytes a
+/// client sends.
+const PREFACE_LEN: usize = 24;
+
+/// An accepted connection that owes its HTTP/2 preface within the handshake timeout: until
+/// its first [`PREFACE_LEN`] bytes have arrived, a read that would wait past the deadline
+/// fails instead, and hyper closes the connection. Afterwards it is the plain socket (idle
+/// HTTP/2 connections are HTTP/2's business: keep-alive pings).
+struct Handshaking {
+    stream: TcpStream,
+    owed: usize,
+    deadline: Option<Pin<Box<Sleep>>>,
+}
+
+impl Handshaking {
+    fn new(stream: TcpStream, timeout: Duration) -> Self {
+        let deadline = (!timeout.is_zero()).then(|| Box::pin(tokio::time::sleep(timeout)));
+        Self { stream, owed: PREFACE_LEN, deadline }
+    }
+}
+
+impl Connected for Handshaking {
+    type ConnectInfo = TcpConnectInfo;
+
+    fn connect_info(&self) -> TcpConnectInfo {
+        self.stream.connect_info()
+    }
+}
+
+impl AsyncRead for Handshaking {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        match Pin::new(&mut this.stream).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                this.owed = this.owed.saturating_sub(buf.filled().len() - before);
+                if this.owed == 0 {
+                    this.deadline = None;
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending => {
+                if this.deadline.as_mut().is_some_and(|deadline| deadline.as_mut().poll(cx).is_ready()) {
+                    tracing::debug!("closing a connection that sent no HTTP/2 preface within the handshake timeout");
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "no HTTP/2 connection preface within the handshake timeout",
+                    )));
+                }
+                Poll::Pending
+            }
+            Poll::Ready(Err(err)) => Poll::Ready(Err(err)),
+        }
+    }
+}
+
+impl AsyncWrite for Handshaking {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
     }
 }
 

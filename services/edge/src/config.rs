@@ -114,7 +114,9 @@ pub struct EdgeConfig {
     #[arg(long, env = "EDGE_IDLE_TIMEOUT", default_value = "75s", value_parser = parse_duration)]
     pub idle_timeout: Duration,
 
-    /// Connections served at once; more wait in the listen backlog until one closes.
+    /// Connections open at once. Past it a new connection takes the place of the one idle
+    /// longest (no request in progress); it waits only while every connection has a request
+    /// in progress.
     #[arg(long, env = "EDGE_MAX_CONNECTIONS", default_value_t = 4096, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub max_connections: usize,
 

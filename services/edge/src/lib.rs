@@ -35,8 +35,12 @@ use axum::{
 };
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, header};
-use http_body_util::{BodyExt, LengthLimitError, Limited};
-use switchyard_kit::{ShutdownNotice, http_server::HttpLimits, store::RedisConnection};
+use switchyard_kit::{
+    ShutdownNotice,
+    http_server::{self, BodyError, HttpLimits},
+    json_depth,
+    store::RedisConnection,
+};
 use tower_http::{
     cors::{AllowOrigin, CorsLayer},
     request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer},
@@ -81,19 +85,16 @@ impl Edge {
         Ok(caller)
     }
 
-    /// The request body, at most `max_body_bytes`, which must be JSON when present.
+    /// The request body, at most `max_body_bytes`, which must be JSON when present and nest
+    /// no deeper than the kit's `json_depth::MAX_DEPTH`.
     pub async fn read_json_body(&self, headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
-        if let Some(length) = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
-            && length > self.max_body_bytes
-        {
-            return Err(ApiError::payload_too_large(self.max_body_bytes));
-        }
-        let bytes = match Limited::new(body, self.max_body_bytes).collect().await {
-            Ok(collected) => collected.to_bytes(),
-            Err(err) if err.downcast_ref::<LengthLimitError>().is_some() => {
-                return Err(ApiError::payload_too_large(self.max_body_bytes));
+        let announced = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
+        let bytes = match http_server::read_body(body, self.max_body_bytes, announced).await {
+            Ok(bytes) => bytes,
+            Err(BodyError::TooLarge) => return Err(ApiError::payload_too_large(self.max_body_bytes)),
+            Err(BodyError::Unreadable(err)) => {
+                return Err(ApiError::bad_request("body", format!("could not be read: {err}")));
             }
-            Err(err) => return Err(ApiError::bad_request("body", format!("could not be read: {err}"))),
         };
         if !bytes.iter().all(u8::is_ascii_whitespace)
             && let Some(content_type) = headers.get(header::CONTENT_TYPE)
@@ -103,6 +104,11 @@ impl Edge {
             if !essence.eq_ignore_ascii_case("application/json") && !essence.to_ascii_lowercase().ends_with("+json") {
                 return Err(ApiError::unsupported_media_type(text));
             }
+        }
+        // The parsers stop at their own depth limit, with an error naming no field: name it.
+        if let Some(path) = json_depth::too_deep(&bytes, json_depth::MAX_DEPTH) {
+            let field = if path.is_empty() { "body" } else { path.as_str() };
+            return Err(ApiError::bad_request(field, format!("nests deeper than {} levels", json_depth::MAX_DEPTH)));
         }
         Ok(bytes)
     }

@@ -1,8 +1,9 @@
 //! The edge's listener against slow, idle and too many clients, over real TCP with the
 //! deadlines shortened: a request head sent a byte at a time and a connection that says
 //! nothing are closed by the header timeout, a keep-alive connection by the idle timeout after
-//! its last response, connections past the limit wait until one closes; while a client that
-//! keeps asking and a stream that keeps running longer than both timeouts are left alone.
+//! its last response; past the connection limit a new connection takes the place of the one
+//! idle longest, or waits while every connection has a request in progress; while a client
+//! that keeps asking and a stream that keeps running longer than both timeouts are left alone.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -111,8 +112,17 @@ async fn a_stream_running_longer_than_the_timeouts_is_not_cut() {
     assert_eq!(text, "One two three four five six seven eight nine ten eleven twelve.");
 }
 
+/// The head of a chat request whose 17-byte body has not all arrived: the request is in
+/// progress, its handler waiting for the rest ([`REST_OF_BODY`]).
+fn unfinished_chat(host: &str) -> String {
+    format!(
+        "POST /api/v1/chat HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: 17\r\n\r\n{{\"mess"
+    )
+}
+const REST_OF_BODY: &[u8] = br#"age": "Hi"}"#;
+
 #[tokio::test]
-async fn connections_past_the_limit_wait_until_one_closes() {
+async fn past_the_limit_a_new_connection_takes_the_place_of_the_one_idle_longest_or_waits_while_all_are_busy() {
     let stack = edge(|config| config.max_connections = 2).await;
     let (addr, host) = (stack.edge.addr, host(&stack));
 
@@ -122,17 +132,35 @@ async fn connections_past_the_limit_wait_until_one_closes() {
         connection.send_get("/healthz", &host).await;
         assert_eq!(connection.response(Duration::from_secs(10)).await.map(|(status, _)| status), Some(200));
     }
-    // The third is not served while two are open...
+    // Both places are held by idle connections: a third closes the one idle longest and is
+    // served at once.
     let mut third = RawConnection::connect(addr).await;
     third.send_get("/healthz", &host).await;
-    assert_eq!(third.response(Duration::from_secs(1)).await, None, "a connection past the limit was served");
-    // ...and is as soon as one of them closes.
-    drop(first);
-    let answer = third.response(Duration::from_secs(10)).await;
-    assert_eq!(answer.map(|(status, _)| status), Some(200), "the waiting connection is served once one closes");
-    // The connection still open was not disturbed.
+    assert_eq!(third.response(Duration::from_secs(5)).await.map(|(status, _)| status), Some(200));
+    assert!(
+        matches!(first.closed_within(Duration::from_secs(5)).await, Closed::After(_)),
+        "the connection idle longest made room"
+    );
+    // The other was not disturbed.
     second.send_get("/healthz", &host).await;
     assert_eq!(second.response(Duration::from_secs(10)).await.map(|(status, _)| status), Some(200));
+
+    // With a request in progress on both, a new connection is not served...
+    for connection in [&mut second, &mut third] {
+        connection.send_raw(unfinished_chat(&host).as_bytes()).await;
+    }
+    let mut fourth = RawConnection::connect(addr).await;
+    fourth.send_get("/healthz", &host).await;
+    assert_eq!(fourth.response(Duration::from_secs(1)).await, None, "served while every connection was busy");
+    // ...until one of them ends its request: then it takes that one's place.
+    second.send_raw(REST_OF_BODY).await;
+    assert_eq!(second.response(Duration::from_secs(10)).await.map(|(status, _)| status), Some(200));
+    let answer = fourth.response(Duration::from_secs(10)).await;
+    assert_eq!(answer.map(|(status, _)| status), Some(200), "the waiting connection is served once a place is idle");
+    assert!(matches!(second.closed_within(Duration::from_secs(5)).await, Closed::After(_)), "the idle one made room");
+    // The request still in progress was not cut.
+    third.send_raw(REST_OF_BODY).await;
+    assert_eq!(third.response(Duration::from_secs(10)).await.map(|(status, _)| status), Some(200));
 }
 
 #[tokio::test]

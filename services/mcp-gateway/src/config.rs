@@ -45,8 +45,9 @@ pub struct GatewayConfig {
     #[arg(long, env = "MCP_GATEWAY_MCP_IDLE_TIMEOUT", default_value = "75s", value_parser = parse_duration)]
     pub mcp_idle_timeout: Duration,
 
-    /// Connections to the MCP endpoint served at once; more wait in the listen backlog until
-    /// one closes.
+    /// Connections to the MCP endpoint open at once. Past it a new connection takes the place
+    /// of the one idle longest (no request in progress); it waits only while every connection
+    /// has a request in progress (an open event stream is one).
     #[arg(long, env = "MCP_GATEWAY_MCP_MAX_CONNECTIONS", default_value_t = 4096, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub mcp_max_connections: usize,
 

@@ -13,8 +13,8 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use http::{HeaderMap, Method, StatusCode, header};
-use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde_json::{Value, json};
+use switchyard_kit::http_server::{BodyError, read_body};
 
 /// JSON-RPC 2.0's error codes for input that is not a request.
 const PARSE_ERROR: i64 = -32700;
@@ -155,9 +155,10 @@ pub async fn check(State(guard): State<Arc<Guard>>, request: Request, next: Next
         return next.run(request).await;
     }
     let (parts, body) = request.into_parts();
-    let bytes = match Limited::new(body, guard.max_body_bytes).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(err) if err.downcast_ref::<LengthLimitError>().is_some() => {
+    let announced = parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
+    let bytes = match read_body(body, guard.max_body_bytes, announced).await {
+        Ok(bytes) => bytes,
+        Err(BodyError::TooLarge) => {
             return jsonrpc_error(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 INVALID_REQUEST,
@@ -165,7 +166,7 @@ pub async fn check(State(guard): State<Arc<Guard>>, request: Request, next: Next
                 Value::Null,
             );
         }
-        Err(err) => {
+        Err(BodyError::Unreadable(err)) => {
             return jsonrpc_error(
                 StatusCode::BAD_REQUEST,
                 PARSE_ERROR,
@@ -174,6 +175,18 @@ pub async fn check(State(guard): State<Arc<Guard>>, request: Request, next: Next
             );
         }
     };
+    // The transport's parser stops at its own depth limit with a parse error naming nothing:
+    // name the member instead (in `params`, the caller's arguments, say).
+    if let Some(path) = switchyard_kit::json_depth::too_deep(&bytes, switchyard_kit::json_depth::MAX_DEPTH) {
+        let code = if path.starts_with("params") { INVALID_PARAMS } else { INVALID_REQUEST };
+        let name = if path.is_empty() { "the message".to_owned() } else { format!("`{path}`") };
+        return jsonrpc_error(
+            StatusCode::BAD_REQUEST,
+            code,
+            format!("{name} nests deeper than {} levels", switchyard_kit::json_depth::MAX_DEPTH),
+            Value::Null,
+        );
+    }
     let response = next.run(Request::from_parts(parts, Body::from(bytes.clone()))).await;
     // With a JSON Content-Type, the transport's 415 means the body is not a message it reads:
     // only then is the body looked at again, so a good request is parsed once.

@@ -1,7 +1,8 @@
 //! The MCP endpoint's listener against slow, idle and too many clients, over real TCP with the
 //! deadlines shortened: a request head sent a byte at a time and a connection that says
-//! nothing are closed by the header timeout, a keep-alive connection by the idle timeout,
-//! connections past the limit wait until one closes; a session's event stream held open longer
+//! nothing are closed by the header timeout, a keep-alive connection by the idle timeout; past
+//! the connection limit a new connection takes the place of the one idle longest, or waits
+//! while every connection has a request in progress; a session's event stream held open longer
 //! than both timeouts is left alone.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -128,21 +129,45 @@ async fn a_sessions_event_stream_outlasts_the_timeouts() {
     }
 }
 
+/// The head of a JSON-RPC `ping` whose body has not all arrived: the request is in progress,
+/// the endpoint waiting for the rest ([`REST_OF_PING`]).
+fn unfinished_ping(host: &str) -> String {
+    format!(
+        "POST /mcp HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\n\r\n{{\"jsonrpc\"",
+        "{\"jsonrpc\"".len() + REST_OF_PING.len()
+    )
+}
+const REST_OF_PING: &[u8] = br#": "2.0", "id": 1, "method": "ping"}"#;
+
 #[tokio::test]
-async fn connections_past_the_limit_wait_until_one_closes() {
+async fn past_the_limit_a_new_connection_takes_the_place_of_the_one_idle_longest_or_waits_while_all_are_busy() {
     let running = gateway(|config| config.mcp_max_connections = 2).await;
     let (addr, host) = (running.mcp, running.mcp.to_string());
 
     let mut first = RawConnection::connect(addr).await;
     let mut second = RawConnection::connect(addr).await;
     assert!(answered(&mut first, &host).await && answered(&mut second, &host).await);
+    // Both places held by idle connections: a third closes the one idle longest.
     let mut third = RawConnection::connect(addr).await;
-    third.send_get("/mcp", &host).await;
-    assert_eq!(third.response(Duration::from_secs(1)).await, None, "a connection past the limit was served");
-    drop(first);
+    assert!(answered(&mut third, &host).await, "a new connection is served at once");
     assert!(
-        third.response(Duration::from_secs(10)).await.is_some(),
-        "the waiting connection is served once one closes"
+        matches!(first.closed_within(Duration::from_secs(5)).await, Closed::After(_)),
+        "the connection idle longest made room"
     );
-    assert!(answered(&mut second, &host).await, "the connection still open was not disturbed");
+    assert!(answered(&mut second, &host).await, "the other was not disturbed");
+
+    // With a request in progress on both, a new connection is not served...
+    for connection in [&mut second, &mut third] {
+        connection.send_raw(unfinished_ping(&host).as_bytes()).await;
+    }
+    let mut fourth = RawConnection::connect(addr).await;
+    fourth.send_get("/mcp", &host).await;
+    assert_eq!(fourth.response(Duration::from_secs(1)).await, None, "served while every connection was busy");
+    // ...until one of them ends its request: then it takes that one's place.
+    second.send_raw(REST_OF_PING).await;
+    assert!(second.response(Duration::from_secs(10)).await.is_some(), "the ping answered");
+    assert!(fourth.response(Duration::from_secs(10)).await.is_some(), "the waiting connection is served");
+    assert!(matches!(second.closed_within(Duration::from_secs(5)).await, Closed::After(_)), "the idle one made room");
+    third.send_raw(REST_OF_PING).await;
+    assert!(third.response(Duration::from_secs(10)).await.is_some(), "the request in progress was not cut");
 }
