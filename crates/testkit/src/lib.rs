@@ -1,12 +1,14 @@
 //! What the workspace's tests and benches share: the repository and its installed peer tools,
 //! the real Postgres and Redis with a fresh schema or key prefix per test (cleaned up on every
 //! exit), servers on their own task, a TCP proxy that cuts connections for outage tests, raw
-//! HTTP/1.1 connections for slow and idle clients, a fixture MCP server, one polling helper
-//! and the fuzz suites' settings. A dev-dependency only; no service compiles it into its binary.
+//! HTTP/1.1 connections for slow and idle clients, thousands of idle connections from a
+//! process of their own, a fixture MCP server, one polling helper and the fuzz suites'
+//! settings. A dev-dependency only; no service compiles it into its binary.
 
 pub mod catalog;
 pub mod fuzz;
 pub mod grpc;
+pub mod idle_clients;
 pub mod latency;
 pub mod llm;
 pub mod mcp;
