@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::scenario::{
-    chat, detect_triggers, health_check, http_chat, llm_direct, process_query, sessions_redis_floor,
+    chat, detect_triggers, health_check, http_chat, llm_direct, process_query, routing_stats, sessions_redis_floor,
 };
 
 #[derive(Parser)]
@@ -84,6 +84,8 @@ pub enum ScenarioCommand {
     ProcessQuery(process_query::Args),
     /// The Redis round trips of a ProcessQuery without a switch, made directly: its floor.
     SessionsRedisFloor(sessions_redis_floor::Args),
+    /// RouterService.GetRoutingStats over one tenant's window ending now.
+    RoutingStats(routing_stats::Args),
 }
 
 /// Parses a duration written as a number and a unit: `500ms`, `10s`, `2m`, `1h`, `1.5s`.

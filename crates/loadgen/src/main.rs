@@ -30,6 +30,7 @@ use crate::scenario::health_check::HealthCheck;
 use crate::scenario::http_chat::HttpChat;
 use crate::scenario::llm_direct::LlmDirect;
 use crate::scenario::process_query::ProcessQuery;
+use crate::scenario::routing_stats::RoutingStats;
 use crate::scenario::sessions_redis_floor::SessionsRedisFloor;
 
 #[tokio::main]
@@ -76,6 +77,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         ScenarioCommand::LlmDirect(args) => {
             let target = args.base_url.clone();
             drive(LlmDirect::new(args)?, target, &cli.run).await
+        }
+        ScenarioCommand::RoutingStats(args) => {
+            let target = args.target.clone();
+            let connections = Connections::open(&target, cli.run.connections.get()).await?;
+            drive(RoutingStats::new(args, connections)?, target, &cli.run).await
         }
         ScenarioCommand::HealthCheck(args) => {
             let connections = Connections::open(&args.target, cli.run.connections.get()).await?;

@@ -12,6 +12,7 @@ pub mod health_check;
 pub mod http_chat;
 pub mod llm_direct;
 pub mod process_query;
+pub mod routing_stats;
 pub mod sessions_redis_floor;
 
 pub trait Scenario: Send + Sync + 'static {
