@@ -10,6 +10,7 @@ use std::{
 
 use switchyard_kit::{
     Identity, SessionId, TenantId,
+    backoff::Backoff,
     client::{TracedChannel, connect_lazy},
     identity::{ADMIN_HEADER, TENANT_HEADER, USER_HEADER},
 };
@@ -26,6 +27,11 @@ use crate::error::RouterError;
 
 /// How long one call to sessions or the gateway's context calls may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long appending a turn to its session is retried while sessions is UNAVAILABLE, and the
+/// delays between tries.
+const APPEND_RETRY_FOR: Duration = Duration::from_secs(5);
+const APPEND_RETRY_INITIAL: Duration = Duration::from_millis(50);
+const APPEND_RETRY_MAX: Duration = Duration::from_secs(1);
 /// How long the role list is reused before it is fetched again.
 const ROLES_TTL: Duration = Duration::from_secs(30);
 
@@ -270,15 +276,30 @@ impl SessionsClient {
         if messages.is_empty() {
             return Ok(());
         }
-        self.sessions
-            .clone()
-            .append_messages(request(
-                sessions::AppendMessagesRequest { session_id: session_id.to_string(), messages },
-                identity,
-                CALL_TIMEOUT,
-            ))
-            .await
-            .map(|_| ())
+        // The answer is already made: a turn whose append fails is answered but missing from the
+        // conversation. Sessions answers UNAVAILABLE while its Redis restarts (a dropped
+        // connection's first command fails, then the client reconnects), so that one is retried
+        // for a few seconds, which outlasts such a restart; any other error is final.
+        let mut backoff = Backoff::new(APPEND_RETRY_INITIAL, APPEND_RETRY_MAX);
+        let started = Instant::now();
+        loop {
+            let appended = self
+                .sessions
+                .clone()
+                .append_messages(request(
+                    sessions::AppendMessagesRequest { session_id: session_id.to_string(), messages: messages.clone() },
+                    identity,
+                    CALL_TIMEOUT,
+                ))
+                .await;
+            match appended {
+                Err(status) if status.code() == tonic::Code::Unavailable && started.elapsed() < APPEND_RETRY_FOR => {
+                    tracing::debug!(session_id = %session_id, error = %status.message(), "appending the turn; retrying");
+                    tokio::time::sleep(backoff.next_delay()).await;
+                }
+                done => return done.map(|_| ()),
+            }
+        }
     }
 
     /// Every role the caller's tenant sees (cached briefly: roles change rarely, experts are
