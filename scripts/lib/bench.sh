@@ -13,10 +13,11 @@ scratch=()
 
 # BENCH_SKIP_BUILD=1: run the release binaries already in CARGO_TARGET_DIR (a rebuild on a
 # shared tree may take long; the binaries are then those of the last build, not the tree's).
+# Extra arguments name more packages (`-p switchyard-mcp-gateway`).
 bench_build() {
   [[ "${BENCH_SKIP_BUILD:-}" == 1 ]] && return 0
   cargo build --quiet --release --locked -p switchyard-triggers -p switchyard-sessions -p switchyard-router \
-    -p switchyard-edge -p switchyard-loadgen -p switchyard-testkit --bins
+    -p switchyard-edge -p switchyard-loadgen -p switchyard-testkit "$@" --bins
 }
 
 bench_cleanup() {
@@ -86,4 +87,74 @@ bench_cpu_line() {
   local flags
   flags=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -xE 'avx2|fma|f16c|avx512f|avx512vl|avx512_bf16' | xargs)
   echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, flags $flags, load $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+
+# The whole suite as it runs in production, for scripts/bench-load.sh and bench-soak.sh: every
+# service's records in the real Postgres (schemas named after $schema) and its live state in a
+# Redis of the benchmark's own (REDIS_URL), the MCP gateway with the reference
+# `server-everything` over stdio, the router with the gateway, and the edge (open, no rate
+# limit) in front. DATABASE_URL_VIA (default DATABASE_URL) is the services' way to Postgres (the
+# soak sends it through its fault proxy). Every service serves Prometheus metrics on its own
+# port from $metrics_base (triggers +0, sessions +1, gateway +2, router +3, edge +4). With
+# $fallback_port, a second scripted vendor there answers on Anthropic's wire as the router's
+# fallback model (anthropic/claude-haiku-4-5). Sets llm, fallback_llm, triggers, sessions,
+# gateway, router and edge to their PIDs; logs go to $logs/<service>.log.
+bench_start_full_stack() {
+  local db="${DATABASE_URL_VIA:-$DATABASE_URL}"
+  local fallback=()
+  "$bin/switchyard-scripted-llm" "127.0.0.1:$llm_port" >"$logs/vendor.log" 2>&1 &
+  llm=$!
+  pids+=("$llm")
+  if [[ -n "${fallback_port:-}" ]]; then
+    "$bin/switchyard-scripted-llm" "127.0.0.1:$fallback_port" >"$logs/fallback-vendor.log" 2>&1 &
+    fallback_llm=$!
+    pids+=("$fallback_llm")
+    fallback=(ANTHROPIC_BASE_URL="http://127.0.0.1:$fallback_port"
+      UNIFIED_CHAT_FALLBACK_MODELS=anthropic/claude-haiku-4-5)
+  fi
+  DATABASE_URL="$db" "$bin/switchyard-triggers" --listen "127.0.0.1:$triggers_port" --db-schema "${schema}_triggers" \
+    --metrics-listen "127.0.0.1:$metrics_base" >"$logs/triggers.log" 2>&1 &
+  triggers=$!
+  pids+=("$triggers")
+  DATABASE_URL="$db" "$bin/switchyard-sessions" --listen "127.0.0.1:$sessions_port" --db-schema "${schema}_sessions" \
+    --redis-prefix "$schema" --triggers-url "http://127.0.0.1:$triggers_port" \
+    --metrics-listen "127.0.0.1:$((metrics_base + 1))" >"$logs/sessions.log" 2>&1 &
+  sessions=$!
+  pids+=("$sessions")
+  DATABASE_URL="$db" "$bin/switchyard-mcp-gateway" --listen "127.0.0.1:$gateway_port" \
+    --mcp-listen "127.0.0.1:$gateway_mcp_port" --db-schema "${schema}_gateway" --redis-prefix "$schema" \
+    --server "everything=$PWD/.tools/bin/mcp-server-everything stdio" \
+    --metrics-listen "127.0.0.1:$((metrics_base + 2))" >"$logs/gateway.log" 2>&1 &
+  gateway=$!
+  pids+=("$gateway")
+  env "${fallback[@]}" DATABASE_URL="$db" OPENAI_BASE_URL="http://127.0.0.1:$llm_port/v1" "$bin/switchyard-router" \
+    --listen "127.0.0.1:$router_port" --sessions-url "http://127.0.0.1:$sessions_port" \
+    --mcp-gateway-url "http://127.0.0.1:$gateway_port" --db-schema "${schema}_router" --redis-prefix "$schema" \
+    --metrics-listen "127.0.0.1:$((metrics_base + 3))" >"$logs/router.log" 2>&1 &
+  router=$!
+  pids+=("$router")
+  env -u DATABASE_URL "$bin/switchyard-edge" --listen "127.0.0.1:$edge_port" --open --rate-limit 0 \
+    --redis-prefix "$schema" --router-url "http://127.0.0.1:$router_port" \
+    --sessions-url "http://127.0.0.1:$sessions_port" --triggers-url "http://127.0.0.1:$triggers_port" \
+    --mcp-gateway-url "http://127.0.0.1:$gateway_port" --metrics-listen "127.0.0.1:$((metrics_base + 4))" >"$logs/edge.log" 2>&1 &
+  edge=$!
+  pids+=("$edge")
+}
+
+# Drops the per-service schemas bench_start_full_stack made (named after $schema).
+bench_drop_full_stack_schemas() {
+  local service
+  for service in triggers sessions gateway router; do
+    psql "$DATABASE_URL" -qc "DROP SCHEMA IF EXISTS ${schema}_$service CASCADE" >/dev/null 2>&1 || true
+  done
+}
+
+# Resident memory of a process in KiB (VmRSS), or 0 once it is gone.
+bench_rss_kib() {
+  awk '/^VmRSS:/ { print $2; found = 1 } END { if (!found) print 0 }' "/proc/$1/status" 2>/dev/null || echo 0
+}
+
+# The sum of every sample of the Prometheus counter NAME (any labels) at URL; 0 when absent.
+bench_counter() {
+  curl -fsS "$1" 2>/dev/null | awk -v name="$2" '$1 == name || index($1, name "{") == 1 { sum += $NF } END { printf "%d\n", sum }'
 }

@@ -66,7 +66,11 @@ fn reply(request: &Recorded, answer: &str) -> Reply {
         return Reply::tool_call(ROUTE_TO_AGENT, json!({"reasoning": "the message asks for a tool"}).to_string())
             .usage(60, 12);
     }
-    let after_tool = request.messages().last().is_some_and(|message| message["role"] == "tool");
+    // A tool's result: OpenAI's `tool` message, Anthropic's `tool_result` part of a user message.
+    let after_tool = request.messages().last().is_some_and(|message| {
+        message["role"] == "tool"
+            || message["content"].as_array().is_some_and(|parts| parts.iter().any(|part| part["type"] == "tool_result"))
+    });
     match tools.iter().find(|tool| tool.ends_with("echo")) {
         Some(echo) if !after_tool => {
             Reply::tool_call(echo.as_str(), json!({"message": "soak"}).to_string()).usage(60, 12)
