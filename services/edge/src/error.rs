@@ -111,6 +111,13 @@ impl ApiError {
 
     /// A status from an upstream service, with the field of its `BadRequest` detail.
     pub fn from_status(status: &tonic::Status) -> Self {
+        if connection_lost(status) {
+            // The replica went away under the call (killed, or draining as the call was sent):
+            // the service is unavailable for now, and another replica will answer a retry.
+            let mut error = Self::unavailable("the upstream connection was lost: retry");
+            error.retry_after = Some(1);
+            return error;
+        }
         let http = http_status(status.code());
         let (field, message) = match status.code() {
             Code::InvalidArgument | Code::OutOfRange => {
@@ -281,6 +288,21 @@ pub fn http_status(code: Code) -> StatusCode {
 
 pub use switchyard_kit::error::code_name;
 
+/// Whether a status is the gRPC client's own report of a lost connection rather than an
+/// upstream's answer. tonic reports a peer killed mid-body as UNKNOWN and a call sent as the
+/// peer's graceful GOAWAY arrived as INTERNAL; both carry the transport's error as their source,
+/// which a status decoded from a server's answer never has.
+fn connection_lost(status: &tonic::Status) -> bool {
+    let mut source = std::error::Error::source(status);
+    while let Some(error) = source {
+        if error.is::<tonic::transport::Error>() || error.is::<std::io::Error>() {
+            return true;
+        }
+        source = error.source();
+    }
+    false
+}
+
 /// Seconds a caller should wait before retrying an upstream's refusal: what its
 /// `google.rpc.RetryInfo` says, rounded up (a spent budget's: the end of its period; no detail
 /// with a delay: no header), else 1 s for an overloaded or unavailable service.
@@ -312,6 +334,11 @@ mod tests {
         let internal = ApiError::from_status(&tonic::Status::internal("pool exhausted at 10.0.0.3"));
         assert_eq!((internal.status(), internal.message()), (500, "internal error"));
         assert_eq!(ApiError::from_status(&tonic::Status::unavailable("down")).retry_after(), Some(1));
+        // A connection broken under the call (the client's UNKNOWN with the transport's error
+        // as its source) is the upstream being unavailable, not an internal error.
+        let broken = std::io::Error::new(std::io::ErrorKind::BrokenPipe, "stream closed because of a broken pipe");
+        let lost = ApiError::from_status(&tonic::Status::from_error(Box::new(broken)));
+        assert_eq!((lost.status(), lost.retry_after()), (503, Some(1)));
         let overloaded = tonic::Status::resource_exhausted("server overloaded");
         assert_eq!(ApiError::from_status(&overloaded).retry_after(), Some(1));
         // A spent budget says when its period ends; a refusal whose detail has no delay, none.
