@@ -17,7 +17,10 @@
 # as errors.
 # Usage: scripts/bench-stats.sh [ROWS]   (BENCH_SKIP_BUILD=1 runs the binaries already built;
 # BENCH_BIN_DIR=DIR runs the router and the load generator from DIR instead of the release build:
-# the time measured is Postgres's either way, but say which build a figure came from)
+# the time measured is Postgres's either way, but say which build a figure came from;
+# BENCH_KEEP=1 keeps the filled partitioned schema and prints its name; BENCH_STATS_SCHEMA=NAME
+# measures a schema so kept instead of filling one, migrating it to the router's newest
+# migrations first (ROWS is then what that schema holds) and keeping it)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=scripts/lib/bench.sh
@@ -30,13 +33,19 @@ day_duration="${BENCH_DAY_DURATION:-30s}"
 month_duration="${BENCH_MONTH_DURATION:-60s}"
 router_port="${BENCH_ROUTER_PORT:-50490}"
 flat_port="${BENCH_FLAT_ROUTER_PORT:-50491}"
-schema="bench_stats_$$"
+schema="${BENCH_STATS_SCHEMA:-bench_stats_$$}"
+keep="${BENCH_KEEP:-0}"
+[[ -z "${BENCH_STATS_SCHEMA:-}" ]] || keep=1
 flat="bench_stats_flat_$$"
 logs="$(mktemp -d)"
 scratch+=("$logs")
 
 [[ -n "${BENCH_BIN_DIR:-}" ]] || bench_build
 cleanup() {
+  if [[ "$keep" == 1 ]]; then
+    echo "kept the partitioned layout in schema $schema (drop it with DROP SCHEMA $schema CASCADE)" >&2
+    schema=""
+  fi
   bench_cleanup
   psql "$DATABASE_URL" -qc "DROP SCHEMA IF EXISTS $flat CASCADE" >/dev/null 2>&1 || true
 }
@@ -65,6 +74,10 @@ start_router() {
 # The partitioned layout: the router migrates the schema and makes today and the days ahead;
 # the filled days get the partitions the keeper would have made on each of them.
 start_router "$schema" "$router_port"
+if [[ -n "${BENCH_STATS_SCHEMA:-}" ]]; then
+  rows="$(sql "$schema" -c "SELECT count(*) FROM routing_decisions")"
+  echo "measuring the $rows decisions already in schema $schema ($(bench_cpu_line))" >&2
+else
 echo "filling $rows decisions over $days days ($(bench_cpu_line))" >&2
 fill_started=$SECONDS
 sql "$schema" <<SQL
@@ -115,6 +128,7 @@ CROSS JOIN LATERAL (SELECT
 SQL
 sql "$schema" -c "VACUUM ANALYZE routing_decisions"
 echo "partitioned layout filled in $((SECONDS - fill_started)) s" >&2
+fi
 
 if [[ "${BENCH_BASELINE:-1}" != 0 ]]; then
   # The layout before 0010, every migration marked applied with its checksum (as sqlx records
