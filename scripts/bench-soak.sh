@@ -178,9 +178,12 @@ rows = [line.rstrip("\n").split("\t") for line in open(f"{results}/windows")]
 ok = {"direct": 0, "agent": 0}
 failed_by_kind = {"direct": 0, "agent": 0}
 stray = []
-print("| window | fault | direct ok / errors / p99 ms | agent ok / errors / p99 ms | errors by kind |")
-print("| --- | --- | --- | --- | --- |")
-for window, fault, _ in rows:
+names = [pair.split("=")[0] for pair in rows[0][2].split()]
+print("| window | fault | direct ok / errors / p99 ms | agent ok / errors / p99 ms | errors by kind | resident MiB "
+      + " / ".join(names) + " |")
+print("| --- | --- | --- | --- | --- | --- |")
+for window, fault, sample in rows:
+    resident = " / ".join(f"{int(pair.split('=')[1]) / 1024:.1f}" for pair in sample.split())
     cells, kinds = [], {}
     for kind in ("direct", "agent"):
         r = json.load(open(f"{results}/{kind}.{window}"))
@@ -193,7 +196,8 @@ for window, fault, _ in rows:
             stray.append((window, kind, errors))
         p99 = (r.get("latency_ms") or {}).get("p99", float("nan"))
         cells.append(f"{r['requests_ok']} / {errors} / {p99:.1f}")
-    print(f"| {window} | {fault} | {cells[0]} | {cells[1]} | {', '.join(f'{k} {n}' for k, n in kinds.items()) or '-'} |")
+    print(f"| {window} | {fault} | {cells[0]} | {cells[1]} | {', '.join(f'{k} {n}' for k, n in kinds.items()) or '-'} |"
+          f" {resident} |")
 
 # Each load generator run opens with one probe call of its own, answered before it measures.
 probes = {"direct": len(rows), "agent": len(rows)}
