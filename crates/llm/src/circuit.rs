@@ -19,7 +19,7 @@ use opentelemetry::{
 
 use crate::{
     ChatRequest, Completion, ErrorKind, EventStream, Provider, ProviderError,
-    circuit_sync::{Change, CircuitSync, Claim, Record, wall_ms},
+    circuit_sync::{Change, CircuitSync, Claim, RECORD_TTL, Record, millis, wall_ms},
 };
 
 /// When a provider's circuit opens and how long it stays open before a probe.
@@ -370,7 +370,10 @@ impl CircuitBreaker {
             local.own_change = None;
             let shared = match record.change {
                 Change::Open { until_ms } => {
-                    Shared::Open { until: now + Duration::from_millis(until_ms.saturating_sub(wall_ms())) }
+                    // A record is data from outside: a far time is taken as the longest opening
+                    // a record can stand for (it expires then), not an overflow.
+                    let wait = Duration::from_millis(until_ms.saturating_sub(wall_ms())).min(RECORD_TTL);
+                    Shared::Open { until: now + wait }
                 }
                 Change::Closed => Shared::Closed,
             };
@@ -455,7 +458,7 @@ impl CircuitBreaker {
                 local.changed_ms = at_ms;
                 let change = match state {
                     CircuitState::Open => {
-                        Change::Open { until_ms: at_ms + local.circuit.settings.cooldown.as_millis() as u64 }
+                        Change::Open { until_ms: at_ms.saturating_add(millis(local.circuit.settings.cooldown)) }
                     }
                     CircuitState::Closed => Change::Closed,
                     // Half-open is the lease's business, not the record's.

@@ -47,7 +47,7 @@ const SYNC_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long a record lives after its last change: long enough for any replica to read it (an
 /// open record is read well within its cooldown), short enough that a provider removed from the
 /// configuration leaves nothing behind for long.
-const RECORD_TTL: Duration = Duration::from_secs(3600);
+pub const RECORD_TTL: Duration = Duration::from_secs(3600);
 
 /// Replaces the record only when the new one is newer. KEYS[1] record; ARGV[1] the new record's
 /// `at`, ARGV[2] the record, ARGV[3] its time to live in ms.
@@ -126,8 +126,12 @@ pub enum Claim {
 
 /// The wall clock in milliseconds since the epoch (what records are stamped with).
 pub fn wall_ms() -> u64 {
-    let since = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-    u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+    millis(SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default())
+}
+
+/// A duration in whole milliseconds, saturating (a cooldown of years is still a number).
+pub fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn sync_errors() -> &'static Counter<u64> {
@@ -207,7 +211,7 @@ impl CircuitSync {
     pub async fn publish(&self, provider: &str, record: Record) {
         let mut conn = self.conn.clone();
         let mut invocation = self.publish.key(self.record_key(provider));
-        invocation.arg(record.at_ms).arg(record.encode()).arg(RECORD_TTL.as_millis() as u64);
+        invocation.arg(record.at_ms).arg(record.encode()).arg(millis(RECORD_TTL));
         let written: Result<i64, StoreError> = bounded(SYNC_TIMEOUT, invocation.invoke_async(&mut conn)).await;
         // A change not written is written by the breaker's next read that finds it missing.
         let _ = self.note("publish", written);
@@ -219,7 +223,7 @@ impl CircuitSync {
         let mut conn = self.conn.clone();
         let mut invocation = self.claim.key(self.record_key(provider));
         invocation.key(self.lease_key(provider));
-        invocation.arg(wall_ms()).arg(lease.as_millis().max(1) as u64).arg(&self.claimant);
+        invocation.arg(wall_ms()).arg(millis(lease).max(1)).arg(&self.claimant);
         let answer: Result<String, StoreError> = bounded(CLAIM_TIMEOUT, invocation.invoke_async(&mut conn)).await;
         match self.note("claim", answer) {
             Err(_) => Claim::Unavailable,

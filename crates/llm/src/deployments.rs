@@ -47,7 +47,7 @@ pub struct DeploymentSettings {
 impl DeploymentSettings {
     /// Doubling up to 16 times `cooldown`.
     pub fn new(cooldown: Duration, max_retries: u32) -> Self {
-        Self { cooldown, max_cooldown: cooldown * 16, attempts: max_retries.saturating_add(1) }
+        Self { cooldown, max_cooldown: cooldown.saturating_mul(16), attempts: max_retries.saturating_add(1) }
     }
 }
 
@@ -69,12 +69,14 @@ impl Cooling {
     pub fn failed(&mut self, retry_after: Option<Duration>, settings: &DeploymentSettings, now: Instant) -> Instant {
         let asked = retry_after.map(|wait| wait.min(LONGEST_RETRY_AFTER)).unwrap_or_default();
         let until = if self.is_cooling(now) {
+            // `asked` is at most LONGEST_RETRY_AFTER: no overflow.
             self.until.map_or(now + asked, |until| until.max(now + asked))
         } else {
             self.strikes = self.strikes.saturating_add(1);
             let doublings = self.strikes.saturating_sub(1).min(16);
             let grown = settings.cooldown.saturating_mul(1 << doublings).min(settings.max_cooldown);
-            now + grown.max(asked)
+            // A cooldown configured beyond the clock's range is as good as forever.
+            now.checked_add(grown.max(asked)).unwrap_or(now + LONGEST_RETRY_AFTER)
         };
         self.until = Some(until);
         until
