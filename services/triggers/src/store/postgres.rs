@@ -38,7 +38,7 @@ impl PostgresStore {
 
         let version = current_version(&pool).await?;
         let versions = Arc::new(watch::Sender::new(version));
-        let channel = format!("{schema}_registry_changed");
+        let channel = channel_name(schema);
         let follower = tokio::spawn(follow_changes(pool.clone(), channel.clone(), versions.clone(), poll_interval));
         Ok(Self { pool, channel, versions, follower })
     }
@@ -55,6 +55,27 @@ fn publish(versions: &watch::Sender<u64>, version: u64) {
         *known = version;
         changed
     });
+}
+
+/// The NOTIFY channel of a schema's registry. Postgres refuses a channel name over 63 bytes,
+/// and a schema's name may be 63 bytes itself: a long one is cut, and told apart from others cut
+/// alike by a hash of the whole name (FNV-1a: the same in every build, so every replica listens
+/// where the others notify).
+fn channel_name(schema: &str) -> String {
+    const MAX_BYTES: usize = 63;
+    let channel = format!("{schema}_registry_changed");
+    if channel.len() <= MAX_BYTES {
+        return channel;
+    }
+    let hash = schema
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3));
+    let suffix = format!("_{hash:016x}_registry_changed");
+    let mut cut = MAX_BYTES - suffix.len();
+    while !schema.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}{suffix}", &schema[..cut])
 }
 
 async fn follow_changes(pool: PgPool, channel: String, versions: Arc<watch::Sender<u64>>, poll_interval: Duration) {
@@ -196,4 +217,23 @@ async fn bump_version(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>, channel: &
         .await?;
     sqlx::query("SELECT pg_notify($1, $2)").bind(channel).bind(version.to_string()).execute(&mut **tx).await?;
     Ok(u64::try_from(version).unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::channel_name;
+
+    #[test]
+    fn a_long_schemas_channel_fits_postgres_and_stays_its_own() {
+        assert_eq!(channel_name("triggers"), "triggers_registry_changed");
+        let long = format!("faults_triggers_{}", "0123456789abcdef".repeat(2));
+        let other = format!("faults_triggers_{}", "0123456789abcdee".repeat(2));
+        for schema in [&long, &other, &"é".repeat(31)] {
+            let channel = channel_name(schema);
+            assert!(channel.len() <= 63, "{channel} is {} bytes", channel.len());
+            assert!(channel.ends_with("_registry_changed"), "{channel}");
+        }
+        assert_ne!(channel_name(&long), channel_name(&other));
+        assert_eq!(channel_name(&long), channel_name(&long.clone()));
+    }
 }
