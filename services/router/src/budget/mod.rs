@@ -381,12 +381,22 @@ impl Budgets {
         {
             return Ok(Arc::clone(budgets));
         }
-        let budgets = Arc::new(
-            self.book
-                .list(Some(tenant))
-                .await
-                .map_err(|err| RouterError::unavailable("reading budgets", err.to_string()))?,
-        );
+        let budgets = match self.book.list(Some(tenant)).await {
+            Ok(budgets) => Arc::new(budgets),
+            Err(err) => {
+                // Postgres away: the budgets as last read still hold (they change rarely, and
+                // the spend is counted in Redis), so turns go on. They are kept as read now, so
+                // one turn per BOOK_FRESH pays for trying again, not every turn. A tenant never
+                // read cannot be checked: its turns wait for Postgres.
+                let mut read = self.read.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let Some((at, last)) = read.get_mut(tenant) else {
+                    return Err(RouterError::unavailable("reading budgets", err.to_string()));
+                };
+                tracing::warn!(tenant = %tenant.as_str(), error = %err, read_ago = ?at.elapsed(), "budgets unreadable; checking turns against their last read");
+                *at = Instant::now();
+                return Ok(Arc::clone(last));
+            }
+        };
         let mut read = self.read.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if read.len() >= BOOK_TENANTS {
             read.retain(|_, (at, _)| at.elapsed() < BOOK_FRESH);

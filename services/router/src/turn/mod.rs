@@ -185,6 +185,12 @@ impl Router {
         &self.fast
     }
 
+    /// Routing decisions dropped because the buffer was full while Postgres was away (0 when
+    /// decisions are not recorded).
+    pub fn decisions_dropped(&self) -> u64 {
+        self.recorder.as_ref().map_or(0, |recorder| recorder.dropped())
+    }
+
     /// Refuses a turn no configured provider could answer, before any work is done.
     fn check_models(&self, request: &TurnRequest) -> Result<(), RouterError> {
         if self.llm.providers().is_empty() {
