@@ -53,10 +53,12 @@ trap cleanup EXIT
 sql() { PGOPTIONS="-c search_path=$1 -c statement_timeout=0 -c client_min_messages=warning" psql "$DATABASE_URL" -qAt -v ON_ERROR_STOP=1 "${@:2}"; }
 
 # The router on SCHEMA at PORT; only GetRoutingStats is called, so no vendor, sessions service
-# or fast router is needed (a provider is configured so that it reports ready).
+# or fast router is needed (a provider is configured so that it reports ready). Its retention
+# is a year: with the default (30 days) its round at start would delete the filled rows older
+# than that (a day's worth, some 300,000 rows at 10 M) while the windows are measured.
 start_router() {
   OPENAI_BASE_URL="http://127.0.0.1:9/v1" "$bin/switchyard-router" --listen "127.0.0.1:$2" --db-schema "$1" \
-    --no-fast-router >"$logs/router-$1.log" 2>&1 &
+    --no-fast-router --analytics-retention 8760h >"$logs/router-$1.log" 2>&1 &
   pids+=($!)
   local _
   for _ in $(seq 150); do
