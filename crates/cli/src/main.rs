@@ -18,7 +18,8 @@ struct Cli {
 enum Command {
     /// Run every service in this process on its default port, with in-memory stores in place
     /// of Postgres and Redis (nothing survives exit).
-    Dev(DevArgs),
+    // Boxed: its provider settings make it several times the size of the other commands.
+    Dev(Box<DevArgs>),
     /// Send one message to a running suite through the edge and stream the answer; the route,
     /// role and tools follow on stderr.
     Chat(switchyard_cli::chat::ChatArgs),
@@ -95,7 +96,7 @@ async fn main() -> anyhow::Result<()> {
     let _telemetry = telemetry::init("switchyard", &cli.telemetry)?;
     switchyard_kit::tls::install_crypto_provider();
     match cli.command {
-        Command::Dev(args) => dev(args).await,
+        Command::Dev(args) => dev(*args).await,
         Command::Chat(args) => switchyard_cli::chat::run(args).await,
         Command::Keys(command) => switchyard_cli::keys::run(command).await,
         Command::Budgets(command) => switchyard_cli::budgets::run(command).await,
