@@ -64,6 +64,12 @@ pub struct TelemetryArgs {
     /// no metrics listener when unset.
     #[arg(long, env = "METRICS_LISTEN", global = true)]
     pub metrics_listen: Option<std::net::SocketAddr>,
+
+    /// A fault that repeats on every request (a store away, a provider's circuit open) is logged
+    /// at its first occurrence, then at most once per this interval with the count not logged
+    /// (`suppressed`); 0 logs every occurrence.
+    #[arg(long, env = "LOG_REPEAT_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    pub log_repeat_interval: Duration,
 }
 
 impl Default for TelemetryArgs {

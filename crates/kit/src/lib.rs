@@ -6,7 +6,8 @@
 //! client channels, the shared error codes, caller identity (tenant, user, session keys), store
 //! plumbing (Redis, Postgres schemas, day-partitioned record tables, store flags, secrets), the
 //! record buffer that writes Postgres records off the request path, backoff, wire timestamps,
-//! and the rule for text Postgres refuses (NUL).
+//! the rule for text Postgres refuses (NUL), fault logs bounded while a fault repeats (`log`),
+//! and the status a caller sees when an upstream's connection breaks (`status`).
 
 pub mod backoff;
 pub mod call_outcome;
@@ -18,6 +19,7 @@ pub mod health;
 pub mod http_server;
 pub mod identity;
 pub mod json_depth;
+pub mod log;
 pub mod metrics_export;
 pub mod partitions;
 pub mod postgres;
@@ -28,6 +30,7 @@ pub mod role_id;
 pub mod rpc_metrics;
 pub mod secret;
 pub mod server;
+pub mod status;
 pub mod store;
 pub mod telemetry;
 pub mod text;

@@ -34,7 +34,10 @@ use opentelemetry::{
 };
 use tokio::sync::Notify;
 
-use crate::{backoff::Backoff, store::StoreError};
+use crate::{backoff::Backoff, log::Throttle, store::StoreError};
+
+/// Write-through failures, per buffer: logged once per interval while the store is away.
+static WRITE_FAILED: Throttle = Throttle::new();
 
 /// Where records go: a service's Postgres record store, usually.
 #[async_trait]
@@ -231,12 +234,23 @@ impl<R: BufferedRecord> RecordBuffer<R> {
             match write {
                 Ok(Ok(())) => return Durability::Written,
                 Ok(Err(err)) if err.is_refused_content() => return self.write_through_one_by_one(records).await,
-                Ok(Err(err)) => tracing::warn!(records = self.config.name, %err, "record write failed, buffering"),
-                Err(_) => tracing::warn!(
-                    records = self.config.name,
-                    timeout = ?self.config.write_timeout,
-                    "record write timed out, buffering"
-                ),
+                // Every request's write fails the same way while the store is away: one line
+                // per buffer per interval (the backlog gauge and the writer's log say the rest).
+                Ok(Err(err)) => {
+                    if let Some(suppressed) = WRITE_FAILED.admit(self.config.name) {
+                        tracing::warn!(records = self.config.name, %err, suppressed, "record write failed, buffering");
+                    }
+                }
+                Err(_) => {
+                    if let Some(suppressed) = WRITE_FAILED.admit(self.config.name) {
+                        tracing::warn!(
+                            records = self.config.name,
+                            timeout = ?self.config.write_timeout,
+                            suppressed,
+                            "record write timed out, buffering"
+                        );
+                    }
+                }
             }
         }
         self.push_all(records)
@@ -256,8 +270,10 @@ impl<R: BufferedRecord> RecordBuffer<R> {
                     set_aside = true;
                 }
                 failed => {
-                    if let Ok(Err(err)) = failed {
-                        tracing::warn!(records = self.config.name, %err, "record write failed, buffering");
+                    if let Ok(Err(err)) = failed
+                        && let Some(suppressed) = WRITE_FAILED.admit(self.config.name)
+                    {
+                        tracing::warn!(records = self.config.name, %err, suppressed, "record write failed, buffering");
                     }
                     let held = self.push_all(std::iter::once(record).chain(records).collect());
                     return if set_aside && held != Durability::Dropped { Durability::SetAside } else { held };

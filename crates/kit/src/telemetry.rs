@@ -64,6 +64,7 @@ impl Drop for MetricsGuard {
 /// Installs the global subscriber and propagator. Call once, at the start of `main`.
 pub fn init(service_name: &'static str, args: &TelemetryArgs) -> anyhow::Result<TelemetryGuard> {
     opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
+    crate::log::set_repeat_interval(args.log_repeat_interval);
     let resource = Resource::builder().with_service_name(service_name).build();
     let provider = match &args.otlp_endpoint {
         Some(endpoint) => {
