@@ -34,6 +34,12 @@ pub struct ServerArgs {
     /// would otherwise hold its file descriptor for good. 0 turns it off.
     #[arg(long, env = "HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub handshake_timeout: Duration,
+
+    /// Also answers callers in this same process without the network (the whole suite in one
+    /// process: `switchyard dev`, the test stack); see [`crate::in_process`]. Not a flag: the
+    /// process that runs several services decides.
+    #[arg(skip)]
+    pub serve_in_process: bool,
 }
 
 impl Default for ServerArgs {

@@ -18,6 +18,7 @@ pub mod failures;
 pub mod health;
 pub mod http_server;
 pub mod identity;
+pub mod in_process;
 pub mod json_depth;
 pub mod log;
 pub mod metrics_export;

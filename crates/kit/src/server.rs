@@ -51,7 +51,7 @@ use crate::{
     health::HealthHandle,
     http_server::{ACCEPT_BACKOFF, is_connection_error},
     identity::IdentityLayer,
-    telemetry,
+    in_process, telemetry,
 };
 
 /// A bound, not yet serving, gRPC server.
@@ -138,17 +138,6 @@ impl GrpcServer {
         let args = self.args.clone();
         let health = self.health.clone();
         let notice = self.notice.clone();
-        let draining = Arc::new(tokio::sync::Notify::new());
-        let signal = {
-            let draining = draining.clone();
-            async move {
-                shutdown.await;
-                tracing::info!("shutting down: no new connections, draining in-flight calls");
-                health.begin_shutdown().await;
-                draining.notify_one();
-            }
-        };
-
         let stack = ServiceBuilder::new()
             .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
             .layer(PropagateRequestIdLayer::x_request_id())
@@ -167,12 +156,33 @@ impl GrpcServer {
             .layer(IdentityLayer::grpc())
             .into_inner();
 
+        // Callers in this process reach the same layers and routes without the network, for as
+        // long as this serves.
+        let routes = self.routes.routes();
+        let in_process = args
+            .serve_in_process
+            .then(|| in_process::Registration::register(addr, in_process::stack(stack.clone(), routes.clone())));
+        let drain_in_process = in_process.as_ref().map(in_process::Registration::drain_switch);
+        let draining = Arc::new(tokio::sync::Notify::new());
+        let signal = {
+            let draining = draining.clone();
+            async move {
+                shutdown.await;
+                tracing::info!("shutting down: no new connections, draining in-flight calls");
+                if let Some(switch) = drain_in_process {
+                    switch.drain();
+                }
+                health.begin_shutdown().await;
+                draining.notify_one();
+            }
+        };
+
         let incoming = incoming(self.listener, args.handshake_timeout);
         tracing::info!(%addr, services = ?self.service_names, "grpc server listening");
         let serving = Server::builder()
             .http2_keepalive_interval(Some(Duration::from_secs(30)))
             .layer(stack)
-            .add_routes(self.routes.routes())
+            .add_routes(routes)
             .serve_with_incoming_shutdown(incoming, signal);
 
         tokio::select! {
@@ -181,6 +191,7 @@ impl GrpcServer {
                 tracing::warn!(grace = ?args.shutdown_grace, "shutdown grace period over, exiting with calls in flight");
             }
         }
+        drop(in_process);
         tracing::info!("grpc server stopped");
         Ok(())
     }
