@@ -5,6 +5,8 @@
 
 mod memory;
 mod postgres;
+mod postgres_stats;
+pub mod rollup;
 mod stats;
 
 use std::sync::Arc;

@@ -1,17 +1,19 @@
-//! Analytics in Postgres (schema `router` by default, its own migrations). The figures are
-//! computed by Postgres over the tenant's window, which the (tenant_id, occurred_at) index
-//! serves within the window's days: decisions are partitioned by day (migration 0010), the
-//! coming days' partitions made ahead by the kit's keeper, and retention drops whole days.
+//! Analytics in Postgres (schema `router` by default, its own migrations). Decisions are
+//! partitioned by day (migration 0010), the coming days' partitions made ahead by the kit's
+//! keeper, and retention drops whole days. Each batch of decisions also adds to the hourly
+//! rollups (migration 0011) in the same transaction, and GetRoutingStats reads those for the
+//! window's whole hours (see [`super::postgres_stats`]).
+
+use std::collections::HashMap;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::{PgPool, QueryBuilder, Row, postgres::PgRow};
+use sqlx::{PgPool, QueryBuilder};
 use switchyard_kit::{TenantId, partitions::DailyPartitions, store::StoreError, text::scrub_nul};
 
 use super::{
-    AnalyticsStore, Correction, DecisionRecord, Feedback, RecordedTurn, RouteFigures, RoutingStats, Spend,
-    StoredCorrection,
-    stats::{KeySpend, sort_groups, sort_keys},
+    AnalyticsStore, Correction, DecisionRecord, Feedback, RecordedTurn, RoutingStats, StoredCorrection, postgres_stats,
+    rollup::RollupDelta,
 };
 use crate::route::Route;
 
@@ -42,23 +44,19 @@ fn partition_unavailable(err: switchyard_kit::partitions::PartitionError) -> Sto
     }
 }
 
+/// A time as Postgres stores it, in whole microseconds since 2000 (as sqlx sends it: the
+/// nanoseconds dropped toward 2000), to match the stored decisions to the batch.
+fn stored_micros(at: DateTime<Utc>) -> i64 {
+    let epoch = DateTime::<Utc>::from_timestamp(946_684_800, 0).unwrap_or_default();
+    (at - epoch).num_microseconds().unwrap_or(i64::MAX)
+}
+
 /// Recorded text as stored: a NUL (which Postgres refuses) as U+FFFD.
 fn scrub_nul_all(items: &[String]) -> Vec<String> {
     items.iter().map(|item| scrub_nul(item).into_owned()).collect()
 }
 
 impl PostgresAnalytics {
-    /// The rows of a stats query over one tenant's window (`$1` tenant, `$2` since, `$3` until).
-    async fn window_rows(
-        &self,
-        sql: impl sqlx::SqlSafeStr,
-        tenant: &TenantId,
-        since: DateTime<Utc>,
-        until: DateTime<Utc>,
-    ) -> Result<Vec<PgRow>, sqlx::Error> {
-        sqlx::query(sql).bind(tenant.as_str()).bind(since).bind(until).fetch_all(&self.pool).await
-    }
-
     pub async fn connect(url: &str, schema: &str) -> Result<Self, StoreError> {
         let pool = switchyard_kit::postgres::connect_in_schema(url, schema, 4).await.map_err(unavailable)?;
         sqlx::migrate!("./migrations").run(&pool).await.map_err(unavailable)?;
@@ -78,85 +76,6 @@ impl PostgresAnalytics {
         let today = Utc::now().date_naive();
         self.decisions.create_ahead(&self.pool, today, DECISION_DAYS_AHEAD).await.map_err(partition_unavailable)
     }
-}
-
-/// Latency percentiles and feedback counts of the rows a query selects, as columns.
-const FIGURES: &str = "count(*) AS n, \
-     coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY d.routing_ms), 0) AS r50, \
-     coalesce(percentile_cont(0.95) WITHIN GROUP (ORDER BY d.routing_ms), 0) AS r95, \
-     coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY d.routing_ms), 0) AS r99, \
-     coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY d.execution_ms), 0) AS e50, \
-     coalesce(percentile_cont(0.95) WITHIN GROUP (ORDER BY d.execution_ms), 0) AS e95, \
-     count(f.response_id) AS feedback, \
-     count(*) FILTER (WHERE f.helpful) AS helpful, \
-     count(*) FILTER (WHERE f.expected_route IS NOT NULL AND f.expected_route <> d.route) AS misrouted, \
-     count(*) FILTER (WHERE d.cache_hit) AS cache_hits, \
-     count(*) FILTER (WHERE d.fallback_used) AS fallbacks, \
-     count(*) FILTER (WHERE cardinality(d.degraded) > 0) AS degraded, \
-     count(*) FILTER (WHERE d.client_tools) AS client_tools, \
-     count(*) FILTER (WHERE d.continuation) AS continuations, \
-     count(*) FILTER (WHERE d.held_switch_role_id IS NOT NULL) AS held_switches, \
-     count(*) FILTER (WHERE d.routing_call_avoided) AS routing_calls_avoided, \
-     coalesce(sum(jsonb_array_length(d.cost_parts)), 0)::bigint AS calls, \
-     coalesce(sum(d.prompt_tokens), 0)::bigint AS prompt_tokens, \
-     coalesce(sum(d.cached_prompt_tokens), 0)::bigint AS cached_prompt_tokens, \
-     coalesce(sum(d.completion_tokens), 0)::bigint AS completion_tokens, \
-     coalesce(sum(d.cost_nanousd), 0)::bigint AS cost_nanousd, \
-     coalesce(sum(d.unpriced_calls), 0)::bigint AS unpriced_calls";
-
-/// The window's model calls (the parts of each turn's cost), grouped by model, by role and by
-/// kind of call in one scan.
-const GROUPS: &str = "SELECT c.model, c.role_id, c.kind, \
-     grouping(c.model) AS not_model, grouping(c.role_id) AS not_role, \
-     count(*) AS calls, \
-     coalesce(sum(c.prompt_tokens), 0)::bigint AS prompt_tokens, \
-     coalesce(sum(c.cached_prompt_tokens), 0)::bigint AS cached_prompt_tokens, \
-     coalesce(sum(c.completion_tokens), 0)::bigint AS completion_tokens, \
-     coalesce(sum(c.cost_nanousd), 0)::bigint AS cost_nanousd, \
-     count(*) FILTER (WHERE NOT c.priced) AS unpriced_calls \
-     FROM routing_decisions d, jsonb_to_recordset(d.cost_parts) AS c(kind text, model text, role_id text, \
-     prompt_tokens bigint, cached_prompt_tokens bigint, completion_tokens bigint, cost_nanousd bigint, priced boolean) \
-     WHERE d.tenant_id = $1 AND d.occurred_at >= $2 AND d.occurred_at < $3 \
-     GROUP BY GROUPING SETS ((c.model), (c.role_id), (c.kind))";
-
-/// The window's turns grouped by API key (turns without one under '').
-const KEYS: &str = "SELECT coalesce(d.key_id, '') AS key_id, count(*) AS turns, \
-     coalesce(sum(jsonb_array_length(d.cost_parts)), 0)::bigint AS calls, \
-     coalesce(sum(d.prompt_tokens), 0)::bigint AS prompt_tokens, \
-     coalesce(sum(d.cached_prompt_tokens), 0)::bigint AS cached_prompt_tokens, \
-     coalesce(sum(d.completion_tokens), 0)::bigint AS completion_tokens, \
-     coalesce(sum(d.cost_nanousd), 0)::bigint AS cost_nanousd, \
-     coalesce(sum(d.unpriced_calls), 0)::bigint AS unpriced_calls \
-     FROM routing_decisions d \
-     WHERE d.tenant_id = $1 AND d.occurred_at >= $2 AND d.occurred_at < $3 \
-     GROUP BY coalesce(d.key_id, '')";
-
-fn spend(row: &PgRow) -> Result<Spend, sqlx::Error> {
-    let count = |name: &str| row.try_get::<i64, _>(name).map(|n| n.max(0) as u64);
-    Ok(Spend {
-        calls: count("calls")?,
-        prompt_tokens: count("prompt_tokens")?,
-        cached_prompt_tokens: count("cached_prompt_tokens")?,
-        completion_tokens: count("completion_tokens")?,
-        cost_nanousd: row.try_get("cost_nanousd")?,
-        unpriced_calls: count("unpriced_calls")?,
-    })
-}
-
-fn figures(row: &PgRow) -> Result<RouteFigures, sqlx::Error> {
-    let count = |name: &str| row.try_get::<i64, _>(name).map(|n| n.max(0) as u64);
-    Ok(RouteFigures {
-        count: count("n")?,
-        routing_p50_ms: row.try_get("r50")?,
-        routing_p95_ms: row.try_get("r95")?,
-        routing_p99_ms: row.try_get("r99")?,
-        execution_p50_ms: row.try_get("e50")?,
-        execution_p95_ms: row.try_get("e95")?,
-        feedback: count("feedback")?,
-        helpful: count("helpful")?,
-        misrouted: count("misrouted")?,
-        spend: spend(row)?,
-    })
 }
 
 #[async_trait]
@@ -210,8 +129,28 @@ impl AnalyticsStore for PostgresAnalytics {
         });
         // A batch retried after a timeout may have landed already. The key holds the partition
         // column; a retry repeats the decision's time, so (id, occurred_at) catches it.
-        insert.push(" ON CONFLICT (id, occurred_at) DO NOTHING");
-        insert.build().execute(&self.pool).await.map_err(unavailable)?;
+        insert.push(" ON CONFLICT (id, occurred_at) DO NOTHING RETURNING id, occurred_at");
+        let mut tx = self.pool.begin().await.map_err(unavailable)?;
+        let stored: Vec<(String, DateTime<Utc>)> =
+            insert.build_query_as().fetch_all(&mut *tx).await.map_err(unavailable)?;
+        // Only the decisions this statement stored add to the rollups: one stored before (a
+        // batch replayed after an outage or a timeout) is skipped above and counted once.
+        let mut stored: HashMap<(String, i64), usize> =
+            stored.into_iter().fold(HashMap::new(), |mut stored, (id, at)| {
+                *stored.entry((id, stored_micros(at))).or_default() += 1;
+                stored
+            });
+        let mut delta = RollupDelta::default();
+        for decision in decisions {
+            if let Some(left) = stored.get_mut(&(decision.id.clone(), stored_micros(decision.occurred_at)))
+                && *left > 0
+            {
+                *left -= 1;
+                delta.add(decision);
+            }
+        }
+        postgres_stats::write_rollup(&mut tx, &delta).await.map_err(unavailable)?;
+        tx.commit().await.map_err(unavailable)?;
         Ok(())
     }
 
@@ -300,67 +239,7 @@ impl AnalyticsStore for PostgresAnalytics {
         since: DateTime<Utc>,
         until: DateTime<Utc>,
     ) -> Result<RoutingStats, StoreError> {
-        // One scan: a row per route plus the overall row (GROUPING SETS).
-        let sql = format!(
-            "SELECT d.route, grouping(d.route) AS overall, {FIGURES} \
-             FROM routing_decisions d LEFT JOIN routing_feedback f ON f.response_id = d.id \
-             WHERE d.tenant_id = $1 AND d.occurred_at >= $2 AND d.occurred_at < $3 \
-             GROUP BY GROUPING SETS ((d.route), ())"
-        );
-        // Built from constants only: nothing of the request is in the text.
-        let rows = self.window_rows(sqlx::AssertSqlSafe(sql), tenant, since, until).await.map_err(unavailable)?;
-        let mut stats = RoutingStats::default();
-        for row in &rows {
-            let overall: i32 = row.try_get("overall").map_err(unavailable)?;
-            let figures = figures(row).map_err(unavailable)?;
-            if overall == 1 {
-                let count = |name: &str| row.try_get::<i64, _>(name).map(|n| n.max(0) as u64).map_err(unavailable);
-                stats.total = figures.count;
-                stats.cache_hits = count("cache_hits")?;
-                stats.fallbacks = count("fallbacks")?;
-                stats.degraded = count("degraded")?;
-                stats.client_tools = count("client_tools")?;
-                stats.continuations = count("continuations")?;
-                stats.held_switches = count("held_switches")?;
-                stats.routing_calls_avoided = count("routing_calls_avoided")?;
-                stats.overall = figures;
-            } else {
-                let route: String = row.try_get("route").map_err(unavailable)?;
-                if let Ok(route) = route.parse::<Route>() {
-                    stats.routes.push((route, figures));
-                }
-            }
-        }
-        stats.routes.sort_by_key(|(route, _)| Route::ALL.iter().position(|r| r == route));
-
-        let rows = self.window_rows(GROUPS, tenant, since, until).await.map_err(unavailable)?;
-        for row in &rows {
-            let spend = spend(row).map_err(unavailable)?;
-            let not_model: i32 = row.try_get("not_model").map_err(unavailable)?;
-            let not_role: i32 = row.try_get("not_role").map_err(unavailable)?;
-            let (groups, column) = match (not_model, not_role) {
-                (0, _) => (&mut stats.models, "model"),
-                (_, 0) => (&mut stats.roles, "role_id"),
-                _ => (&mut stats.call_kinds, "kind"),
-            };
-            let key: Option<String> = row.try_get(column).map_err(unavailable)?;
-            groups.push((key.unwrap_or_default(), spend));
-        }
-        for groups in [&mut stats.models, &mut stats.roles, &mut stats.call_kinds] {
-            sort_groups(groups);
-        }
-
-        let rows = self.window_rows(KEYS, tenant, since, until).await.map_err(unavailable)?;
-        for row in &rows {
-            let turns: i64 = row.try_get("turns").map_err(unavailable)?;
-            stats.keys.push(KeySpend {
-                key_id: row.try_get("key_id").map_err(unavailable)?,
-                turns: turns.max(0) as u64,
-                spend: spend(row).map_err(unavailable)?,
-            });
-        }
-        sort_keys(&mut stats.keys);
-        Ok(stats)
+        postgres_stats::stats(&self.pool, tenant, since, until).await.map_err(unavailable)
     }
 
     async fn prune(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
@@ -375,6 +254,9 @@ impl AnalyticsStore for PostgresAnalytics {
             .await
             .map_err(unavailable)?;
         let pruned = self.decisions.prune_before(&self.pool, before).await.map_err(partition_unavailable)?;
+        // The rollups go with the decisions, so a window's figures are the same whichever way
+        // they are read.
+        postgres_stats::prune_rollups(&self.pool, before).await.map_err(unavailable)?;
         Ok(pruned.rows)
     }
 
