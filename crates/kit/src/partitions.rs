@@ -1,15 +1,19 @@
-//! Record tables partitioned by day (Postgres declarative range partitioning on the record's
-//! timestamp): the keeper creates each day's partition ahead of time, and retention detaches
-//! and drops whole days instead of deleting rows one by one. Every partitioned table also has
-//! a DEFAULT partition, so a row of any timestamp (a skewed clock, a late import, a date far in
-//! the past) is stored; a day's partition created later takes its rows out of the default.
+//! Record tables partitioned by time (Postgres declarative range partitioning on the record's
+//! timestamp), one partition per UTC day or per UTC month: the keeper creates each period's
+//! partition ahead of time, and retention detaches and drops whole periods instead of deleting
+//! rows one by one. Every partitioned table also has a DEFAULT partition, so a row of any
+//! timestamp (a skewed clock, a late import, a date far in the past) is stored; a period's
+//! partition created later takes its rows out of the default.
+//!
+//! Days suit analytics read by time window (a window reads only its days); months suit
+//! history read per session or newest first, where every partition is probed once per read.
 //!
 //! Several replicas run the keeper at once: each table's changes are serialized by a
 //! transaction-scoped advisory lock, and every step checks what already exists. Names are
 //! relative to the connection's `search_path`, so the keeper works in whatever schema the
 //! service's pool was opened in (see [`crate::postgres::connect_in_schema`]).
 
-use chrono::{DateTime, Days, NaiveDate, NaiveTime, Utc};
+use chrono::{DateTime, Datelike, Months, NaiveDate, NaiveTime, Utc};
 use sqlx::{AssertSqlSafe, PgExecutor, PgPool, Postgres, Transaction};
 
 /// How long the keeper waits for a table lock before giving up until its next round: a
@@ -17,18 +21,72 @@ use sqlx::{AssertSqlSafe, PgExecutor, PgPool, Postgres, Transaction};
 /// behind it.
 const LOCK_TIMEOUT: &str = "3s";
 
-/// A table partitioned by range on one timestamp column, one partition per UTC day, named
-/// `<table>_pYYYYMMDD`, plus `<table>_default`.
+/// How much time one partition holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Granularity {
+    /// One UTC day, named `<table>_pYYYYMMDD`.
+    Day,
+    /// One UTC calendar month, named `<table>_pYYYYMM`.
+    Month,
+}
+
+impl Granularity {
+    /// The first day of the period holding `day`.
+    pub fn start_of(self, day: NaiveDate) -> NaiveDate {
+        match self {
+            Self::Day => day,
+            Self::Month => day.with_day(1).unwrap_or(day),
+        }
+    }
+
+    /// The first day of the period after the one starting at `start`.
+    fn next(self, start: NaiveDate) -> Option<NaiveDate> {
+        match self {
+            Self::Day => start.succ_opt(),
+            Self::Month => start.checked_add_months(Months::new(1)),
+        }
+    }
+
+    fn name_format(self) -> &'static str {
+        match self {
+            Self::Day => "%Y%m%d",
+            Self::Month => "%Y%m",
+        }
+    }
+
+    /// The period start a partition name's digits stand for.
+    fn parse(self, digits: &str) -> Option<NaiveDate> {
+        let expected = match self {
+            Self::Day => 8,
+            Self::Month => 6,
+        };
+        if digits.len() != expected || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        match self {
+            Self::Day => NaiveDate::parse_from_str(digits, "%Y%m%d").ok(),
+            Self::Month => NaiveDate::parse_from_str(&format!("{digits}01"), "%Y%m%d").ok(),
+        }
+    }
+}
+
+/// A table partitioned by range on one timestamp column, one partition per period (UTC day
+/// or month, see [`Granularity`]) named after the period's start, plus `<table>_default`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DailyPartitions {
+pub struct TimePartitions {
     table: String,
     column: String,
+    grain: Granularity,
 }
+
+/// Day partitions: [`TimePartitions::new`] makes them.
+pub type DailyPartitions = TimePartitions;
 
 /// What a retention round removed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Pruned {
-    /// The days whose partitions were detached and dropped, oldest first.
+    /// The periods whose partitions were detached and dropped, oldest first, each by its first
+    /// day (for months, the 1st).
     pub dropped_days: Vec<NaiveDate>,
     /// Rows removed: those of the dropped partitions plus those deleted from the partition
     /// the cut falls in and from the default partition.
@@ -55,33 +113,50 @@ fn checked_name(name: &str) -> Result<&str, PartitionError> {
     if valid { Ok(name) } else { Err(PartitionError::InvalidName(name.to_owned())) }
 }
 
-impl DailyPartitions {
+impl TimePartitions {
+    /// Day partitions of `table` on `column`.
     pub fn new(table: &str, column: &str) -> Result<Self, PartitionError> {
-        Ok(Self { table: checked_name(table)?.to_owned(), column: checked_name(column)?.to_owned() })
+        Self::with_granularity(table, column, Granularity::Day)
+    }
+
+    /// Month partitions of `table` on `column`.
+    pub fn monthly(table: &str, column: &str) -> Result<Self, PartitionError> {
+        Self::with_granularity(table, column, Granularity::Month)
+    }
+
+    pub fn with_granularity(table: &str, column: &str, grain: Granularity) -> Result<Self, PartitionError> {
+        Ok(Self { table: checked_name(table)?.to_owned(), column: checked_name(column)?.to_owned(), grain })
+    }
+
+    pub fn granularity(&self) -> Granularity {
+        self.grain
     }
 
     pub fn table(&self) -> &str {
         &self.table
     }
 
+    /// The name of the partition of the period holding `day`.
     pub fn partition_name(&self, day: NaiveDate) -> String {
-        format!("{}_p{}", self.table, day.format("%Y%m%d"))
+        format!("{}_p{}", self.table, self.grain.start_of(day).format(self.grain.name_format()))
     }
 
     pub fn default_partition(&self) -> String {
         format!("{}_default", self.table)
     }
 
-    /// The day a partition name stands for, when it is one of this table's day partitions.
-    fn day_of(&self, partition: &str) -> Option<NaiveDate> {
+    /// The period start a partition name stands for, when it is one of this table's partitions.
+    fn period_of(&self, partition: &str) -> Option<NaiveDate> {
         let digits = partition.strip_prefix(&self.table)?.strip_prefix("_p")?;
-        if digits.len() != 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-            return None;
-        }
-        NaiveDate::parse_from_str(digits, "%Y%m%d").ok()
+        self.grain.parse(digits)
     }
 
-    /// The days that have a partition, oldest first.
+    /// The periods that have a partition, each by its first day, oldest first.
+    pub async fn periods(&self, pool: &PgPool) -> Result<Vec<NaiveDate>, PartitionError> {
+        self.days_with(pool).await
+    }
+
+    /// The days that have a partition, oldest first (for month partitions, their 1sts).
     pub async fn days(&self, pool: &PgPool) -> Result<Vec<NaiveDate>, PartitionError> {
         self.days_with(pool).await
     }
@@ -97,30 +172,38 @@ impl DailyPartitions {
         .bind(&self.table)
         .fetch_all(db)
         .await?;
-        let mut days: Vec<NaiveDate> = names.iter().filter_map(|name| self.day_of(name)).collect();
+        let mut days: Vec<NaiveDate> = names.iter().filter_map(|name| self.period_of(name)).collect();
         days.sort_unstable();
         Ok(days)
     }
 
-    /// Makes sure `today` and the `days_ahead` days after it have their partitions; returns how
-    /// many were created.
-    pub async fn create_ahead(&self, pool: &PgPool, today: NaiveDate, days_ahead: u32) -> Result<u32, PartitionError> {
+    /// Makes sure the period holding `today` and the `ahead` periods after it (days or months)
+    /// have their partitions; returns how many were created.
+    pub async fn create_ahead(&self, pool: &PgPool, today: NaiveDate, ahead: u32) -> Result<u32, PartitionError> {
         let existing = self.days(pool).await?;
         let mut created = 0;
-        for offset in 0..=u64::from(days_ahead) {
-            let Some(day) = today.checked_add_days(Days::new(offset)) else { break };
-            if !existing.contains(&day) && self.create_day(pool, day).await? {
+        let mut period = Some(self.grain.start_of(today));
+        for _ in 0..=ahead {
+            let Some(start) = period else { break };
+            if !existing.contains(&start) && self.create_period(pool, start).await? {
                 created += 1;
             }
+            period = self.grain.next(start);
         }
         Ok(created)
     }
 
-    /// Creates `day`'s partition unless it exists (another replica may have just made it);
-    /// rows of that day already in the default partition move into it. Returns whether this
-    /// call created it.
+    /// Creates `day`'s partition: see [`Self::create_period`].
     pub async fn create_day(&self, pool: &PgPool, day: NaiveDate) -> Result<bool, PartitionError> {
-        let Some(next) = day.succ_opt() else { return Ok(false) };
+        self.create_period(pool, day).await
+    }
+
+    /// Creates the partition of the period holding `day` unless it exists (another replica
+    /// may have just made it); rows of that period already in the default partition move into
+    /// it. Returns whether this call created it.
+    pub async fn create_period(&self, pool: &PgPool, day: NaiveDate) -> Result<bool, PartitionError> {
+        let day = self.grain.start_of(day);
+        let Some(next) = self.grain.next(day) else { return Ok(false) };
         let (table, column, partition, default) =
             (&self.table, &self.column, self.partition_name(day), self.default_partition());
         let mut tx = self.locked(pool).await?;
@@ -148,20 +231,20 @@ impl DailyPartitions {
         Ok(true)
     }
 
-    /// Removes every row older than `cut`: the partitions of days wholly before it are
-    /// detached and dropped; the rows before the cut in the day it falls in, and in the
+    /// Removes every row older than `cut`: the partitions of periods wholly before it are
+    /// detached and dropped; the rows before the cut in the period it falls in, and in the
     /// default partition, are deleted. Each step runs under the keeper lock, so keepers at
-    /// once drop each day once and count each row once.
+    /// once drop each period once and count each row once.
     pub async fn prune_before(&self, pool: &PgPool, cut: DateTime<Utc>) -> Result<Pruned, PartitionError> {
         let table = &self.table;
         let mut pruned = Pruned::default();
         let mut tx = self.locked(pool).await?;
-        // A day is wholly before the cut when the next day starts at or before it.
+        // A period is wholly before the cut when the next one starts at or before it.
         let past: Vec<NaiveDate> = self
             .days_with(&mut *tx)
             .await?
             .into_iter()
-            .filter(|day| day.succ_opt().is_some_and(|next| next.and_time(NaiveTime::MIN).and_utc() <= cut))
+            .filter(|start| self.grain.next(*start).is_some_and(|next| next.and_time(NaiveTime::MIN).and_utc() <= cut))
             .collect();
         // Counted first, each locked against writes, so the lock on the parent that the
         // detaches take is held only for the catalog changes.
@@ -184,11 +267,11 @@ impl DailyPartitions {
         }
         tx.commit().await?;
         if !past.is_empty() {
-            tracing::info!(table = %table, days = past.len(), rows = pruned.rows, "partitions past the retention dropped");
+            tracing::info!(table = %table, partitions = past.len(), rows = pruned.rows, "partitions past the retention dropped");
         }
         pruned.dropped_days = past;
 
-        // What is left before the cut lies in one day's partition and the default: Postgres
+        // What is left before the cut lies in one period's partition and the default: Postgres
         // leaves the other partitions out of this statement.
         let mut tx = self.locked(pool).await?;
         let deleted = sqlx::query(AssertSqlSafe(format!("DELETE FROM \"{table}\" WHERE \"{}\" < $1", self.column)))
@@ -199,6 +282,19 @@ impl DailyPartitions {
         tx.commit().await?;
         pruned.rows += deleted;
         Ok(pruned)
+    }
+
+    /// Removes whole periods only: every row before the start of the period `cut` falls in —
+    /// the partitions of the periods before it dropped, and the default partition's rows
+    /// before it deleted. The rows of the period the cut falls in all stay until that period
+    /// is wholly past, so a row is kept for up to one period longer than `cut` implies.
+    pub async fn prune_whole_periods_before(
+        &self,
+        pool: &PgPool,
+        cut: DateTime<Utc>,
+    ) -> Result<Pruned, PartitionError> {
+        let boundary = self.grain.start_of(cut.date_naive()).and_time(NaiveTime::MIN).and_utc();
+        self.prune_before(pool, boundary).await
     }
 
     /// A transaction holding this table's keeper lock, with a bounded wait for table locks.

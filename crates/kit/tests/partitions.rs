@@ -1,12 +1,13 @@
-//! The day-partition keeper on the real Postgres (`DATABASE_URL`), each test in a schema of its
-//! own: the coming days are created ahead, a row of any time is stored, retention drops whole
-//! days and keeps the rest, and several keepers at once neither fail nor duplicate a day.
+//! The partition keeper on the real Postgres (`DATABASE_URL`), each test in a schema of its
+//! own, for day and month partitions: the coming periods are created ahead, a row of any time
+//! is stored, retention drops whole periods and keeps the rest, and several keepers at once
+//! neither fail nor duplicate a period.
 #![allow(clippy::unwrap_used, reason = "a panic in a test is the failure report")]
 
-use chrono::{DateTime, Days, NaiveDate, NaiveTime, TimeZone, Utc};
+use chrono::{DateTime, Datelike, Days, Months, NaiveDate, NaiveTime, TimeZone, Utc};
 use sqlx::PgPool;
 use switchyard_kit::{
-    partitions::{DailyPartitions, Pruned},
+    partitions::{DailyPartitions, Granularity, Pruned, TimePartitions},
     postgres::connect_in_schema,
     store::StoreError,
 };
@@ -233,4 +234,189 @@ fn only_plain_names_are_partitioned() {
         assert!(DailyPartitions::new(bad, "at").is_err(), "{bad}");
         assert!(DailyPartitions::new("events", bad).is_err(), "{bad}");
     }
+}
+
+/// A pool in a fresh schema holding `history`, partitioned by month on `at` with its default
+/// partition — the shape the services' history tables have.
+async fn history_table(schema: &Schema) -> (PgPool, TimePartitions) {
+    let pool = connect_in_schema(&database_url(), schema.name(), 8)
+        .await
+        .unwrap_or_else(|err| panic!("postgres at {} (set DATABASE_URL): {err}", database_url()));
+    for statement in [
+        "CREATE TABLE history (session text NOT NULL, seq bigint NOT NULL, at timestamptz NOT NULL, \
+         PRIMARY KEY (session, seq, at)) PARTITION BY RANGE (at)",
+        "CREATE TABLE history_default PARTITION OF history DEFAULT",
+    ] {
+        sqlx::query(statement).execute(&pool).await.unwrap();
+    }
+    let history = TimePartitions::monthly("history", "at").unwrap();
+    assert_eq!(history.granularity(), Granularity::Month);
+    (pool, history)
+}
+
+fn month(year: i32, month: u32) -> NaiveDate {
+    NaiveDate::from_ymd_opt(year, month, 1).unwrap()
+}
+
+fn months_from(first: NaiveDate, count: u32) -> Vec<NaiveDate> {
+    (0..count).map(|offset| first.checked_add_months(Months::new(offset)).unwrap()).collect()
+}
+
+async fn insert_history(pool: &PgPool, seq: i64, at: DateTime<Utc>) {
+    sqlx::query("INSERT INTO history (session, seq, at) VALUES ('s', $1, $2)")
+        .bind(seq)
+        .bind(at)
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
+async fn history_partition_of(pool: &PgPool, seq: i64) -> String {
+    sqlx::query_scalar("SELECT tableoid::regclass::text FROM history WHERE seq = $1")
+        .bind(seq)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+async fn history_seqs(pool: &PgPool) -> Vec<i64> {
+    sqlx::query_scalar("SELECT seq FROM history ORDER BY seq").fetch_all(pool).await.unwrap()
+}
+
+#[tokio::test]
+async fn month_partitions_are_made_ahead_once_and_split_rows_at_the_month_boundary() {
+    let schema = Schema::new("kit_months_ahead");
+    let (pool, history) = history_table(&schema).await;
+
+    // Mid-November: November, December and the next year's January.
+    let today = NaiveDate::from_ymd_opt(2025, 11, 17).unwrap();
+    assert_eq!(history.create_ahead(&pool, today, 2).await.unwrap(), 3, "this month and two ahead");
+    assert_eq!(history.periods(&pool).await.unwrap(), months_from(month(2025, 11), 3));
+    assert_eq!(history.create_ahead(&pool, today, 2).await.unwrap(), 0, "a second round finds them made");
+    assert_eq!(history.partition_name(today), "history_p202511");
+    assert_eq!(history.partition_name(month(2026, 1)), "history_p202601");
+
+    // The last microsecond of the year and the first of the next fall on either side.
+    let last = Utc.with_ymd_and_hms(2025, 12, 31, 23, 59, 59).unwrap() + chrono::Duration::microseconds(999_999);
+    insert_history(&pool, 1, last).await;
+    insert_history(&pool, 2, Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap()).await;
+    insert_history(&pool, 3, Utc.with_ymd_and_hms(2025, 11, 1, 0, 0, 0).unwrap()).await;
+    assert_eq!(history_partition_of(&pool, 1).await, "history_p202512");
+    assert_eq!(history_partition_of(&pool, 2).await, "history_p202601");
+    assert_eq!(history_partition_of(&pool, 3).await, "history_p202511");
+
+    // Outside the made months: the default, until that month is made.
+    insert_history(&pool, 4, Utc.with_ymd_and_hms(2026, 2, 28, 23, 0, 0).unwrap()).await;
+    insert_history(&pool, 5, Utc.with_ymd_and_hms(2019, 7, 4, 12, 0, 0).unwrap()).await;
+    assert_eq!(history_partition_of(&pool, 4).await, history.default_partition());
+    assert_eq!(history_partition_of(&pool, 5).await, history.default_partition());
+    assert!(history.create_period(&pool, NaiveDate::from_ymd_opt(2026, 2, 14).unwrap()).await.unwrap());
+    assert!(!history.create_period(&pool, month(2026, 2)).await.unwrap(), "the month exists");
+    assert_eq!(history_partition_of(&pool, 4).await, "history_p202602");
+    assert_eq!(history_partition_of(&pool, 5).await, history.default_partition());
+    assert_eq!(history_seqs(&pool).await, [1, 2, 3, 4, 5]);
+
+    // Day partition names of the same table are not taken for months.
+    let days = TimePartitions::new("history", "at").unwrap();
+    assert_eq!(days.days(&pool).await.unwrap(), Vec::<NaiveDate>::new());
+}
+
+#[tokio::test]
+async fn history_retention_drops_whole_months_only() {
+    let schema = Schema::new("kit_months_retention");
+    let (pool, history) = history_table(&schema).await;
+    let first = month(2025, 1);
+    // Six months, each with a row on its first instant, its 15th and its last hour.
+    let mut seq = 0;
+    for start in months_from(first, 6) {
+        assert!(history.create_period(&pool, start).await.unwrap());
+        let next = start.checked_add_months(Months::new(1)).unwrap();
+        for at in [
+            start.and_time(NaiveTime::MIN).and_utc(),
+            noon(start.with_day(15).unwrap()),
+            next.and_time(NaiveTime::MIN).and_utc() - chrono::Duration::hours(1),
+        ] {
+            seq += 1;
+            insert_history(&pool, seq, at).await;
+        }
+    }
+    // In the default: one before every month, one after.
+    insert_history(&pool, 100, Utc.with_ymd_and_hms(2020, 1, 1, 0, 0, 0).unwrap()).await;
+    insert_history(&pool, 101, Utc.with_ymd_and_hms(2030, 1, 1, 0, 0, 0).unwrap()).await;
+
+    // The cut on 20 March: January and February go whole; all of March stays, the rows before
+    // the 20th too; the default keeps only what is after March's start.
+    let cut = Utc.with_ymd_and_hms(2025, 3, 20, 6, 0, 0).unwrap();
+    let pruned = history.prune_whole_periods_before(&pool, cut).await.unwrap();
+    assert_eq!(pruned, Pruned { dropped_days: vec![month(2025, 1), month(2025, 2)], rows: 2 * 3 + 1 });
+    assert_eq!(history.periods(&pool).await.unwrap(), months_from(month(2025, 3), 4));
+    let kept: Vec<i64> = (7..=18).chain([101]).collect();
+    assert_eq!(history_seqs(&pool).await, kept);
+    assert_eq!(history.prune_whole_periods_before(&pool, cut).await.unwrap(), Pruned::default());
+
+    // A cut on a month's first instant drops the month before it and nothing of its own.
+    let pruned = history.prune_whole_periods_before(&pool, month(2025, 4).and_time(NaiveTime::MIN).and_utc()).await;
+    assert_eq!(pruned.unwrap(), Pruned { dropped_days: vec![month(2025, 3)], rows: 3 });
+    assert_eq!(history_seqs(&pool).await, (10..=18).chain([101]).collect::<Vec<_>>());
+    let tables: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename LIKE 'history_p%'")
+            .bind(schema.name())
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(tables, 3, "the dropped months' tables are gone, not only detached");
+}
+
+/// Replicas of a history service start together: four keepers make the same months while
+/// rows are written across a year's turn, then prune at the same cut.
+#[tokio::test]
+async fn month_keepers_running_at_once_neither_fail_nor_duplicate_a_month() {
+    let schema = Schema::new("kit_months_replicas");
+    let (pool, history) = history_table(&schema).await;
+    let first = month(2025, 10);
+
+    let writer = {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            for n in 0..200i64 {
+                let start = first.checked_add_months(Months::new(u32::try_from(n % 6).unwrap())).unwrap();
+                insert_history(&pool, n, noon(start)).await;
+            }
+        })
+    };
+    let keepers: Vec<_> = (0..4)
+        .map(|_| {
+            let (pool, history) = (pool.clone(), history.clone());
+            tokio::spawn(async move { history.create_ahead(&pool, first.with_day(9).unwrap(), 5).await })
+        })
+        .collect();
+    let mut created = 0;
+    for keeper in keepers {
+        created += keeper.await.unwrap().unwrap();
+    }
+    writer.await.unwrap();
+    assert_eq!(created, 6, "each of the six months made by exactly one keeper");
+    assert_eq!(history.periods(&pool).await.unwrap(), months_from(first, 6));
+    assert_eq!(history_seqs(&pool).await, (0..200).collect::<Vec<_>>());
+    let in_default: i64 = sqlx::query_scalar("SELECT count(*) FROM history_default").fetch_one(&pool).await.unwrap();
+    assert_eq!(in_default, 0, "rows written before their month was made moved into it");
+
+    // Mid-January 2026: October to December go.
+    let cut = Utc.with_ymd_and_hms(2026, 1, 15, 0, 0, 0).unwrap();
+    let prunes: Vec<_> = (0..4)
+        .map(|_| {
+            let (pool, history) = (pool.clone(), history.clone());
+            tokio::spawn(async move { history.prune_whole_periods_before(&pool, cut).await })
+        })
+        .collect();
+    let (mut removed, mut dropped) = (0, Vec::new());
+    for prune in prunes {
+        let pruned = prune.await.unwrap().unwrap();
+        removed += pruned.rows;
+        dropped.extend(pruned.dropped_days);
+    }
+    dropped.sort_unstable();
+    assert_eq!(dropped, months_from(first, 3), "each past month dropped once");
+    assert_eq!(removed, 101, "rows n % 6 < 3 (101 of 200) were before January");
+    assert_eq!(history_seqs(&pool).await, (0..200).filter(|n| n % 6 >= 3).collect::<Vec<_>>());
 }
