@@ -50,6 +50,18 @@ impl Bm25Index {
         self.lengths.is_empty()
     }
 
+    /// Bytes held on the heap (the terms, their postings and the table's slots).
+    pub fn heap_bytes(&self) -> usize {
+        let slot = std::mem::size_of::<(String, Vec<(u32, u32)>)>() + 1;
+        self.postings.capacity() * slot
+            + self
+                .postings
+                .iter()
+                .map(|(term, postings)| term.capacity() + postings.capacity() * std::mem::size_of::<(u32, u32)>())
+                .sum::<usize>()
+            + self.lengths.capacity() * std::mem::size_of::<f32>()
+    }
+
     /// The BM25 score of every document for `query` (0 for documents sharing no term).
     pub fn scores(&self, query: &[String]) -> Vec<f32> {
         let mut scores = vec![0.0f32; self.lengths.len()];

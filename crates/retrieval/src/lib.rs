@@ -7,6 +7,7 @@
 pub mod adapter;
 pub mod bm25;
 pub mod prior;
+pub mod quantized;
 pub mod text;
 pub mod words;
 
@@ -16,6 +17,7 @@ use std::sync::Arc;
 use bm25::{Bm25Index, Bm25Params};
 use prior::UsagePrior;
 pub use prior::{NEIGHBOURS, PriorParams, Votes};
+pub use quantized::QuantizedRows;
 use switchyard_models::cosine;
 pub use words::{WordClassifier, WordParams};
 
@@ -196,13 +198,14 @@ impl ToolRanker {
                 // Too little history is the usual reason for none; the prior works without.
                 self.adapter = QueryAdapter::learn(&embeddings, &used, tools, params.adapter).ok();
             }
-            let embeddings = match (&self.adapter, params.adapted_neighbours) {
+            // Each past request mapped (when asked) and quantised one at a time, its f32
+            // vector freed as it goes: the prior never holds a second f32 copy of the history.
+            prior = match (&self.adapter, params.adapted_neighbours) {
                 (Some(adapter), true) => {
-                    embeddings.iter().map(|e| adapter.apply(e).unwrap_or_else(|| e.clone())).collect()
+                    prior.with_embedding_rows(embeddings.into_iter().map(|e| adapter.apply(&e).unwrap_or(e)))
                 }
-                _ => embeddings,
+                _ => prior.with_embedding_rows(embeddings.into_iter()),
             };
-            prior = prior.with_embeddings(embeddings);
         }
         self.unseen_share = params.unseen_share;
         self.adapted_neighbours = params.adapted_neighbours;
@@ -214,6 +217,11 @@ impl ToolRanker {
     /// The query adapter learned with the usage prior, if any.
     pub fn adapter(&self) -> Option<&QueryAdapter> {
         self.adapter.as_ref()
+    }
+
+    /// Bytes the usage prior holds on the heap for its history (0 without one).
+    pub fn history_heap_bytes(&self) -> usize {
+        self.prior.as_ref().map_or(0, UsagePrior::heap_bytes)
     }
 
     /// The usage prior's word classifier, if one was learned.

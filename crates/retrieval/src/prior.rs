@@ -8,6 +8,7 @@ use switchyard_models::cosine;
 use crate::{
     adapter::AdapterParams,
     bm25::{Bm25Index, Bm25Params},
+    quantized::QuantizedRows,
     text::terms,
     words::{WordClassifier, WordParams},
 };
@@ -112,8 +113,9 @@ impl Default for PriorParams {
 pub struct UsagePrior {
     index: Bm25Index,
     /// Unit-length embeddings of the past queries, when available: neighbours are then found
-    /// by meaning rather than shared words.
-    embeddings: Option<Vec<Vec<f32>>>,
+    /// by meaning rather than shared words. Quantised ([`QuantizedRows`]): with a long history
+    /// these are most of the prior's bytes.
+    embeddings: Option<QuantizedRows>,
     /// Per tool, the unit-length mean of its past queries' embeddings (None: never used).
     centroids: Vec<Option<Vec<f32>>>,
     tool_of: Vec<usize>,
@@ -153,22 +155,50 @@ impl UsagePrior {
 
     /// Finds neighbours by cosine similarity of these embeddings (one per history entry, in
     /// order) instead of by shared words.
-    pub fn with_embeddings(mut self, embeddings: Vec<Vec<f32>>) -> Self {
+    pub fn with_embeddings(self, embeddings: Vec<Vec<f32>>) -> Self {
         if embeddings.len() != self.tool_of.len() {
             return self;
         }
+        self.with_embedding_rows(embeddings.into_iter())
+    }
+
+    /// [`with_embeddings`](Self::with_embeddings) from an iterator, each vector dropped once
+    /// it is quantised and added to its tool's centroid (the centroids stay f32: one per
+    /// tool). Left without embeddings unless it yields one of the same length per entry.
+    pub fn with_embedding_rows(mut self, embeddings: impl Iterator<Item = Vec<f32>>) -> Self {
+        let mut rows = QuantizedRows::default();
         let mut sums: Vec<Option<Vec<f32>>> = vec![None; self.tool_count];
-        for (embedding, &tool) in embeddings.iter().zip(&self.tool_of) {
-            let sum = sums[tool].get_or_insert_with(|| vec![0.0; embedding.len()]);
-            sum.iter_mut().zip(embedding).for_each(|(s, e)| *s += e);
+        for (embedding, &tool) in embeddings.zip(&self.tool_of) {
+            if !rows.push(&embedding) {
+                return self;
+            }
+            let Some(sum) = sums.get_mut(tool) else { return self };
+            let sum = sum.get_or_insert_with(|| vec![0.0; embedding.len()]);
+            sum.iter_mut().zip(&embedding).for_each(|(s, e)| *s += e);
+        }
+        if rows.len() != self.tool_of.len() {
+            return self;
         }
         for sum in sums.iter_mut().flatten() {
             let norm = cosine(sum, sum).sqrt().max(1e-12);
             sum.iter_mut().for_each(|s| *s /= norm);
         }
+        rows.shrink_to_fit();
         self.centroids = sums;
-        self.embeddings = Some(embeddings);
+        self.embeddings = Some(rows);
         self
+    }
+
+    /// Bytes held on the heap: the past requests' embeddings and word index, the centroids
+    /// and the word classifier.
+    pub fn heap_bytes(&self) -> usize {
+        let f32s = std::mem::size_of::<f32>();
+        self.index.heap_bytes()
+            + self.embeddings.as_ref().map_or(0, QuantizedRows::heap_bytes)
+            + self.centroids.capacity() * std::mem::size_of::<Option<Vec<f32>>>()
+            + self.centroids.iter().flatten().map(|c| c.capacity() * f32s).sum::<usize>()
+            + (self.tool_of.capacity() + self.uses.capacity()) * std::mem::size_of::<usize>()
+            + self.words.as_ref().map_or(0, WordClassifier::heap_bytes)
     }
 
     /// A score per tool in [0, 1] (the best-voted tool gets the prior's confidence, 1 when a
@@ -195,7 +225,7 @@ impl UsagePrior {
         // gate reads (None: neighbours are found by shared words only).
         let (scores, nearest_cosine) = match (&self.embeddings, query_embedding) {
             (Some(embeddings), Some(query)) => {
-                let mut scores: Vec<f32> = embeddings.iter().map(|e| cosine(e, query)).collect();
+                let mut scores: Vec<f32> = (0..embeddings.len()).map(|i| embeddings.dot(i, query)).collect();
                 let nearest_cosine = scores.iter().copied().fold(f32::MIN, f32::max);
                 if self.params.lexical_neighbours > 0.0 {
                     let words = self.index.scores(query_terms);

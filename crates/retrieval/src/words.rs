@@ -79,6 +79,15 @@ fn grams(terms: &[String]) -> impl Iterator<Item = String> + '_ {
 }
 
 impl WordClassifier {
+    /// Bytes held on the heap (the vocabulary and the weights).
+    pub fn heap_bytes(&self) -> usize {
+        let slot = std::mem::size_of::<(String, usize)>() + 1;
+        self.vocabulary.capacity() * slot
+            + self.vocabulary.keys().map(String::capacity).sum::<usize>()
+            + (self.idf.capacity() + self.weights.capacity() + self.bias.capacity()) * std::mem::size_of::<f32>()
+            + self.tools.capacity() * std::mem::size_of::<usize>()
+    }
+
     /// Learns from `(request, tool index)` pairs; `None` when there is too little to learn
     /// from (see [`WordParams::min_pairs`]).
     pub fn learn(history: &[(String, usize)], params: WordParams) -> Option<Self> {

@@ -10,7 +10,9 @@ use std::{collections::HashMap, sync::Arc};
 use rmcp::model::Tool;
 /// Tool embeddings by document text, kept across catalog rebuilds.
 pub use switchyard_models::EmbeddingCache;
-use switchyard_retrieval::{QueryAdapter, ToolRanker, ToolText, Weights, prior::PriorParams, tool_document};
+use switchyard_retrieval::{
+    QuantizedRows, QueryAdapter, ToolRanker, ToolText, Weights, prior::PriorParams, tool_document,
+};
 
 use crate::{domain::UsagePair, naming, upstream::Upstreams};
 
@@ -36,10 +38,76 @@ pub struct Ranked {
     pub usage_prior: f32,
 }
 
-/// The usage history mapped onto this catalog's tools.
-#[derive(Debug, Default)]
+/// The usage history the catalog learns from, kept compact because a gateway keeps up to
+/// `MCP_GATEWAY_HISTORY_LIMIT` pairs for as long as it runs: each context once, exactly sized;
+/// each tool name once for all its pairs; the context embeddings quantised to int8 in one
+/// block ([`QuantizedRows`]: 388 bytes for MiniLM's 384 dimensions, against 1,536 as f32).
+/// A catalog build gets the embeddings back as f32, within half a quantisation step.
+#[derive(Debug, Default, PartialEq)]
 pub struct History {
-    pub pairs: Vec<UsagePair>,
+    contexts: Vec<Box<str>>,
+    /// Each pair's tool, as an index into `tool_names`.
+    tools: Vec<u32>,
+    tool_names: Vec<Box<str>>,
+    /// Each pair's row in `embeddings`, when its context had one.
+    rows: Vec<Option<u32>>,
+    embeddings: QuantizedRows,
+}
+
+impl History {
+    /// Takes the pairs the store returned (newest first), freeing each as it is kept.
+    pub fn from_pairs(pairs: Vec<UsagePair>) -> Self {
+        let mut history = Self {
+            contexts: Vec::with_capacity(pairs.len()),
+            tools: Vec::with_capacity(pairs.len()),
+            rows: Vec::with_capacity(pairs.len()),
+            ..Self::default()
+        };
+        let mut interned: HashMap<String, u32> = HashMap::new();
+        for pair in pairs {
+            let next = u32::try_from(history.tool_names.len()).unwrap_or(u32::MAX);
+            let tool = *interned.entry(pair.tool).or_insert_with_key(|name| {
+                history.tool_names.push(name.as_str().into());
+                next
+            });
+            // A vector of another length than the first (a model changed under a running
+            // history) is left out like a missing one.
+            let row = pair.embedding.filter(|e| history.embeddings.push(e)).map(|_| history.embeddings.len() - 1);
+            history.contexts.push(pair.context.into_boxed_str());
+            history.tools.push(tool);
+            history.rows.push(row.and_then(|row| u32::try_from(row).ok()));
+        }
+        history.embeddings.shrink_to_fit();
+        history.tool_names.shrink_to_fit();
+        history
+    }
+
+    pub fn len(&self) -> usize {
+        self.contexts.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.contexts.is_empty()
+    }
+
+    /// Each pair: its context, its tool's gateway name and the context's embedding row.
+    fn pairs(&self) -> impl Iterator<Item = (&str, &str, Option<usize>)> {
+        self.contexts.iter().zip(&self.tools).zip(&self.rows).map(|((context, tool), row)| {
+            let tool = self.tool_names.get(*tool as usize).map_or("", |name| name.as_ref());
+            (context.as_ref(), tool, row.map(|row| row as usize))
+        })
+    }
+
+    /// Bytes held on the heap.
+    pub fn heap_bytes(&self) -> usize {
+        self.contexts.capacity() * std::mem::size_of::<Box<str>>()
+            + self.contexts.iter().map(|c| c.len()).sum::<usize>()
+            + self.tools.capacity() * std::mem::size_of::<u32>()
+            + self.tool_names.capacity() * std::mem::size_of::<Box<str>>()
+            + self.tool_names.iter().map(|t| t.len()).sum::<usize>()
+            + self.rows.capacity() * std::mem::size_of::<Option<u32>>()
+            + self.embeddings.heap_bytes()
+    }
 }
 
 pub struct Catalog {
@@ -55,6 +123,8 @@ pub struct Catalog {
     /// Words and word pairs the usage prior's word classifier learned (0: none, too little
     /// history).
     pub word_features: usize,
+    /// Bytes the usage prior holds for the history it learned from.
+    pub history_bytes: usize,
 }
 
 impl std::fmt::Debug for Catalog {
@@ -65,6 +135,7 @@ impl std::fmt::Debug for Catalog {
             .field("learned_pairs", &self.learned_pairs)
             .field("adapted", &self.adapted)
             .field("word_features", &self.word_features)
+            .field("history_bytes", &self.history_bytes)
             .finish_non_exhaustive()
     }
 }
@@ -135,10 +206,9 @@ impl Catalog {
     ) -> Self {
         let texts: Vec<ToolText> = tools.iter().map(|t| tool_text(&t.tool, &t.upstream_name)).collect();
         let by_name: HashMap<String, usize> = tools.iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
-        let pairs: Vec<(String, usize, Option<&Vec<f32>>)> = history
-            .pairs
-            .iter()
-            .filter_map(|pair| by_name.get(&pair.tool).map(|i| (pair.context.clone(), *i, pair.embedding.as_ref())))
+        let pairs: Vec<(String, usize, Option<usize>)> = history
+            .pairs()
+            .filter_map(|(context, tool, row)| by_name.get(tool).map(|i| (context.to_owned(), *i, row)))
             .collect();
         // The weights measured best on MetaTool (BENCHMARKS.md): meaning over shared words
         // at cold start; with usage, what similar contexts led to outweighs descriptions.
@@ -158,12 +228,18 @@ impl Catalog {
         }
         let learned_pairs = pairs.len();
         if !pairs.is_empty() {
-            let history_embeddings: Option<Vec<Vec<f32>>> =
-                if embedded { pairs.iter().map(|(_, _, e)| e.cloned()).collect() } else { None };
+            // Back to f32 for the build only (the query adapter learns from them); the prior
+            // keeps its own quantised copy.
+            let history_embeddings: Option<Vec<Vec<f32>>> = if embedded {
+                pairs.iter().map(|(_, _, row)| row.map(|row| history.embeddings.row(row))).collect()
+            } else {
+                None
+            };
             let pairs: Vec<(String, usize)> = pairs.into_iter().map(|(c, i, _)| (c, i)).collect();
             ranker = ranker.with_history_params(&pairs, history_embeddings, PriorParams::default());
         }
         let adapted = ranker.adapter().is_some();
+        let history_bytes = ranker.history_heap_bytes();
         let word_features = ranker.words().map_or(0, |words| words.features_len());
         Self {
             tools: tools.into_iter().map(Arc::new).collect(),
@@ -173,6 +249,7 @@ impl Catalog {
             learned_pairs,
             adapted,
             word_features,
+            history_bytes,
         }
     }
 

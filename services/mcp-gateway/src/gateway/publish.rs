@@ -43,12 +43,12 @@ impl Gateway {
     /// an unchanged history leaves the catalog as it is, so a quiet gateway does not relearn
     /// its query adapter every refresh).
     pub async fn refresh_history(&self) -> Result<usize, GatewayError> {
-        let pairs = self.usage.history(self.settings.history_limit).await?;
-        let count = pairs.len();
-        if self.history.load().pairs == pairs {
+        let history = History::from_pairs(self.usage.history(self.settings.history_limit).await?);
+        let count = history.len();
+        if **self.history.load() == history {
             return Ok(count);
         }
-        self.history.store(Arc::new(History { pairs }));
+        self.history.store(Arc::new(history));
         self.rebuild_catalog().await;
         Ok(count)
     }

@@ -116,7 +116,7 @@ async fn reload_history(gateway: Arc<Gateway>, shutdown: CancellationToken) {
             Ok(pairs) => {
                 let fingerprint = (pairs.len(), pairs.first().map(|p| (p.context.clone(), p.tool.clone())));
                 if last.as_ref() != Some(&fingerprint) {
-                    gateway.history.store(Arc::new(History { pairs }));
+                    gateway.history.store(Arc::new(History::from_pairs(pairs)));
                     gateway.request_rebuild();
                     last = Some(fingerprint);
                 }

@@ -21,8 +21,8 @@ use serde::Deserialize;
 use serde_json::json;
 use switchyard_models::{Embedder, cache_file::ModelDigest};
 use switchyard_retrieval::{
-    AdapterParams, Fusion, PriorParams, QueryAdapter, ToolRanker, ToolText, Votes, Weights, WordClassifier, WordParams,
-    tool_document,
+    AdapterParams, Fusion, PriorParams, QuantizedRows, QueryAdapter, ToolRanker, ToolText, Votes, Weights,
+    WordClassifier, WordParams, tool_document,
 };
 
 use crate::{
@@ -306,7 +306,12 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         let unprimed =
             with_base(ToolRanker::new(&texts, warm).with_fusion(fusion).with_tool_embeddings(tool_embeddings));
         let started = std::time::Instant::now();
-        let full = unprimed.with_history_params(history, Some(history_embeddings.clone()), params);
+        // The history's embeddings as the gateway keeps them (int8, its `catalog::History`),
+        // back to f32 for the build.
+        let kept = QuantizedRows::from_rows(history_embeddings.iter().map(Vec::as_slice))
+            .map(|rows| (0..rows.len()).map(|i| rows.row(i)).collect::<Vec<_>>())
+            .unwrap_or_else(|| history_embeddings.clone());
+        let full = unprimed.with_history_params(history, Some(kept), params);
         // Learning the prior is the usage adapter's training, all but a few milliseconds.
         let seconds = started.elapsed().as_secs_f64();
         // The usage adapter alone: the embedding signal with each query mapped as the history
