@@ -21,7 +21,7 @@ use crate::route::Route;
 /// Adds a batch's delta to the rollup rows (creating those the hour lacks), rows in key order.
 pub async fn write_rollup(tx: &mut Transaction<'_, Postgres>, delta: &RollupDelta) -> Result<(), sqlx::Error> {
     if !delta.routes.is_empty() {
-        let rows: Vec<(&(String, DateTime<Utc>, &str), &RouteHour)> = delta.routes.iter().collect();
+        let rows: Vec<_> = delta.routes.iter().collect();
         let column = |f: fn(&RouteHour) -> i64| rows.iter().map(|(_, row)| f(row)).collect::<Vec<i64>>();
         let histogram = |f: fn(&RouteHour) -> &Vec<u64>| {
             rows.iter()
