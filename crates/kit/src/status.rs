@@ -24,7 +24,10 @@ pub fn broken_connection(status: &Status) -> bool {
         if err.is::<tonic::TimeoutExpired>() {
             return false;
         }
-        transport |= err.is::<hyper::Error>() || err.is::<h2::Error>() || err.is::<std::io::Error>();
+        transport |= err.is::<tonic::transport::Error>()
+            || err.is::<hyper::Error>()
+            || err.is::<h2::Error>()
+            || err.is::<std::io::Error>();
         source = err.source();
     }
     transport
@@ -40,11 +43,7 @@ pub fn upstream_code(status: &Status) -> Code {
 /// `"sessions"`): a broken connection becomes UNAVAILABLE naming the upstream; any other status
 /// is returned unchanged.
 pub fn from_upstream(upstream: &str, status: Status) -> Status {
-    if broken_connection(&status) {
-        Status::unavailable(broken_message(upstream, &status))
-    } else {
-        status
-    }
+    if broken_connection(&status) { Status::unavailable(broken_message(upstream, &status)) } else { status }
 }
 
 /// The message for a broken connection to `upstream`: what broke, for the logs and the caller.

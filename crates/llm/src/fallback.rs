@@ -3,6 +3,8 @@
 
 use std::{fmt, future::Future, sync::Arc};
 
+use switchyard_kit::log::Throttle;
+
 use crate::{ChatRequest, Completion, EventStream, ModelRef, Provider, ProviderError, Providers};
 
 /// An answer from one of several models, with the failures of those tried before it.
@@ -115,7 +117,12 @@ impl Providers {
             match outcome {
                 Ok(output) => return Ok(Answered { model: model.clone(), output, failed }),
                 Err(error) => {
-                    tracing::warn!(model = %model, kind = ?error.kind, cause = %error.message, "model failed");
+                    // While a provider is down every request fails on it the same way (and once
+                    // its circuit is open, at once): one line per model and kind per interval.
+                    static MODEL_FAILED: Throttle = Throttle::new();
+                    if let Some(suppressed) = MODEL_FAILED.admit(&format!("{model} {:?}", error.kind)) {
+                        tracing::warn!(model = %model, kind = ?error.kind, cause = %error.message, suppressed, "model failed");
+                    }
                     failed.push(ModelFailure { model: model.clone(), error });
                 }
             }

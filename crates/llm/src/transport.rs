@@ -12,7 +12,7 @@ use reqwest::{
     Response, StatusCode,
     header::{HeaderMap, HeaderValue},
 };
-use switchyard_kit::backoff::Backoff;
+use switchyard_kit::{backoff::Backoff, log::Throttle};
 
 use crate::{ErrorKind, ProviderConfig, ProviderError};
 
@@ -132,7 +132,10 @@ impl Transport {
                 Some(asked) => asked,
                 None => backoff.next_delay(),
             };
-            tracing::warn!(provider = %self.provider, attempt = attempts, ?delay, cause = %error.message, "LLM call failed; retrying");
+            static RETRYING: Throttle = Throttle::new();
+            if let Some(suppressed) = RETRYING.admit(&self.provider) {
+                tracing::warn!(provider = %self.provider, attempt = attempts, ?delay, cause = %error.message, suppressed, "LLM call failed; retrying");
+            }
             tokio::time::sleep(delay).await;
         }
     }

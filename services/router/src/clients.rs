@@ -35,6 +35,17 @@ const APPEND_RETRY_MAX: Duration = Duration::from_secs(1);
 /// How long the role list is reused before it is fetched again.
 const ROLES_TTL: Duration = Duration::from_secs(30);
 
+/// A status from sessions as the router passes it on: a broken connection (a replica gone
+/// mid-call) is UNAVAILABLE naming sessions, whatever code the transport gave it.
+fn from_sessions(status: Status) -> Status {
+    switchyard_kit::status::from_upstream("sessions", status)
+}
+
+/// [`from_sessions`] for the MCP gateway.
+fn from_gateway(status: Status) -> Status {
+    switchyard_kit::status::from_upstream("MCP gateway", status)
+}
+
 /// A request to another service on behalf of `identity`.
 fn request<T>(message: T, identity: &Identity, timeout: Duration) -> Request<T> {
     let mut request = Request::new(message);
@@ -101,7 +112,7 @@ impl SessionsClient {
             .clone()
             .create_session(request(sessions::CreateSessionRequest::default(), identity, CALL_TIMEOUT))
             .await
-            .map_err(|s| RouterError::from_status("creating a session", &s))?
+            .map_err(|s| RouterError::from_status("creating a session", &from_sessions(s)))?
             .into_inner();
         let id = created.session.map(|s| s.session_id).unwrap_or_default();
         SessionId::parse(&id)
@@ -140,7 +151,7 @@ impl SessionsClient {
                 CALL_TIMEOUT,
             ))
             .await
-            .map_err(|s| session_error("context switching", &s))?
+            .map_err(|s| session_error("context switching", s))?
             .into_inner();
         // The turn is counted by now: the turns before it are one fewer.
         let turn_count = processed.session.as_ref().map_or(0, |s| s.turn_count.saturating_sub(1));
@@ -186,7 +197,7 @@ impl SessionsClient {
                     CALL_TIMEOUT,
                 ))
                 .await
-                .map_err(|s| session_error("reading the session", &s))?
+                .map_err(|s| session_error("reading the session", s))?
                 .into_inner();
             return Ok(SessionTurn {
                 session_id: session_id.clone(),
@@ -209,7 +220,7 @@ impl SessionsClient {
                 CALL_TIMEOUT,
             ))
             .await
-            .map_err(|s| session_error("reading the session", &s))?
+            .map_err(|s| session_error("reading the session", s))?
             .into_inner();
         let session = got.session.unwrap_or_default();
         let mut system_prompt = got.role.map(|r| r.system_prompt).unwrap_or_default();
@@ -291,7 +302,8 @@ impl SessionsClient {
                     identity,
                     CALL_TIMEOUT,
                 ))
-                .await;
+                .await
+                .map_err(from_sessions);
             match appended {
                 Err(status) if status.code() == tonic::Code::Unavailable && started.elapsed() < APPEND_RETRY_FOR => {
                     tracing::debug!(session_id = %session_id, error = %status.message(), "appending the turn; retrying");
@@ -320,7 +332,8 @@ impl SessionsClient {
                     identity,
                     CALL_TIMEOUT,
                 ))
-                .await?
+                .await
+                .map_err(from_sessions)?
                 .into_inner();
             all.extend(page.roles);
             if page.next_page_token.is_empty() {
@@ -357,7 +370,8 @@ fn clip(text: &str, max: usize) -> &str {
 /// Session errors keep their class and their message (it names the session or the role that
 /// is missing); an invalid argument keeps the field the sessions service named, which is the
 /// router's field of the same name (`session_id`, `force_role_id`, `custom_instructions`).
-fn session_error(context: &'static str, status: &Status) -> RouterError {
+fn session_error(context: &'static str, status: Status) -> RouterError {
+    let status = &from_sessions(status);
     let err = match status.code() {
         tonic::Code::NotFound => RouterError::NotFound(status.message().to_owned()),
         tonic::Code::InvalidArgument => match switchyard_kit::error::field_violation(status) {
@@ -420,7 +434,8 @@ impl GatewayClient {
                 identity,
                 CALL_TIMEOUT,
             ))
-            .await?
+            .await
+            .map_err(from_gateway)?
             .into_inner();
         Ok(set
             .tools
@@ -459,7 +474,8 @@ impl GatewayClient {
                 identity,
                 timeout,
             ))
-            .await?
+            .await
+            .map_err(from_gateway)?
             .into_inner();
         let mut text = response
             .content

@@ -42,6 +42,8 @@ pub enum TriggersError {
 
 impl TriggersError {
     fn from_status(status: tonic::Status, role: &str) -> Self {
+        // A triggers replica gone mid-call: its message says the connection broke.
+        let status = switchyard_kit::status::from_upstream("triggers", status);
         let logged = switchyard_kit::failures::logged_upstream(&status);
         match status.code() {
             Code::NotFound => Self::UnknownRole(role.to_owned()),

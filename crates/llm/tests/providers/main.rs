@@ -26,6 +26,7 @@ mod bursts;
 mod circuit;
 mod deployments;
 mod failures;
+mod fault_logs;
 mod fallback;
 mod requests;
 mod shared_circuit;

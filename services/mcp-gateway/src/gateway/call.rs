@@ -269,7 +269,7 @@ impl Gateway {
         let (shown, context) = match self.contexts.record_call(key, &tool.name).await {
             Ok(recorded) => recorded,
             Err(err) => {
-                tracing::warn!(error = %err, "counting a tool call");
+                switchyard_kit::warn_throttled!("call count", error = %err, "counting a tool call");
                 (ShownMatch::NoList, SessionContext::default())
             }
         };

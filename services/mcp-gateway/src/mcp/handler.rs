@@ -154,7 +154,7 @@ impl ServerHandler for McpHandler {
         if let Ok(Some(key)) = self.session_key(&context.extensions)
             && let Err(err) = self.gateway.session_started(&key).await
         {
-            tracing::warn!(error = %err, "counting a new MCP session");
+            switchyard_kit::warn_throttled!("session count", error = %err, "counting a new MCP session");
         }
         // Tell this client whenever the tool catalog changes (a server came, went or changed
         // its tools) and whenever a server's resources or prompts change, until its session

@@ -45,7 +45,7 @@ impl McpHandler {
                 if let Some(key) = minted.key()
                     && let Err(err) = self.gateway.session_started(key).await
                 {
-                    tracing::warn!(error = %err, "counting a new context handle");
+                    switchyard_kit::warn_throttled!("session count", error = %err, "counting a new context handle");
                 }
                 minted
             }

@@ -149,7 +149,7 @@ impl RedisContextStore {
         }
         let mut conn = self.conn.clone();
         if let Err(err) = bounded::<i64>(COMMAND_TIMEOUT, call.invoke_async(&mut conn)).await {
-            tracing::warn!(error = %err, "counting in the gateway's stats hash");
+            switchyard_kit::warn_throttled!("stats", error = %err, "counting in the gateway's stats hash");
         }
     }
 

@@ -392,7 +392,8 @@ impl Budgets {
                 let Some((at, last)) = read.get_mut(tenant) else {
                     return Err(RouterError::unavailable("reading budgets", err.to_string()));
                 };
-                tracing::warn!(tenant = %tenant.as_str(), error = %err, read_ago = ?at.elapsed(), "budgets unreadable; checking turns against their last read");
+                // Once per tenant per BOOK_FRESH, but for every tenant: bounded per interval overall.
+                switchyard_kit::warn_throttled!("budgets unreadable", tenant = %tenant.as_str(), error = %err, read_ago = ?at.elapsed(), "budgets unreadable; checking turns against their last read");
                 *at = Instant::now();
                 return Ok(Arc::clone(last));
             }
@@ -542,7 +543,7 @@ impl Budgets {
             Ok(totals) if !self.sync.is_zero() => self.remember(tenant, counters, &totals, true),
             Ok(_) => {}
             Err(err) => {
-                tracing::warn!(tenant = %tenant.as_str(), error = %err, "could not count a turn's spend; the counter is rebuilt from the recorded costs when lost");
+                switchyard_kit::warn_throttled!("spend", tenant = %tenant.as_str(), error = %err, "could not count a turn's spend; the counter is rebuilt from the recorded costs when lost");
             }
         }
     }

@@ -54,7 +54,7 @@ pub(super) async fn run(
             return scope.answer_directly().await;
         }
         Err(status) => {
-            tracing::warn!(code = ?status.code(), error = %status.message(), "MCP gateway unavailable; answering directly");
+            switchyard_kit::warn_throttled!("gateway", code = ?status.code(), error = %status.message(), "MCP gateway unavailable; answering directly");
             meta.degraded.push(format!("mcp_agent: gateway unavailable ({}); answered directly", status.message()));
             return scope.answer_directly().await;
         }

@@ -86,7 +86,7 @@ impl Router {
         let kept = match self.conversations.loop_tools(tenant, &session.session_id).await {
             Ok(kept) => kept.unwrap_or_default(),
             Err(err) => {
-                tracing::warn!(error = %err, "could not read the tool loop's gateway tools");
+                switchyard_kit::warn_throttled!("loop tools", error = %err, "could not read the tool loop's gateway tools");
                 LoopTools::default()
             }
         };

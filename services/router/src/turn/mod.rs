@@ -237,7 +237,7 @@ impl Router {
             Err(spent @ RouterError::BudgetSpent { .. }) => Err(spent),
             // Budgets that cannot be read do not stop the service: the turn goes on uncounted.
             Err(err) => {
-                tracing::warn!(error = %err, "could not check the tenant's budgets; the turn goes on");
+                switchyard_kit::warn_throttled!("budget check", error = %err, "could not check the tenant's budgets; the turn goes on");
                 Ok(Allowance::default())
             }
         }
@@ -427,7 +427,7 @@ impl Router {
             .await
         {
             // The answer stands; only the conversation memory missed this turn.
-            tracing::warn!(session_id = %outcome.session_id, error = %status.message(), "could not append the turn to the session");
+            switchyard_kit::warn_throttled!("append", session_id = %outcome.session_id, error = %status.message(), "could not append the turn to the session");
         }
         // A loop the caller goes on with: its next turns are asked in the same words.
         if callers_turn && !continuation && !outcome.tool_calls.is_empty() {
@@ -436,7 +436,7 @@ impl Router {
             if let Err(err) =
                 self.conversations.remember_loop(identity.tenant.as_str(), &session.session_id, &persona).await
             {
-                tracing::warn!(error = %err, "could not keep the tool loop's persona");
+                switchyard_kit::warn_throttled!("persona", error = %err, "could not keep the tool loop's persona");
             }
         }
         // A loop with the gateway's tools: its continuations get the same tools and the gateway
@@ -449,7 +449,7 @@ impl Router {
                 .remember_loop_tools(identity.tenant.as_str(), &session.session_id, &gateway.kept(hidden_steps))
                 .await
         {
-            tracing::warn!(error = %err, "could not keep the tool loop's gateway tools");
+            switchyard_kit::warn_throttled!("loop tools", error = %err, "could not keep the tool loop's gateway tools");
         }
         self.metrics.turn(&outcome.metadata, &answer.answered.model);
         record_turn_attributes(&span, &outcome.metadata);
@@ -483,7 +483,9 @@ impl Router {
             Ok(Some(persona)) if persona.role_id == session.role_id => session.system_prompt = persona.system_prompt,
             Ok(_) => {}
             // The role's own prompt stands in.
-            Err(err) => tracing::warn!(error = %err, "could not read the tool loop's persona"),
+            Err(err) => {
+                switchyard_kit::warn_throttled!("persona", error = %err, "could not read the tool loop's persona")
+            }
         }
     }
 
@@ -497,7 +499,7 @@ impl Router {
         let tenant = identity.tenant.as_str();
         // The key's store is an aid: a turn goes on without it, as a new conversation.
         let known = self.conversations.session(tenant, key).await.unwrap_or_else(|err| {
-            tracing::warn!(error = %err, "conversation key lookup failed; starting a new session");
+            switchyard_kit::warn_throttled!("conversation key", error = %err, "conversation key lookup failed; starting a new session");
             None
         });
         let stale = known.is_some();
@@ -520,7 +522,7 @@ impl Router {
             self.conversations.claim(tenant, key, &session_id).await.map(|claimed| session_id = claimed)
         };
         if let Err(err) = recorded {
-            tracing::warn!(error = %err, "could not record the conversation key");
+            switchyard_kit::warn_throttled!("conversation key", error = %err, "could not record the conversation key");
         }
         self.open_named_session(identity, request, Some(&session_id), true).await
     }

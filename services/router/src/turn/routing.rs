@@ -84,7 +84,7 @@ pub(super) async fn route(
         let tenant = scope.identity.tenant.as_str();
         let cached = CachedRoute::of(&routed.decision);
         if let Err(err) = cache.put(tenant, &scope.ctx.message, vector.as_deref(), &cached).await {
-            tracing::warn!(error = %err, "could not cache the routing decision");
+            switchyard_kit::warn_throttled!("cache put", error = %err, "could not cache the routing decision");
         }
     }
     Ok(routed)
@@ -108,7 +108,7 @@ async fn cache_lookup(scope: &Scope<'_>, vector: &mut Option<Vec<f32>>) -> Optio
         Ok(Some(hit)) => return Some(hit),
         Ok(None) => {}
         // The cache is an optimisation: the turn goes on without it.
-        Err(err) => tracing::warn!(error = %err, "routing cache lookup failed"),
+        Err(err) => switchyard_kit::warn_throttled!("cache lookup", error = %err, "routing cache lookup failed"),
     }
     if vector.is_none() {
         *vector = router.fast.embed(message).await;

@@ -60,7 +60,7 @@ impl Decision {
                 return Err(err.passed_on(logged));
             }
             Err(err) => {
-                tracing::warn!(%err, role_id = %current.id, "trigger detection unavailable, keeping the current role");
+                switchyard_kit::warn_throttled!("detection", %err, role_id = %current.id, "trigger detection unavailable, keeping the current role");
                 let detail = format!("trigger detection unavailable ({err}); kept {}", current.id);
                 return Ok(Self::unscored(None, SwitchReason::DetectionUnavailable, detail));
             }

@@ -270,7 +270,10 @@ impl ContextSwitcher {
         match durability {
             Durability::Written => {}
             Durability::Buffered => tracing::debug!(what, "record buffered until the record store answers"),
-            Durability::Dropped => tracing::error!(what, "record dropped: the outage buffer is full"),
+            // The buffer counts every drop (and logs them per interval); this names what was lost.
+            Durability::Dropped => {
+                switchyard_kit::error_throttled!(what, what, "record dropped: the outage buffer is full")
+            }
             // The buffer logged the refused record with its key fields.
             Durability::SetAside => tracing::debug!(what, "record refused by the record store, set aside"),
         }

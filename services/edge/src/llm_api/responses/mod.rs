@@ -155,6 +155,6 @@ async fn respond(edge: Arc<Edge>, headers: &HeaderMap, body: Body) -> Result<Res
 async fn keep(edge: &Edge, entry: Option<(String, StoredResponse)>) {
     let Some((id, stored)) = entry else { return };
     if let Err(err) = edge.responses.put(id.clone(), stored).await {
-        tracing::warn!(response_id = %id, error = %err, "response not stored");
+        switchyard_kit::warn_throttled!("response store", response_id = %id, error = %err, "response not stored");
     }
 }
