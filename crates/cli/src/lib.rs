@@ -1,5 +1,5 @@
 //! The whole suite in one process (`switchyard dev`): every service on its own port, with
-//! in-memory stores in place of Postgres and Redis.
+//! in-memory stores in place of Postgres and Redis, calling each other in process.
 
 pub mod budgets;
 pub mod chat;
@@ -83,6 +83,16 @@ pub struct DevMcp {
     pub config_file: Option<std::path::PathBuf>,
 }
 
+/// How the services of `switchyard dev` call each other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ServiceCalls {
+    /// Straight to the called service's server stack, without TCP and HTTP/2 (same contract).
+    #[default]
+    InProcess,
+    /// Over loopback gRPC, as separate processes would (to compare, or to watch the traffic).
+    Network,
+}
+
 /// The services of `switchyard dev`, bound and ready to serve.
 pub struct DevStack {
     triggers: TriggersServer,
@@ -94,9 +104,18 @@ pub struct DevStack {
 
 impl DevStack {
     pub async fn start(ports: DevPorts, mcp: DevMcp, chat: DevChat) -> anyhow::Result<Self> {
+        Self::start_with(ports, mcp, chat, ServiceCalls::InProcess).await
+    }
+
+    /// [`DevStack::start`], the services calling each other as `calls` says.
+    pub async fn start_with(ports: DevPorts, mcp: DevMcp, chat: DevChat, calls: ServiceCalls) -> anyhow::Result<Self> {
         let model_dir = chat.embedding_model_dir.clone();
         let (triggers_model_dir, gateway_model_dir) = (model_dir.clone(), model_dir.clone());
-        let stack = Stack::builder(ports)
+        let mut builder = Stack::builder(ports);
+        if calls == ServiceCalls::Network {
+            builder = builder.all_over_network();
+        }
+        let stack = builder
             .triggers(move |config| {
                 if let Some(dir) = triggers_model_dir {
                     // The same MiniLM as the gateway and the router, for the semantic signal.

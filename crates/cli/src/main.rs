@@ -1,7 +1,7 @@
 //! `switchyard`: the whole suite in one process for development and demos.
 
 use clap::{Parser, Subcommand};
-use switchyard_cli::{DevChat, DevMcp, DevPorts, DevStack};
+use switchyard_cli::{DevChat, DevMcp, DevPorts, DevStack, ServiceCalls};
 use switchyard_kit::{TelemetryArgs, shutdown_signal, telemetry};
 use switchyard_llm::{ModelRef, ProviderArgs};
 
@@ -60,6 +60,11 @@ struct DevArgs {
     /// HTTP port of the edge: REST API, OpenAI-compatible chat, console.
     #[arg(long, default_value_t = 8080)]
     edge_port: u16,
+
+    /// How the services call each other: in process (the same gRPC contract without the
+    /// network), or over loopback gRPC as separate processes would.
+    #[arg(long, env = "SWITCHYARD_DEV_SERVICE_CALLS", value_enum, default_value = "in-process")]
+    service_calls: ServiceCalls,
 
     /// LLM vendors for the router (the same flags and variables as switchyard-router).
     #[command(flatten)]
@@ -121,8 +126,13 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
         model_prices: args.model_prices,
     };
     let model = chat.model();
-    let stack =
-        DevStack::start(ports, DevMcp { servers: args.mcp_servers, config_file: args.mcp_config }, chat).await?;
+    let stack = DevStack::start_with(
+        ports,
+        DevMcp { servers: args.mcp_servers, config_file: args.mcp_config },
+        chat,
+        args.service_calls,
+    )
+    .await?;
     tracing::info!(triggers = %stack.triggers_addr(), sessions = %stack.sessions_addr(), "switchyard dev: services up");
     println!("switchyard dev is running (in-memory stores; nothing survives exit):");
     println!("  triggers  grpc://{}  switchyard.triggers.v1.TriggerService", stack.triggers_addr());

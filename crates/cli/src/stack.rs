@@ -1,6 +1,11 @@
 //! The whole suite wired once: triggers → sessions → MCP gateway → router → edge, each bound
 //! on its own port from its in-memory defaults. `switchyard dev` and the edge's and router's
 //! integration tests all start it here, changing only what they need through closures.
+//!
+//! The services call each other in process (`switchyard_kit::in_process`): the same gRPC
+//! contract without TCP and HTTP/2. Each still listens on its port for callers outside the
+//! process; a test that cuts a service's connections has its callers use the network
+//! ([`StackBuilder::over_network`]).
 
 use std::{future::Future, net::SocketAddr, pin::Pin, sync::Arc};
 
@@ -31,9 +36,20 @@ where
     Box::new(move |stop| -> Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send>> { Box::pin(serve(stop)) })
 }
 
+/// The gRPC services the others call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GrpcService {
+    Triggers,
+    Sessions,
+    McpGateway,
+    Router,
+}
+
 /// What to start and how; see [`Stack::builder`].
 pub struct StackBuilder {
     ports: DevPorts,
+    /// Services whose callers in this process go over loopback gRPC instead of in process.
+    over_network: Vec<GrpcService>,
     triggers: Configure<TriggersConfig>,
     sessions: Configure<SessionsConfig>,
     /// `None`: no gateway; the router and the edge call `absent_gateway_url`.
@@ -96,6 +112,7 @@ impl Stack {
     pub fn builder(ports: DevPorts) -> StackBuilder {
         StackBuilder {
             ports,
+            over_network: Vec::new(),
             triggers: Box::new(|_| {}),
             sessions: Box::new(|_| {}),
             gateway: Some(Box::new(|_| {})),
@@ -117,6 +134,21 @@ fn chain<T: 'static>(first: Configure<T>, then: impl FnOnce(&mut T) + Send + 'st
 }
 
 impl StackBuilder {
+    /// Callers in this process reach `service` over loopback gRPC, as callers in another
+    /// process do (a test that cuts its connections with a proxy, say).
+    pub fn over_network(mut self, service: GrpcService) -> Self {
+        self.over_network.push(service);
+        self
+    }
+
+    /// Every service is called over loopback gRPC (the suite as separate processes would run
+    /// it, in one process).
+    pub fn all_over_network(self) -> Self {
+        [GrpcService::Triggers, GrpcService::Sessions, GrpcService::McpGateway, GrpcService::Router]
+            .into_iter()
+            .fold(self, Self::over_network)
+    }
+
     pub fn triggers(mut self, configure: impl FnOnce(&mut TriggersConfig) + Send + 'static) -> Self {
         self.triggers = chain(self.triggers, configure);
         self
@@ -172,23 +204,29 @@ impl StackBuilder {
     }
 
     /// Binds every service in order, each given the addresses of those it calls.
-    pub async fn start(self) -> anyhow::Result<Stack> {
+    pub async fn start(mut self) -> anyhow::Result<Stack> {
         let ports = self.ports;
         let at = |port| SocketAddr::new(ports.host, port);
+        let over_network = std::mem::take(&mut self.over_network);
+        let in_process = |service| !over_network.contains(&service);
 
         let mut config = TriggersConfig::in_memory(at(ports.triggers));
+        config.server.serve_in_process = in_process(GrpcService::Triggers);
         (self.triggers)(&mut config);
         let triggers = TriggersServer::bind(&config).await.context("starting triggers")?;
         let triggers_url = format!("http://{}", triggers.local_addr());
 
         let mut config = SessionsConfig::in_memory(at(ports.sessions), &triggers_url);
+        config.server.serve_in_process = in_process(GrpcService::Sessions);
         (self.sessions)(&mut config);
         let sessions = SessionsServer::bind(&config).await.context("starting sessions")?;
         let sessions_url = format!("http://{}", sessions.local_addr());
 
+        let gateway_in_process = in_process(GrpcService::McpGateway);
         let (gateway, mcp_gateway_url) = match self.gateway {
             Some(configure) => {
                 let mut config = GatewayConfig::in_memory(at(ports.mcp_gateway), at(ports.mcp), Vec::new());
+                config.server.serve_in_process = gateway_in_process;
                 configure(&mut config);
                 let gateway = GatewayServer::bind(&config).await.context("starting the MCP gateway")?;
                 let url = format!("http://{}", gateway.local_addr());
@@ -198,6 +236,7 @@ impl StackBuilder {
         };
 
         let mut router_config = RouterConfig::in_memory(at(ports.router), &sessions_url, &mcp_gateway_url);
+        router_config.server.serve_in_process = in_process(GrpcService::Router);
         (self.router)(&mut router_config);
         let router = match self.bind_router {
             Some(bind) => bind(router_config.clone()).await,
