@@ -26,68 +26,14 @@ use switchyard_llm::{ModelRef, ProviderArgs};
 use switchyard_mcp_gateway::Gateway;
 use switchyard_router::route::USE_MCP_AGENT;
 use switchyard_testkit::{
-    Schema, Served, Shutdown, database_url, eventually,
+    ClusterKeyPrefix, Schema, Served, Shutdown, database_url, eventually,
     llm::{Recorded, Reply, ScriptedLlm},
-    peer_tool, redis_cluster_url, unique, wait_serving,
+    peer_tool, redis_cluster_url, wait_serving,
 };
 
 /// Requests a second each credential may make, and its burst, on every edge.
 const RATE: u32 = 5;
 const BURST: u32 = 30;
-
-/// The keys of one test on the cluster, deleted from every primary when dropped (a SCAN per
-/// node: the keys of one prefix are spread over the slots).
-struct ClusterKeys {
-    prefix: String,
-}
-
-impl Drop for ClusterKeys {
-    fn drop(&mut self) {
-        let prefix = self.prefix.clone();
-        let deleted = std::thread::spawn(move || delete_cluster_keys(&prefix)).join();
-        if let Ok(Err(err)) | Err(err) = deleted.map_err(|_| "the key deletion thread panicked".to_owned()) {
-            if std::thread::panicking() {
-                eprintln!("deleting the test's cluster keys: {err}");
-            } else {
-                panic!("deleting the test's cluster keys: {err}");
-            }
-        }
-    }
-}
-
-fn cluster_nodes() -> Vec<String> {
-    let url = redis_cluster_url();
-    url.trim_start_matches("redis+cluster://").split(',').map(|node| format!("redis://{node}")).collect()
-}
-
-fn delete_cluster_keys(prefix: &str) -> Result<(), String> {
-    for node in cluster_nodes() {
-        let client = redis::Client::open(node.as_str()).map_err(|err| format!("{node}: {err}"))?;
-        let mut conn =
-            client.get_connection_with_timeout(Duration::from_secs(5)).map_err(|err| format!("{node}: {err}"))?;
-        let mut cursor = 0u64;
-        loop {
-            // The prefix is unique to the test, wherever a key's hash tag puts it.
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(format!("*{prefix}*"))
-                .arg("COUNT")
-                .arg(1000)
-                .query(&mut conn)
-                .map_err(|err| format!("{node}: {err}"))?;
-            for key in keys {
-                // One key at a time: keys of different slots cannot share a DEL on a cluster.
-                let _: i64 = redis::cmd("DEL").arg(&key).query(&mut conn).map_err(|err| format!("{node}: {err}"))?;
-            }
-            if next == 0 {
-                break;
-            }
-            cursor = next;
-        }
-    }
-    Ok(())
-}
 
 /// Where the pair keeps its state: a Postgres schema per service and one key prefix on the
 /// cluster, shared by both replicas of every service.
@@ -97,7 +43,7 @@ struct Stores {
     gateway: Schema,
     router: Schema,
     edge: Schema,
-    keys: ClusterKeys,
+    keys: ClusterKeyPrefix,
 }
 
 impl Stores {
@@ -108,7 +54,7 @@ impl Stores {
             gateway: Schema::new("replicas_gateway"),
             router: Schema::new("replicas_router"),
             edge: Schema::new("replicas_edge"),
-            keys: ClusterKeys { prefix: unique("replicas") },
+            keys: ClusterKeyPrefix::new("replicas"),
         }
     }
 }
@@ -140,7 +86,7 @@ impl Default for Tuning {
 async fn start_replica(stores: &Stores, llm: &ScriptedLlm, tuning: Tuning) -> Replica {
     let durable = |schema: &Schema| (Some(Secret::new(database_url())), schema.name().to_owned());
     let redis = || Some(Secret::new(redis_cluster_url()));
-    let prefix = stores.keys.prefix.clone();
+    let prefix = stores.keys.as_str().to_owned();
     let Tuning { shutdown_grace: grace, fast_router } = tuning;
     let (triggers_db, sessions_db, gateway_db, router_db, edge_db) = (
         durable(&stores.triggers),

@@ -16,6 +16,7 @@ pub mod oauth;
 mod paths;
 mod poll;
 pub mod postgres;
+pub mod process;
 pub mod prometheus;
 pub mod proxy;
 pub mod raw_http;
@@ -26,7 +27,7 @@ pub use grpc::{ClosedPort, closed_port, wait_serving};
 pub use paths::{grpcurl, model_dir, peer_tool, root};
 pub use poll::{Outcome, eventually};
 pub use postgres::{Schema, database_url};
-pub use redis::{KeyPrefix, delete_redis_keys, redis_cluster_url, redis_url};
+pub use redis::{ClusterKeyPrefix, KeyPrefix, OwnCluster, delete_redis_keys, redis_cluster_url, redis_url};
 pub use served::{Served, Shutdown};
 
 /// A unique lowercase name (usable as a Postgres schema or a Redis key prefix).

@@ -25,7 +25,7 @@ use switchyard_testkit::{
     llm::{Reply, ScriptedLlm},
     proxy::TcpProxy,
     redis::{redis_addr, redis_url_via},
-    redis_cluster_url, redis_url, unique,
+    redis_cluster_url, redis_url,
 };
 
 use crate::support::{Vendor, question};
@@ -126,16 +126,9 @@ async fn replicas_share_a_circuit_over_one_redis() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_share_a_circuit_over_the_cluster() {
-    let url = redis_cluster_url();
-    let prefix = unique("llm-circuits");
-    two_replicas_share_one_circuit(&url, &prefix).await;
-    // The record and the lease share a slot; the test's keys go with it (the guard's SCAN
-    // covers the single Redis only). Both expire on their own should the test fail first.
-    let sync = CircuitSync::new(connect(&url).await, &KeyPrefix::parse(&prefix).unwrap(), INTERVAL);
-    let mut conn = connect(&url).await;
-    let record = sync.record_key("openai");
-    let _: i64 =
-        redis::cmd("DEL").arg(&record).arg(format!("{record}:probe")).query_async(&mut conn).await.expect("cleanup");
+    // The record and the lease share a slot on one primary; the guard scans every primary.
+    let prefix = switchyard_testkit::ClusterKeyPrefix::new("llm-circuits");
+    two_replicas_share_one_circuit(&redis_cluster_url(), prefix.as_str()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
