@@ -1,7 +1,8 @@
 //! The whole suite under steady load while a store goes away: Postgres cut for 30 s (every
-//! service's Postgres behind one TCP proxy), and a Redis killed and started again empty. Real
-//! pieces: triggers, sessions, the MCP gateway, the router and the edge in process on loopback,
-//! the real Postgres and Redis (a redis-server of the test's own for the restart), an HTTP MCP
+//! service's Postgres behind one TCP proxy), and a Redis killed and started again empty (a
+//! single one, or one primary of a three-primary cluster). Real pieces: triggers, sessions,
+//! the MCP gateway, the router and the edge in process on loopback, the real Postgres and
+//! Redis (a redis-server or a cluster of the test's own for the restarts), an HTTP MCP
 //! server behind the gateway; the only fake is the scripted LLM vendor.
 //!
 //! The Postgres cut is the suite's one slow test (about 40 s): a 30 s outage is what it is
@@ -38,6 +39,7 @@ use switchyard_testkit::{
     mcp::{FixtureServer, tool},
     postgres::{database_addr, database_url_via},
     proxy::TcpProxy,
+    redis::OwnCluster,
     redis_url, wait_serving,
 };
 use tonic::{Code, transport::Channel};
@@ -531,12 +533,67 @@ struct Turns {
     wrong: Vec<String>,
 }
 
+/// The Redis a restart test kills: a single one, or one primary of a cluster.
+enum Restarted {
+    Single(OwnRedis),
+    Cluster(OwnCluster),
+}
+
+impl Restarted {
+    fn url(&self) -> String {
+        match self {
+            Self::Single(redis) => redis.url(),
+            Self::Cluster(cluster) => cluster.url(),
+        }
+    }
+
+    /// Kills the Redis (on a cluster, the primary holding most of the sessions' keys, which
+    /// must hold some), waits a little, and starts it again empty; returns once it answers (the
+    /// cluster: every slot served again).
+    async fn kill_and_restart(&mut self, sessions_keys: &str) {
+        match self {
+            Self::Single(redis) => {
+                redis.kill();
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                *redis = OwnRedis::start(redis.port);
+                redis.ready().await;
+            }
+            Self::Cluster(cluster) => {
+                let held = cluster.keys_per_node(sessions_keys).await;
+                let node = (0..held.len()).max_by_key(|node| held[*node]).unwrap();
+                assert!(held[node] > 0, "no session keys on any primary: {held:?}");
+                eprintln!("session keys per primary {held:?}: killing primary {node}");
+                cluster.kill(node);
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                cluster.restart(node).await;
+                let after = cluster.keys_per_node(sessions_keys).await;
+                eprintln!("session keys per primary once it rejoined: {after:?}");
+            }
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_redis_restarted_empty_mid_load_costs_no_session_its_role_or_history() {
+    let redis = OwnRedis::start(free_port());
+    redis.ready().await;
+    restarted_mid_load(Restarted::Single(redis)).await;
+}
+
+/// The same load on a three-primary Redis Cluster of the test's own (no replicas: the killed
+/// primary's slots go unserved, and the cluster refuses every slot while it counts a primary
+/// failed, until the node rejoins with its `nodes.conf`, empty).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_redis_cluster_primary_restarted_empty_mid_load_costs_no_session_its_role_or_history() {
+    restarted_mid_load(Restarted::Cluster(OwnCluster::start().await)).await;
+}
+
+/// Four conversations through the router while `redis` is killed and started again empty:
+/// every turn answered in its role with its own answer or UNAVAILABLE within its deadline,
+/// and each session rebuilt from Postgres with its role and exactly the answered turns.
+async fn restarted_mid_load(mut redis: Restarted) {
     const CONVERSATIONS: usize = 4;
     const DEADLINE: Duration = Duration::from_secs(10);
-    let mut redis = OwnRedis::start(free_port());
-    redis.ready().await;
     let stores = Stores::new(database_url(), redis.url());
     let llm = scripted_vendor().await;
     let fixture = FixtureServer::start(vec![tool("lookup", "Looks something up.", &[])]).await.unwrap();
@@ -600,10 +657,7 @@ async fn a_redis_restarted_empty_mid_load_costs_no_session_its_role_or_history()
         .collect();
 
     tokio::time::sleep(Duration::from_secs(3)).await;
-    redis.kill();
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let restarted = OwnRedis::start(redis.port);
-    restarted.ready().await;
+    redis.kill_and_restart(stores.sessions_keys.as_str()).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     stop.store(true, Ordering::SeqCst);
     let mut results = Vec::new();
