@@ -134,7 +134,9 @@ SQL
 sql "$schema" -c "VACUUM ANALYZE routing_decisions"
 echo "partitioned layout filled in $((SECONDS - fill_started)) s" >&2
 rollup_started=$SECONDS
-sql "$schema" -c "SELECT routing_rollup_rebuild('-infinity', 'infinity')" >/dev/null
+# A day at a time, as the migration does (one statement over every row sorts them all on disk).
+sql "$schema" -c "SELECT count(routing_rollup_rebuild(day, day + interval '1 day')) FROM
+  (SELECT DISTINCT date_trunc('day', occurred_at, 'UTC') AS day FROM routing_decisions) AS days" >/dev/null
 sql "$schema" -c "VACUUM ANALYZE routing_stats_hourly, routing_spend_hourly"
 echo "hourly rollups built from the $rows decisions in $((SECONDS - rollup_started)) s" \
   "($(sql "$schema" -c "SELECT (SELECT count(*) FROM routing_stats_hourly) || ' route rows, ' ||

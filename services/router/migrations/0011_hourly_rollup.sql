@@ -164,5 +164,14 @@ LANGUAGE sql AS $$
     GROUP BY 1, 2, 4;
 $$;
 
--- The rollups of every decision already stored.
-SELECT routing_rollup_rebuild('-infinity', 'infinity');
+-- The rollups of every decision already stored, a day at a time: one statement over millions
+-- of decisions sorts them all at once on disk (10 M spilled gigabytes of temporary files).
+DO $$
+DECLARE
+    day timestamptz;
+BEGIN
+    FOR day IN SELECT DISTINCT date_trunc('day', occurred_at, 'UTC') FROM routing_decisions ORDER BY 1 LOOP
+        PERFORM routing_rollup_rebuild(day, day + interval '1 day');
+    END LOOP;
+END
+$$;
