@@ -69,6 +69,12 @@ pub struct SessionsConfig {
     #[arg(long, env = "SESSIONS_RECORD_DRAIN_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
     pub record_drain_timeout: Duration,
 
+    /// How long switch history and conversation messages are kept in Postgres; every hour the
+    /// whole months before the month the cut falls in are dropped (so up to a month more is
+    /// kept). Unset: kept for ever. A live session keeps its recent window in Redis either way.
+    #[arg(long, env = "SESSIONS_HISTORY_RETENTION", value_parser = parse_duration)]
+    pub history_retention: Option<Duration>,
+
     /// How often roles are reloaded to pick up other replicas' changes.
     #[arg(long, env = "SESSIONS_ROLE_REFRESH", default_value = "5s", value_parser = parse_duration)]
     pub role_refresh: Duration,

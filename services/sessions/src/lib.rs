@@ -76,6 +76,34 @@ impl Stores {
     }
 }
 
+/// How often the history's partitions are made ahead and its retention applied.
+const HISTORY_UPKEEP_EVERY: Duration = Duration::from_secs(3600);
+
+/// The history's upkeep at start and hourly, until the record store is dropped with the
+/// server.
+fn spawn_history_upkeep(records: std::sync::Weak<dyn RecordStore>, retention: Option<Duration>) {
+    let retention = match retention.map(chrono::Duration::from_std).transpose() {
+        Ok(retention) => retention,
+        Err(_) => {
+            tracing::warn!("--history-retention is too long to compute a cut; history is kept for ever");
+            None
+        }
+    };
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(HISTORY_UPKEEP_EVERY);
+        loop {
+            every.tick().await;
+            let Some(records) = records.upgrade() else { return };
+            let cut = retention.and_then(|retention| chrono::Utc::now().checked_sub_signed(retention));
+            match records.keep_history(cut).await {
+                Ok(0) => {}
+                Ok(removed) => tracing::info!(removed, "history past the retention dropped"),
+                Err(err) => tracing::warn!(error = %err, "history upkeep failed; retrying next hour"),
+            }
+        }
+    });
+}
+
 /// A sessions server bound to its port, ready to serve.
 pub struct SessionsServer {
     server: GrpcServer,
@@ -94,6 +122,7 @@ impl SessionsServer {
         let roles = RoleCatalog::open(stores.roles, triggers.clone()).await?;
         roles.spawn_refresh(config.role_refresh);
         let recorder = recorder::start(stores.records.clone(), config.recorder());
+        spawn_history_upkeep(Arc::downgrade(&stores.records), config.history_retention);
         let live = stores.live.clone();
         let switcher = Arc::new(ContextSwitcher::new(
             stores.live,

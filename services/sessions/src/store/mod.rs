@@ -155,6 +155,14 @@ pub trait RecordStore: Send + Sync + 'static {
     async fn history(&self, key: &SessionKey, after: u64, limit: u32) -> Result<Vec<SwitchEvent>, StoreError>;
 
     async fn ping(&self) -> Result<(), StoreError>;
+
+    /// The history's upkeep, run at start and hourly: the coming months' partitions made and,
+    /// with a `cut`, the switches and messages of the whole months before the month the cut
+    /// falls in removed (the month of the cut is kept whole). Returns the rows removed. The
+    /// in-memory record keeps everything.
+    async fn keep_history(&self, _cut: Option<DateTime<Utc>>) -> Result<u64, StoreError> {
+        Ok(0)
+    }
 }
 
 /// Roles are kept by tenant and id: the built-in roles (`Role::tenant` `None`) and each

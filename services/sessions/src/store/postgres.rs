@@ -2,6 +2,10 @@
 //! database do not share migration bookkeeping). Writes are idempotent upserts guarded by
 //! `GREATEST` and sequence checks, so a batch retried after an ambiguous failure, or replayed
 //! out of order, never moves a session backwards.
+//!
+//! The history (switches and messages) is partitioned by month (migration 0003): the kit's
+//! keeper makes this month's and the next months' partitions ahead, and the history retention
+//! drops whole months.
 
 use std::{borrow::Cow, collections::BTreeMap, time::Duration};
 
@@ -13,7 +17,10 @@ use sqlx::{
     types::Json,
 };
 
-use switchyard_kit::text::scrub_nul;
+use switchyard_kit::{
+    partitions::{PartitionError, TimePartitions},
+    text::scrub_nul,
+};
 
 use super::{Record, RecordStore, RoleStore, StoreError};
 use crate::domain::{
@@ -30,14 +37,49 @@ fn stored_tenant(tenant: Option<&TenantId>) -> &str {
 /// [`RoleStore`].
 pub struct PostgresStore {
     pool: PgPool,
+    history: [TimePartitions; 2],
 }
 
+/// Months after this one whose history partitions exist at all times: the keeper runs at
+/// start and hourly, so a keeper stopped for weeks still leaves no month to the default
+/// partition.
+pub const HISTORY_MONTHS_AHEAD: u32 = 1;
+
 impl PostgresStore {
-    /// Connects, creates `schema` if needed and runs the migrations in it.
+    /// Connects, creates `schema` if needed, runs the migrations in it and makes the history's
+    /// partitions for this month and the next.
     pub async fn connect(url: &str, schema: &str) -> Result<Self, StoreError> {
         let pool = switchyard_kit::postgres::connect_in_schema(url, schema, 8).await?;
         sqlx::migrate!("./migrations").run(&pool).await?;
-        Ok(Self { pool })
+        let history = [
+            TimePartitions::monthly("session_switches", "occurred_at").map_err(partition_error)?,
+            TimePartitions::monthly("session_messages", "created_at").map_err(partition_error)?,
+        ];
+        let store = Self { pool, history };
+        // Not fatal: until the keeper's next round, this month's history goes to the default
+        // partition.
+        if let Err(err) = store.create_history_ahead().await {
+            tracing::warn!(error = %err, "creating the coming months' history partitions; retrying within the hour");
+        }
+        Ok(store)
+    }
+
+    /// This month's and the next [`HISTORY_MONTHS_AHEAD`] months' partitions of each history
+    /// table (another replica may be making them at the same time).
+    async fn create_history_ahead(&self) -> Result<u32, StoreError> {
+        let today = Utc::now().date_naive();
+        let mut created = 0;
+        for table in &self.history {
+            created += table.create_ahead(&self.pool, today, HISTORY_MONTHS_AHEAD).await.map_err(partition_error)?;
+        }
+        Ok(created)
+    }
+}
+
+fn partition_error(err: PartitionError) -> StoreError {
+    match err {
+        PartitionError::Database(err) => StoreError::from(err),
+        other => StoreError::Config(other.to_string()),
     }
 }
 
@@ -155,6 +197,20 @@ impl RecordStore for PostgresStore {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
     }
+
+    async fn keep_history(&self, cut: Option<DateTime<Utc>>) -> Result<u64, StoreError> {
+        // The coming months first: their failure does not hold up the retention (this month's
+        // partitions were made earlier).
+        if let Err(err) = self.create_history_ahead().await {
+            tracing::warn!(error = %err, "creating the coming months' history partitions; retrying within the hour");
+        }
+        let Some(cut) = cut else { return Ok(0) };
+        let mut removed = 0;
+        for table in &self.history {
+            removed += table.prune_whole_periods_before(&self.pool, cut).await.map_err(partition_error)?.rows;
+        }
+        Ok(removed)
+    }
 }
 
 /// Applies one record. Updates of a session row that does not exist match nothing and are
@@ -201,11 +257,16 @@ async fn write_record(tx: &mut Transaction<'_, Postgres>, record: &Record) -> Re
         }
         Record::Switched { key, event, turn_count } => {
             let sequence = to_bigint("switch sequence", event.sequence)?;
+            // The key holds the time (the table is partitioned by it): a retry repeats the
+            // time and meets the key; a sequence already stored under another time is skipped
+            // by the NOT EXISTS, as the key on the sequence alone did before.
             sqlx::query(
                 "INSERT INTO session_switches (tenant_id, session_id, sequence, from_role_id, to_role_id, reason,
                                                reason_detail, from_score, to_score, query_excerpt, occurred_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-                 ON CONFLICT (tenant_id, session_id, sequence) DO NOTHING",
+                 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11
+                 WHERE NOT EXISTS (SELECT 1 FROM session_switches
+                                   WHERE tenant_id = $1 AND session_id = $2 AND sequence = $3)
+                 ON CONFLICT (tenant_id, session_id, sequence, occurred_at) DO NOTHING",
             )
             .bind(key.tenant.as_str())
             .bind(key.id.as_str())
@@ -258,12 +319,15 @@ async fn write_record(tx: &mut Transaction<'_, Postgres>, record: &Record) -> Re
             let (Some(&last_seq), Some(&last_time)) = (seqs.iter().max(), times.iter().max()) else {
                 return Ok(());
             };
+            // As for switches: the key holds the time, and a seq already stored is skipped.
             sqlx::query(
                 "INSERT INTO session_messages (tenant_id, session_id, seq, role, content, role_id, created_at)
                  SELECT $1, $2, m.seq, m.role, m.content, m.role_id, m.created_at
                  FROM UNNEST($3::BIGINT[], $4::TEXT[], $5::TEXT[], $6::TEXT[], $7::TIMESTAMPTZ[])
                       AS m(seq, role, content, role_id, created_at)
-                 ON CONFLICT (tenant_id, session_id, seq) DO NOTHING",
+                 WHERE NOT EXISTS (SELECT 1 FROM session_messages s
+                                   WHERE s.tenant_id = $1 AND s.session_id = $2 AND s.seq = m.seq)
+                 ON CONFLICT (tenant_id, session_id, seq, created_at) DO NOTHING",
             )
             .bind(key.tenant.as_str())
             .bind(key.id.as_str())
