@@ -39,7 +39,7 @@ fn server(dropped: oneshot::Sender<()>) -> in_process::ServerStack {
             if request.uri().path() == "/grpc.health.v1.Health/Check" {
                 std::future::pending::<()>().await;
             }
-            let guard = DroppedSignal(dropped.lock().unwrap().take());
+            let guard = DroppedSignal(dropped.lock().expect("not poisoned").take());
             let frames = futures::stream::iter([Ok::<_, Infallible>(bytes_of(&SERVING_FRAME))])
                 .chain(futures::stream::pending())
                 .map(move |frame| {
@@ -48,7 +48,10 @@ fn server(dropped: oneshot::Sender<()>) -> in_process::ServerStack {
                 });
             let body = Body::new(axum::body::Body::from_stream(frames));
             Ok::<_, Infallible>(
-                http::Response::builder().header("content-type", "application/grpc").body(body).unwrap(),
+                http::Response::builder()
+                    .header("content-type", "application/grpc")
+                    .body(body)
+                    .expect("a valid response"),
             )
         }
     }))
