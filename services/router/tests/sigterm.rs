@@ -196,19 +196,22 @@ async fn sigterm_under_load_finishes_or_cuts_each_call_refuses_new_ones_and_drai
 
     // Every decision the router took is in Postgres: the drain at exit wrote them.
     let pool = sqlx::PgPool::connect(&database_url()).await.expect("postgres");
-    let rows: Vec<(String, String, bool)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT id, message, interrupted FROM \"{}\".routing_decisions",
+    // The message text is kept only with the routing cache on (off here), so turns are told
+    // apart by the ids the callers saw and by the interrupted flag.
+    let rows: Vec<(String, bool)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT id, interrupted FROM \"{}\".routing_decisions",
         router_schema.name()
     )))
     .fetch_all(&pool)
     .await
     .expect("decisions");
-    let quick = rows.iter().filter(|(_, query, interrupted)| query.starts_with("quick:") && !interrupted).count();
-    assert_eq!(quick, answered, "every quick turn answered has its decision");
-    let hung: Vec<bool> =
-        rows.iter().filter(|(_, query, _)| query == "hang:past the grace").map(|(_, _, cut)| *cut).collect();
-    assert_eq!(hung, [true], "the turn past the grace is recorded, interrupted");
-    let by_id: BTreeMap<String, bool> = rows.into_iter().map(|(id, _, interrupted)| (id, interrupted)).collect();
+    let finished = rows.iter().filter(|(_, interrupted)| !interrupted).count();
+    // The quick turns answered, the two slow ones and the short stream.
+    assert_eq!(finished, answered + 3, "every turn answered has its decision");
+    let cut = rows.iter().filter(|(_, interrupted)| *interrupted).count();
+    // The stream and the unary turn past the grace, each recorded as interrupted.
+    assert_eq!(cut, 2, "the turns past the grace are recorded, interrupted");
+    let by_id: BTreeMap<String, bool> = rows.into_iter().collect();
     for (id, interrupted) in &decisions {
         assert_eq!(by_id.get(id), Some(interrupted), "decision {id} drained at exit (interrupted: {interrupted})");
     }
