@@ -12,7 +12,6 @@
 
 use std::{
     collections::BTreeMap,
-    error::Error as _,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -28,7 +27,9 @@ use switchyard_router::route::USE_MCP_AGENT;
 use switchyard_testkit::{
     ClusterKeyPrefix, Schema, Served, Shutdown, database_url, eventually,
     llm::{Recorded, Reply, ScriptedLlm},
-    peer_tool, redis_cluster_url, wait_serving,
+    peer_tool,
+    process::refused_by_a_stopping_server,
+    redis_cluster_url, wait_serving,
 };
 
 /// Requests a second each credential may make, and its burst, on every edge.
@@ -439,25 +440,9 @@ fn assert_gone(service: &str, result: Result<(), tonic::Status>) {
     assert_eq!(status.code(), tonic::Code::Unavailable, "{service}: {status:?}");
 }
 
-/// How a call is refused by a replica that has stopped (or is stopping): UNAVAILABLE (the
-/// connection refused, or the server's own status), or the client's report of the connection
-/// going away under a call it was sending just then (tonic's INTERNAL for the server's graceful
-/// GOAWAY, CANCELLED for a connection closed before the request went out), which carries the
-/// transport's error as its source, as no server's answer does; the edge answers those 503.
-fn refused_by_a_stopped_replica(status: &tonic::Status) -> bool {
-    let mut source = status.source();
-    while let Some(error) = source {
-        if error.is::<tonic::transport::Error>() || error.is::<std::io::Error>() {
-            return true;
-        }
-        source = error.source();
-    }
-    status.code() == tonic::Code::Unavailable
-}
-
 /// Load on replica A of one gRPC service: `TASKS` callers each call it in a loop until it is
 /// gone (the call in flight when it stops must still be answered, and the first that is not
-/// must be refused as [`refused_by_a_stopped_replica`] says), then make `ON_B` calls on B, which must all succeed. Returns, per
+/// must be refused as [`refused_by_a_stopping_server`] says), then make `ON_B` calls on B, which must all succeed. Returns, per
 /// caller, the numbers of the calls A answered.
 async fn unary_load<F, Fut>(service: &'static str, a: Served, b: &Served, call: F) -> Vec<Vec<usize>>
 where
@@ -486,7 +471,7 @@ where
                 }
                 n += 1;
             };
-            assert!(refused_by_a_stopped_replica(&refused), "{service}: {refused:?}");
+            assert!(refused_by_a_stopping_server(&refused), "{service}: {refused:?}");
             // The caller fails over: every call on B succeeds.
             let on_b = channel(&b_url).await;
             for _ in 0..ON_B {
