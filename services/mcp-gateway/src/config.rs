@@ -199,6 +199,12 @@ pub struct GatewayConfig {
     #[arg(long, env = "MCP_GATEWAY_AUDIT_RETENTION", default_value = "2160h", value_parser = parse_duration)]
     pub audit_retention: Duration,
 
+    /// How long the usage record (every set_context and tool call, which the usage prior
+    /// learns from) is kept in Postgres; every hour the whole months before the month the cut
+    /// falls in are dropped (so up to a month more is kept). Unset: kept for ever.
+    #[arg(long, env = "MCP_GATEWAY_USAGE_RETENTION", value_parser = parse_duration)]
+    pub usage_retention: Option<Duration>,
+
     /// Who may use the MCP endpoint: `--auth open|keys|oauth` and the `--oauth-*` settings.
     #[command(flatten)]
     pub auth: crate::auth::AuthArgs,

@@ -155,6 +155,7 @@ fn settings(config: &GatewayConfig, base_adapter: Option<Arc<QueryAdapter>>, pol
         policies,
         audit: audit::AuditSettings::new(config.audit_arguments, &config.audit_redact),
         audit_retention: config.audit_retention,
+        usage_retention: config.usage_retention,
     }
 }
 

@@ -234,6 +234,24 @@ async fn usage_suite(store: Arc<dyn UsageStore>) {
         ]
     );
     assert_eq!(store.session_records(&key("other", "s1"), 10).await.unwrap(), []);
+
+    // The usage retention removes the records of the whole months (UTC) before the cut's
+    // month, of every session; the cut's month is kept whole. (The records above are of
+    // September 2026.)
+    assert_eq!(store.keep_usage(None).await.unwrap(), 0, "without a retention everything is kept");
+    let since_at = |time: DateTime<Utc>| time.timestamp_millis() - at(0).timestamp_millis();
+    let october_end = since_at(Utc.with_ymd_and_hms(2026, 11, 1, 0, 0, 0).unwrap()) - 1;
+    let november = since_at(Utc.with_ymd_and_hms(2026, 11, 1, 0, 0, 0).unwrap());
+    let c = key("acme", "s3");
+    let kept = call(&c, "files__read", Some("in november"), false, november);
+    store.record(&[call(&c, "files__read", Some("in october"), false, october_end), kept.clone()]).await.unwrap();
+    let cut = Utc.with_ymd_and_hms(2026, 11, 20, 12, 0, 0).unwrap();
+    assert_eq!(store.keep_usage(Some(cut)).await.unwrap(), 6, "September's five and October's last");
+    assert_eq!(store.session_records(&c, 10).await.unwrap(), [kept]);
+    assert_eq!(store.session_records(&a, 10).await.unwrap(), []);
+    let history = store.history(10).await.unwrap();
+    assert_eq!(history.iter().map(|pair| pair.context.as_str()).collect::<Vec<_>>(), ["in november (intent)"]);
+    assert_eq!(store.keep_usage(Some(cut)).await.unwrap(), 0, "a second round finds nothing more");
 }
 
 /// The usage store as a record buffer's sink, as the gateway writes it.

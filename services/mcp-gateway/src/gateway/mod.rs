@@ -55,6 +55,8 @@ pub struct Settings {
     pub audit: AuditSettings,
     /// How long audit records are kept.
     pub audit_retention: Duration,
+    /// How long the usage record is kept (`None`: for ever).
+    pub usage_retention: Option<Duration>,
 }
 
 /// A ranked tool, ready to show.

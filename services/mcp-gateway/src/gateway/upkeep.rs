@@ -20,7 +20,8 @@ pub(super) fn spawn(gateway: &Arc<Gateway>, shutdown: CancellationToken) {
     tokio::spawn(maintain_catalog(gateway.clone(), shutdown.clone()));
     tokio::spawn(reload_history(gateway.clone(), shutdown.clone()));
     tokio::spawn(refresh_metrics(gateway.clone(), shutdown.clone()));
-    tokio::spawn(prune_audit(gateway.clone(), shutdown));
+    tokio::spawn(prune_audit(gateway.clone(), shutdown.clone()));
+    tokio::spawn(keep_usage(gateway.clone(), shutdown));
 }
 
 /// How often audit records past the retention are pruned.
@@ -39,6 +40,35 @@ async fn prune_audit(gateway: Arc<Gateway>, shutdown: CancellationToken) {
             Ok(0) => {}
             Ok(pruned) => tracing::info!(pruned, "pruned audit records past the retention"),
             Err(err) => tracing::warn!(error = %err, "pruning audit records"),
+        }
+    }
+}
+
+/// How often the usage record's partitions are made ahead and its retention applied.
+const USAGE_UPKEEP_EVERY: Duration = Duration::from_secs(3600);
+
+/// The usage record's upkeep, at start and hourly: the coming months' partitions, and with
+/// `--usage-retention` the whole months before the cut's month dropped.
+async fn keep_usage(gateway: Arc<Gateway>, shutdown: CancellationToken) {
+    let retention = match gateway.settings.usage_retention.map(chrono::Duration::from_std).transpose() {
+        Ok(retention) => retention,
+        Err(_) => {
+            tracing::warn!("--usage-retention is too long to compute a cut; the usage record is kept for ever");
+            None
+        }
+    };
+    let mut tick = tokio::time::interval(USAGE_UPKEEP_EVERY);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        // No cut when the retention reaches before the calendar's start: nothing is that old.
+        let cut = retention.and_then(|retention| chrono::Utc::now().checked_sub_signed(retention));
+        match gateway.usage.keep_usage(cut).await {
+            Ok(0) => {}
+            Ok(removed) => tracing::info!(removed, "usage records past the retention dropped"),
+            Err(err) => tracing::warn!(error = %err, "usage record upkeep failed; retrying next hour"),
         }
     }
 }

@@ -7,7 +7,8 @@ use std::{
 };
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveTime, Utc};
+use switchyard_kit::partitions::Granularity;
 
 use super::{ContextStore, SessionKey, StoreError, UsageStore};
 use crate::{
@@ -212,6 +213,20 @@ impl UsageStore for MemoryUsageStore {
         Ok(self.with(|all| {
             let was = all.len();
             all.retain(|record| !matches!(record, UsageRecord::Audit(audit) if audit.at < before));
+            (was - all.len()) as u64
+        }))
+    }
+
+    async fn keep_usage(&self, cut: Option<DateTime<Utc>>) -> Result<u64, StoreError> {
+        let Some(cut) = cut else { return Ok(0) };
+        // Whole months, as Postgres drops them.
+        let boundary = Granularity::Month.start_of(cut.date_naive()).and_time(NaiveTime::MIN).and_utc();
+        Ok(self.with(|all| {
+            let was = all.len();
+            all.retain(|record| match record {
+                UsageRecord::SetContext { at, .. } | UsageRecord::ToolCall { at, .. } => *at >= boundary,
+                UsageRecord::Audit(_) => true,
+            });
             (was - all.len()) as u64
         }))
     }

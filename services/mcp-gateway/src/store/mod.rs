@@ -67,6 +67,11 @@ pub trait UsageStore: Send + Sync + 'static {
     async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRecord>, StoreError>;
     /// Removes audit records older than `before`; returns how many.
     async fn prune_audit(&self, before: DateTime<Utc>) -> Result<u64, StoreError>;
+    /// The usage record's upkeep, run at start and hourly: the coming months' partitions made
+    /// and, with a `cut`, the set_context and tool call records of the whole months (UTC)
+    /// before the month the cut falls in removed — the cut's month is kept whole. Returns the
+    /// records removed.
+    async fn keep_usage(&self, cut: Option<DateTime<Utc>>) -> Result<u64, StoreError>;
 }
 
 /// Embeddings travel as little-endian f32 bytes (Redis values, Postgres `bytea`).

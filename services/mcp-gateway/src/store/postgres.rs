@@ -1,12 +1,14 @@
 //! The usage record in Postgres (schema `mcp_gateway` by default, its own migrations). The
 //! audit trail is partitioned by day (migration 0003): the kit's keeper makes the coming days'
-//! partitions ahead, and retention drops whole days.
+//! partitions ahead, and retention drops whole days. The usage record (`context_events`,
+//! `tool_calls`) is partitioned by month (migration 0004): the keeper makes this month's and
+//! the next months' partitions ahead, and the usage retention drops whole months.
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::{PgPool, Row};
 use switchyard_kit::{
-    partitions::{DailyPartitions, PartitionError},
+    partitions::{DailyPartitions, PartitionError, TimePartitions},
     text::scrub_nul,
 };
 
@@ -19,11 +21,16 @@ use crate::{
 pub struct PostgresUsageStore {
     pool: PgPool,
     audit: DailyPartitions,
+    usage: [TimePartitions; 2],
 }
 
 /// Days after today whose audit partitions exist at all times: the keeper runs at start and
 /// hourly, so a keeper stopped for up to this long still leaves no day to the default partition.
 pub const AUDIT_DAYS_AHEAD: u32 = 3;
+
+/// Months after this one whose usage partitions exist at all times: the keeper runs at start
+/// and hourly, so a keeper stopped for weeks still leaves no month to the default partition.
+pub const USAGE_MONTHS_AHEAD: u32 = 1;
 
 /// A failed statement is reported as the store being unavailable — unless Postgres refused
 /// what it was given: that error is kept as it is, so the record buffer sets the record aside
@@ -42,12 +49,31 @@ impl PostgresUsageStore {
         sqlx::migrate!("./migrations").run(&pool).await.map_err(unavailable)?;
         let audit =
             DailyPartitions::new("tool_call_audit", "created_at").map_err(|err| StoreError::Config(err.to_string()))?;
-        let store = Self { pool, audit };
+        let usage = [
+            TimePartitions::monthly("context_events", "created_at").map_err(partition_unavailable)?,
+            TimePartitions::monthly("tool_calls", "created_at").map_err(partition_unavailable)?,
+        ];
+        let store = Self { pool, audit, usage };
         // Not fatal: until the keeper's next round, today's records go to the default partition.
         if let Err(err) = store.create_partitions_ahead().await {
             tracing::warn!(error = %err, "creating the coming days' audit partitions; retrying within the hour");
         }
+        if let Err(err) = store.create_usage_ahead().await {
+            tracing::warn!(error = %err, "creating the coming months' usage partitions; retrying within the hour");
+        }
         Ok(store)
+    }
+
+    /// This month's and the next [`USAGE_MONTHS_AHEAD`] months' partitions of each usage
+    /// table (another replica may be making them at the same time).
+    async fn create_usage_ahead(&self) -> Result<u32, StoreError> {
+        let today = Utc::now().date_naive();
+        let mut created = 0;
+        for table in &self.usage {
+            created +=
+                table.create_ahead(&self.pool, today, USAGE_MONTHS_AHEAD).await.map_err(partition_unavailable)?;
+        }
+        Ok(created)
     }
 
     /// Today's and the next [`AUDIT_DAYS_AHEAD`] days' audit partitions (another replica may be
@@ -318,6 +344,20 @@ impl UsageStore for PostgresUsageStore {
         }
         let pruned = self.audit.prune_before(&self.pool, before).await.map_err(partition_unavailable)?;
         Ok(pruned.rows)
+    }
+
+    async fn keep_usage(&self, cut: Option<DateTime<Utc>>) -> Result<u64, StoreError> {
+        // The coming months first: their failure does not hold up the retention (this month's
+        // partitions were made earlier).
+        if let Err(err) = self.create_usage_ahead().await {
+            tracing::warn!(error = %err, "creating the coming months' usage partitions; retrying within the hour");
+        }
+        let Some(cut) = cut else { return Ok(0) };
+        let mut removed = 0;
+        for table in &self.usage {
+            removed += table.prune_whole_periods_before(&self.pool, cut).await.map_err(partition_unavailable)?.rows;
+        }
+        Ok(removed)
     }
 }
 
