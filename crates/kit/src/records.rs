@@ -143,6 +143,23 @@ struct Pending<R> {
     coalesced: HashMap<String, R>,
 }
 
+/// Room an emptied queue keeps for the next burst. An outage can fill the buffer to its
+/// capacity (tens of thousands of records); once written, that room is given back, so one
+/// outage does not raise the process's resident memory for good.
+const SPARE_ROOM: usize = 256;
+
+impl<R> Pending<R> {
+    /// Gives back the room a backlog grew to, once it is written.
+    fn release_spare_room(&mut self) {
+        if self.queue.is_empty() && self.queue.capacity() > SPARE_ROOM {
+            self.queue.shrink_to(SPARE_ROOM);
+        }
+        if self.coalesced.is_empty() && self.coalesced.capacity() > SPARE_ROOM {
+            self.coalesced.shrink_to(SPARE_ROOM);
+        }
+    }
+}
+
 #[derive(Default)]
 struct DropLog {
     last: Option<Instant>,
@@ -375,7 +392,12 @@ impl<R: BufferedRecord> RecordBuffer<R> {
                 Err(err) => return Err(err),
             }
         }
-        let coalesced: Vec<(String, R)> = self.pending().coalesced.drain().collect();
+        let coalesced: Vec<(String, R)> = {
+            let mut pending = self.pending();
+            let coalesced = pending.coalesced.drain().collect();
+            pending.release_spare_room();
+            coalesced
+        };
         if coalesced.is_empty() {
             return Ok(written);
         }
@@ -629,6 +651,39 @@ mod tests {
         until_empty(&buffer).await;
         assert_eq!(sink.written(), [Rec::Event(1), Rec::Event(2), Rec::Event(3)]);
         assert_eq!(buffer.dropped(), 4);
+    }
+
+    #[tokio::test]
+    async fn the_room_an_outage_took_is_given_back_once_written() {
+        let sink = Arc::new(Sink::default());
+        sink.down.store(true, Ordering::SeqCst);
+        let buffer = RecordBuffer::start(sink.clone(), config(20_000));
+        for n in 0..10_000 {
+            assert_eq!(buffer.push(Rec::Event(n)), Durability::Buffered);
+        }
+        for n in 0..5_000 {
+            buffer.push(Rec::Turns { session: if n % 2 == 0 { "a" } else { "b" }, count: n });
+        }
+        let grown = buffer.pending().queue.capacity();
+        assert!(grown >= 10_000, "the backlog grew the queue: {grown}");
+        sink.down.store(false, Ordering::SeqCst);
+        until_empty(&buffer).await;
+        // The room is given back by the flush that emptied the queue, just after.
+        tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                let (queue, coalesced) = {
+                    let pending = buffer.pending();
+                    (pending.queue.capacity(), pending.coalesced.capacity())
+                };
+                if queue <= SPARE_ROOM && coalesced <= SPARE_ROOM * 2 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("the queue's room given back");
+        assert_eq!(sink.written().len(), 10_002, "every record written: 10,000 events and two sessions' counts");
     }
 
     #[tokio::test]
