@@ -5,8 +5,8 @@
 //! (`failures`), the caller's identity (`x-tenant-id`, `x-user-id`), message size limits, a
 //! deadline for a new connection's HTTP/2 preface, an accept loop that backs off when the
 //! process is out of file descriptors, and a graceful shutdown that drains in-flight calls and,
-//! when the grace runs out, ends the streams still open with UNAVAILABLE rather than cutting
-//! them mid-frame ([`ShutdownNotice`]).
+//! when the grace runs out, ends the calls and streams still open with UNAVAILABLE rather than
+//! cutting them mid-frame ([`ShutdownNotice`], [`ShutdownCutLayer`]).
 
 use std::{
     convert::Infallible,
@@ -115,8 +115,9 @@ impl GrpcServer {
     }
 
     /// Serves until `shutdown` completes, then stops accepting, reports NOT_SERVING, and
-    /// waits up to the shutdown grace period for in-flight calls; streams still open near its
-    /// end are told to finish with UNAVAILABLE (see [`ShutdownNotice`]).
+    /// waits up to the shutdown grace period for in-flight calls; calls still running near its
+    /// end are answered UNAVAILABLE ([`ShutdownCutLayer`]) and streams still open are told to
+    /// finish with UNAVAILABLE (see [`ShutdownNotice`]).
     pub async fn serve(mut self, shutdown: impl Future<Output = ()> + Send) -> anyhow::Result<()> {
         let mut reflection_v1 = tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(switchyard_proto::FILE_DESCRIPTOR_SET)
@@ -152,6 +153,9 @@ impl GrpcServer {
             // outside admission so sheds are logged and counted too.
             .layer(CallOutcomeLayer::new())
             .layer(AdmissionLayer::new(args.concurrency_limit, args.request_timeout))
+            // A call still running when the grace is about to end is answered UNAVAILABLE while
+            // the connection is still up, rather than losing the connection with the process.
+            .layer(ShutdownCutLayer::new(notice.clone()))
             // Tenant and user for every service, read once: handlers take `Identity::of`.
             .layer(IdentityLayer::grpc())
             .into_inner();
@@ -473,6 +477,72 @@ where
     }
 }
 
+/// Answers a call whose handler has not answered by the time the [`ShutdownNotice`] is cut with
+/// UNAVAILABLE ([`SHUTTING_DOWN`]), a little before the grace ends, while the connection is
+/// still up: otherwise the process exits under it and the caller's client makes what it can of
+/// a lost connection (tonic's UNKNOWN "transport error"). It covers every unary and
+/// client-streaming call; a server stream has its response head already, and its handler ends
+/// it (see [`ShutdownNotice`]).
+///
+/// The handler is polled first, so one that watches the notice itself (the router's turn,
+/// recording what it had) answers with its own status in the same poll; one that does not is
+/// dropped, as the exit would have dropped it.
+#[derive(Clone)]
+pub struct ShutdownCutLayer {
+    notice: ShutdownNotice,
+}
+
+impl ShutdownCutLayer {
+    pub fn new(notice: ShutdownNotice) -> Self {
+        Self { notice }
+    }
+}
+
+impl<S> Layer<S> for ShutdownCutLayer {
+    type Service = ShutdownCut<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        ShutdownCut { inner, notice: self.notice.clone() }
+    }
+}
+
+#[derive(Clone)]
+pub struct ShutdownCut<S> {
+    inner: S,
+    notice: ShutdownNotice,
+}
+
+impl<S, B, ResBody> Service<Request<B>> for ShutdownCut<S>
+where
+    S: Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send,
+    B: Send + 'static,
+    ResBody: Default + Send + 'static,
+{
+    type Response = Response<ResBody>;
+    type Error = S::Error;
+    type Future = BoxFuture<Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        // Take the ready inner service, leave a fresh clone for the next call.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let notice = self.notice.clone();
+        Box::pin(async move {
+            tokio::select! {
+                biased;
+                response = inner.call(request) => response,
+                // Logged by the failure log, as every error answered.
+                () = notice.cut() => Ok(ShutdownNotice::status().into_http()),
+            }
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -482,5 +552,46 @@ mod tests {
         assert_eq!(ShutdownNotice::margin(Duration::from_secs(75)), Duration::from_secs(2));
         assert_eq!(ShutdownNotice::margin(Duration::from_secs(2)), Duration::from_millis(500));
         assert_eq!(ShutdownNotice::margin(Duration::ZERO), Duration::ZERO);
+    }
+
+    type Answer = Result<Response<tonic::body::Body>, Infallible>;
+
+    /// A call's status as the layer answered it (a trailers-only response).
+    fn status_of(answer: Answer) -> (tonic::Code, String) {
+        let Ok(response) = answer;
+        let status = Status::from_header_map(response.headers()).expect("a grpc-status header");
+        (status.code(), status.message().to_owned())
+    }
+
+    #[tokio::test]
+    async fn a_call_still_running_at_the_cut_is_answered_unavailable() {
+        let notice = ShutdownNotice::default();
+        let hanging = tower::service_fn(|_: Request<()>| std::future::pending::<Answer>());
+        let mut service = ShutdownCutLayer::new(notice.clone()).layer(hanging);
+        let call = tokio::spawn(service.call(Request::new(())));
+        tokio::task::yield_now().await;
+        assert!(!call.is_finished(), "a call runs until the cut");
+        notice.cut.cancel();
+        let answer = tokio::time::timeout(Duration::from_secs(5), call).await.expect("answered at the cut");
+        assert_eq!(status_of(answer.expect("the call task")), (tonic::Code::Unavailable, SHUTTING_DOWN.to_owned()));
+    }
+
+    #[tokio::test]
+    async fn a_handler_that_watches_the_notice_answers_with_its_own_status() {
+        let notice = ShutdownNotice::default();
+        let watching = {
+            let notice = notice.clone();
+            tower::service_fn(move |_: Request<()>| {
+                let notice = notice.clone();
+                async move {
+                    notice.cut().await;
+                    Ok(Status::unavailable("turn interrupted: recorded").into_http())
+                }
+            })
+        };
+        let mut service = ShutdownCutLayer::new(notice.clone()).layer(watching);
+        notice.cut.cancel();
+        let answer = service.call(Request::new(())).await;
+        assert_eq!(status_of(answer), (tonic::Code::Unavailable, "turn interrupted: recorded".to_owned()));
     }
 }
