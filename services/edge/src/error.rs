@@ -105,6 +105,14 @@ impl ApiError {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, Code::Unavailable, message)
     }
 
+    /// 503 for a request or stream the edge ends at shutdown; a retry reaches another replica
+    /// (or this one restarted).
+    pub fn shutting_down() -> Self {
+        let mut error = Self::unavailable(crate::shutdown::EDGE_SHUTTING_DOWN);
+        error.retry_after = Some(1);
+        error
+    }
+
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, Code::Internal, message)
     }

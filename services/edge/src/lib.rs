@@ -22,6 +22,7 @@ pub mod limit;
 pub mod llm_api;
 pub mod openapi;
 pub mod rest;
+pub mod shutdown;
 pub mod transcode;
 pub mod turn;
 
@@ -67,8 +68,9 @@ pub struct Edge {
     pub request_timeout: Duration,
     pub openapi: Bytes,
     pub readiness: health::Readiness,
-    /// Cut a little before the shutdown grace runs out: streams still open then end with one
-    /// error event saying the edge is shutting down (`rest::client_stream`).
+    /// Cut a little before the shutdown grace runs out: requests still unanswered then get a
+    /// 503 (`shutdown::answer_at_the_cut`) and streams still open end with one error event
+    /// (`rest::client_stream`), both saying the edge is shutting down.
     pub shutdown: ShutdownNotice,
     /// `/v1/responses` answers, for `previous_response_id` and `GET /v1/responses/{id}`.
     pub responses: responses::ResponseStore,
@@ -132,6 +134,9 @@ pub fn app(edge: Arc<Edge>, cors_origins: &[String]) -> Router {
         .route("/v1/responses/{id}", get(responses::retrieve))
         .route("/api/context/process/stream", post(rest::process_stream))
         .fallback(rest::transcode)
+        // A request still unanswered when the shutdown grace is about to end gets a 503 before
+        // its connection closes; inside the metrics and failure log, which count and log it.
+        .layer(axum::middleware::from_fn_with_state(edge.clone(), shutdown::answer_at_the_cut))
         // Rate, errors and latency per route template; inside the request id layers.
         .layer(axum::middleware::from_fn_with_state(edge.clone(), http_metrics::measure))
         .with_state(edge)
@@ -271,7 +276,7 @@ impl EdgeServer {
     }
 
     /// Serves until `shutdown`, then stops accepting and lets requests in flight finish for the
-    /// grace period. Slow and idle connections are closed, and connections capped, as the
+    /// grace period; those still in flight near its end are answered 503 (see [`Edge::shutdown`]). Slow and idle connections are closed, and connections capped, as the
     /// configuration says (`switchyard_kit::http_server`).
     pub async fn serve(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
         let (stopped_tx, stopped_rx) = tokio::sync::oneshot::channel::<()>();

@@ -119,9 +119,6 @@ fn shape(route: &HttpRoute, response: &DynamicMessage) -> Result<Value, ApiError
     }
 }
 
-/// What a stream's client is told when the edge ends the stream at shutdown.
-pub const EDGE_SHUTTING_DOWN: &str = "the edge is shutting down; retry the request";
-
 /// A client's events from an upstream gRPC stream: each message as `event` makes it, then
 /// `end` once the upstream finishes. An upstream error ends the stream with one `failed` event
 /// (an upstream that stopped mid-stream may report more than one error; the client hears the
@@ -152,7 +149,7 @@ pub fn client_stream<T: Send + 'static>(
                 biased;
                 () = relay.shutdown.cut() => {
                     tracing::warn!(request_id, "stream ended early: the edge is shutting down");
-                    return Some((vec![(relay.failed)(&ApiError::unavailable(EDGE_SHUTTING_DOWN))], None));
+                    return Some((vec![(relay.failed)(&ApiError::shutting_down())], None));
                 }
                 item = relay.upstream.next() => item,
             };

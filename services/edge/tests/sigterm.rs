@@ -4,9 +4,11 @@
 //! shorter than the grace and one longer, and a turn whose vendor answers after the grace.
 //! The turns sent before the signal are answered and the short stream completes; the long
 //! stream ends with exactly one `error` event (503 UNAVAILABLE, "edge is shutting down"); the
-//! turn past the grace ends at the grace, not later (today with its connection closed, not a 503); new connections are refused once
-//! the signal is taken; the process exits 0 within the grace. The edge holds no records of
-//! its own to drain (its API keys are read, not written, on a request's path).
+//! turn past the grace is answered at the grace, not later, with a 503 (the JSON error,
+//! UNAVAILABLE, "edge is shutting down", `Retry-After`) before its connection closes; new
+//! connections are refused once the signal is taken; the process exits 0 within the grace.
+//! The edge holds no records of its own to drain (its API keys are read, not written, on a
+//! request's path).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -54,6 +56,21 @@ async fn stream(http: reqwest::Client, url: String, question: &'static str) -> V
     parse_events(&text)
 }
 
+/// Whether a request crossed the close of its idle kept-alive connection: the connection ended
+/// before any response head (hyper's `IncompleteMessage`, under reqwest's error), so the edge
+/// never read the request — it was refused, as a refused connection is. The edge closes idle
+/// connections at once when it takes the SIGTERM, and a request sent at that instant meets it.
+fn crossed_an_idle_close(err: &reqwest::Error) -> bool {
+    let mut source = std::error::Error::source(err);
+    while let Some(error) = source {
+        if error.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_incomplete_message) {
+            return true;
+        }
+        source = error.source();
+    }
+    false
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sigterm_under_load_finishes_or_cuts_each_request_and_refuses_new_connections() {
     let llm = ScriptedLlm::start(vendor).await;
@@ -96,7 +113,8 @@ async fn sigterm_under_load_finishes_or_cuts_each_request_and_refuses_new_connec
     let http = reqwest::Client::builder().timeout(Duration::from_secs(20)).build().unwrap();
 
     // Quick turns on kept-alive connections, until the edge refuses them: a refused
-    // connection or a 503 count as refused (UNAVAILABLE), anything else as a failure.
+    // connection, a request that crossed the close of its idle connection or a 503 count as
+    // refused (UNAVAILABLE), anything else as a failure.
     let load = {
         let (http, chat) = (http.clone(), chat.clone());
         UnaryLoad::start(CALLERS, move |caller, n| {
@@ -106,7 +124,9 @@ async fn sigterm_under_load_finishes_or_cuts_each_request_and_refuses_new_connec
                 let answer = http.post(&chat).json(&json!({"message": question})).send().await;
                 let answer = match answer {
                     Ok(answer) => answer,
-                    Err(err) if err.is_connect() => return Err(tonic::Status::unavailable(err.to_string())),
+                    Err(err) if err.is_connect() || crossed_an_idle_close(&err) => {
+                        return Err(tonic::Status::unavailable(err.to_string()));
+                    }
                     Err(err) => return Err(tonic::Status::unknown(format!("{err:?}"))),
                 };
                 let status = answer.status().as_u16();
@@ -132,7 +152,10 @@ async fn sigterm_under_load_finishes_or_cuts_each_request_and_refuses_new_connec
             let started = Instant::now();
             let answer = http.post(&chat).json(&json!({"message": "hang:past the grace"})).send().await;
             let outcome = match answer {
-                Ok(answer) => Ok((answer.status().as_u16(), answer.text().await.unwrap_or_default())),
+                Ok(answer) => {
+                    let retry_after = answer.headers().get("retry-after").cloned();
+                    Ok((answer.status().as_u16(), retry_after, answer.text().await.unwrap_or_default()))
+                }
                 Err(err) => Err(format!("{err:?}")),
             };
             (outcome, started.elapsed())
@@ -164,13 +187,12 @@ async fn sigterm_under_load_finishes_or_cuts_each_request_and_refuses_new_connec
     let (outcome, took) = hang.await.expect("hang task");
     eprintln!("the turn past the grace ended {outcome:?} after {took:?}");
     assert!(took < GRACE + Duration::from_secs(2), "ended at the grace, not hung: {took:?}");
-    // The aim is a 503 at the grace; today the edge closes the connection of a unary request
-    // still in progress when the grace ends, with no response (docs/reliability.md lists it as
-    // a known gap). Either way the caller learns at the grace, never later.
-    match outcome {
-        Ok((status, body)) => assert_eq!(status, 503, "{body}"),
-        Err(cut) => assert!(cut.contains("IncompleteMessage"), "the connection closed at the grace: {cut}"),
-    }
+    let (status, retry_after, body) = outcome.expect("the turn past the grace is answered, its connection not cut");
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(retry_after.as_ref().and_then(|v| v.to_str().ok()), Some("1"), "Retry-After: {retry_after:?}");
+    let error: Value = serde_json::from_str(&body).expect("the edge's JSON error");
+    assert_eq!((error["error"]["code"].clone(), error["error"]["status"].clone()), (json!(503), json!("UNAVAILABLE")));
+    assert!(error["error"]["message"].as_str().is_some_and(|m| m.contains("edge is shutting down")), "{error}");
 
     let exit = edge.exits(GRACE + Duration::from_secs(2)).await;
     let stopped_after = signaled.elapsed();
@@ -178,4 +200,38 @@ async fn sigterm_under_load_finishes_or_cuts_each_request_and_refuses_new_connec
     let calls = load.finish().await;
     let answered = assert_answered_or_refused("edge", &calls, signaled);
     eprintln!("{answered} quick turns answered; the process exited {stopped_after:?} after SIGTERM");
+}
+
+/// The load's test for a request that crossed an idle connection's close, against a server
+/// that reads a request and closes the connection with no response.
+#[tokio::test]
+async fn a_request_whose_connection_closes_before_any_response_is_told_apart() {
+    use tokio::io::AsyncReadExt;
+
+    switchyard_kit::tls::install_crypto_provider();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let closing = tokio::spawn(async move {
+        let (mut socket, _) = listener.accept().await.unwrap();
+        // The whole request is read (its JSON body ends it), so the close is a clean one, not
+        // a reset over unread bytes.
+        let mut request = Vec::new();
+        while !request.ends_with(b"}") {
+            let mut chunk = [0_u8; 1024];
+            let read = socket.read(&mut chunk).await.unwrap();
+            assert!(read > 0, "the request is whole: {}", String::from_utf8_lossy(&request));
+            request.extend_from_slice(&chunk[..read]);
+        }
+    });
+    let err = reqwest::Client::new()
+        .post(format!("http://{addr}/api/v1/chat"))
+        .json(&json!({"message": "quick:closed"}))
+        .send()
+        .await
+        .expect_err("no response on a closed connection");
+    closing.await.unwrap();
+    assert!(crossed_an_idle_close(&err), "{err:?}");
+
+    let refused = reqwest::Client::new().get(closed_port().url()).send().await.expect_err("a closed port");
+    assert!(!crossed_an_idle_close(&refused), "{refused:?}");
 }
