@@ -1,9 +1,15 @@
 //! What the edge costs: `POST /api/context/process` through the edge (HTTP/1.1 JSON → gRPC →
-//! back) against `ProcessQuery` over gRPC straight to the sessions service, in the same run,
-//! on the same triggers and sessions services (in memory, on loopback).
+//! back) against `ProcessQuery` over gRPC straight to the sessions service, in the same run.
 //!
-//! Two measurements, each alternating the two paths over several rounds so drift on a noisy
-//! machine falls on both alike:
+//! Two deployments, each with triggers and sessions in memory:
+//! - `loopback`: the services call each other over loopback gRPC, as separate processes do;
+//! - `in-process`: triggers and sessions served in process (`switchyard_kit::in_process`), so
+//!   the edge's calls to sessions, and sessions' to triggers, skip TCP and HTTP/2, as in
+//!   `switchyard dev` or an all-in-one deployment. The gRPC caller still reaches sessions over
+//!   loopback (it stands for a caller in another process).
+//!
+//! Two measurements, each alternating the paths over several rounds so drift on a noisy
+//! machine falls on all alike:
 //! - latency: one caller, one request at a time; p50 and p99 of each path;
 //! - throughput: `CONCURRENCY` callers in a closed loop; requests per second of each path.
 //!
@@ -37,19 +43,23 @@ fn loopback() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 0))
 }
 
+/// One deployment: the sessions service's address (for the gRPC caller) and the edge's.
 struct Servers {
     sessions: SocketAddr,
     edge: SocketAddr,
 }
 
-async fn start_servers() -> Servers {
+async fn start_servers(in_process: bool) -> Servers {
     let mut triggers_config = TriggersConfig::in_memory(loopback());
     // The keyword path only: this measures the edge, not the semantic signal.
     triggers_config.no_semantic = true;
+    triggers_config.server.serve_in_process = in_process;
     let triggers = TriggersServer::bind(&triggers_config).await.expect("triggers");
     let triggers_url = format!("http://{}", triggers.local_addr());
     tokio::spawn(triggers.serve(std::future::pending()));
-    let sessions = SessionsServer::bind(&SessionsConfig::in_memory(loopback(), &triggers_url)).await.expect("sessions");
+    let mut sessions_config = SessionsConfig::in_memory(loopback(), &triggers_url);
+    sessions_config.server.serve_in_process = in_process;
+    let sessions = SessionsServer::bind(&sessions_config).await.expect("sessions");
     let sessions_addr = sessions.local_addr();
     tokio::spawn(sessions.serve(std::future::pending()));
     let closed = "http://127.0.0.1:9".to_owned();
@@ -139,51 +149,60 @@ async fn throughput(caller: &Caller, sessions: &[String], secs: Duration) -> f64
     count as f64 / elapsed.as_secs_f64()
 }
 
+/// One session per concurrent caller (each session's turns are serialised by design).
+async fn sessions_of(grpc: &mut SessionServiceClient<Channel>) -> Vec<String> {
+    let mut sessions = Vec::new();
+    for _ in 0..CONCURRENCY {
+        let created = grpc
+            .create_session(CreateSessionRequest { initial_role_id: "tech-expert".into(), ..Default::default() })
+            .await
+            .unwrap()
+            .into_inner();
+        sessions.push(created.session.unwrap().session_id);
+    }
+    sessions
+}
+
 fn main() {
     switchyard_kit::tls::install_crypto_provider();
     let secs = Duration::from_secs(std::env::var("EDGE_BENCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(3));
     let servers_rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let servers = servers_rt.block_on(start_servers());
+    let (loopback_servers, in_process_servers) =
+        servers_rt.block_on(async { (start_servers(false).await, start_servers(true).await) });
     let callers_rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     callers_rt.block_on(async {
-        let channel = Channel::from_shared(format!("http://{}", servers.sessions)).unwrap().connect().await.unwrap();
-        let mut grpc = SessionServiceClient::new(channel);
-        // One session per concurrent caller: each session's turns are serialised by design.
-        let mut sessions = Vec::new();
-        for _ in 0..CONCURRENCY {
-            let created = grpc
-                .create_session(CreateSessionRequest { initial_role_id: "tech-expert".into(), ..Default::default() })
-                .await
-                .unwrap()
-                .into_inner();
-            sessions.push(created.session.unwrap().session_id);
-        }
         let rest = reqwest::Client::builder().pool_max_idle_per_host(CONCURRENCY).build().unwrap();
-        let callers = [
-            ("grpc", Caller::Grpc(grpc)),
-            ("rest", Caller::Rest(rest, format!("http://{}/api/context/process", servers.edge))),
-        ];
-        // Warm both paths (connections, allocators, caches).
-        for (_, caller) in &callers {
-            let mut h = Histogram::new(3).unwrap();
-            latency(caller, &sessions, Duration::from_millis(500), &mut h).await;
+        // (name, caller, the sessions it calls on)
+        let mut callers = Vec::new();
+        for (deployment, servers) in [("loopback", &loopback_servers), ("in-process", &in_process_servers)] {
+            let channel = Channel::from_shared(format!("http://{}", servers.sessions)).unwrap().connect().await.unwrap();
+            let mut grpc = SessionServiceClient::new(channel);
+            let sessions = sessions_of(&mut grpc).await;
+            let url = format!("http://{}/api/context/process", servers.edge);
+            callers.push((format!("{deployment} grpc"), Caller::Grpc(grpc), sessions.clone()));
+            callers.push((format!("{deployment} rest"), Caller::Rest(rest.clone(), url), sessions));
         }
-        let mut histograms = [Histogram::<u64>::new(3).unwrap(), Histogram::<u64>::new(3).unwrap()];
-        let mut rates = [Vec::new(), Vec::new()];
+        // Warm every path (connections, allocators, caches).
+        for (_, caller, sessions) in &callers {
+            let mut h = Histogram::new(3).unwrap();
+            latency(caller, sessions, Duration::from_millis(500), &mut h).await;
+        }
+        let mut histograms: Vec<Histogram<u64>> = callers.iter().map(|_| Histogram::new(3).unwrap()).collect();
+        let mut rates: Vec<Vec<f64>> = callers.iter().map(|_| Vec::new()).collect();
         for _ in 0..ROUNDS {
-            for (i, (_, caller)) in callers.iter().enumerate() {
-                latency(caller, &sessions, secs, &mut histograms[i]).await;
+            for (i, (_, caller, sessions)) in callers.iter().enumerate() {
+                latency(caller, sessions, secs, &mut histograms[i]).await;
             }
-            for (i, (_, caller)) in callers.iter().enumerate() {
-                rates[i].push(throughput(caller, &sessions, secs).await);
+            for (i, (_, caller, sessions)) in callers.iter().enumerate() {
+                rates[i].push(throughput(caller, sessions, secs).await);
             }
         }
         let ms = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1000.0;
         let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
         println!("edge overhead, POST /api/context/process vs gRPC ProcessQuery ({ROUNDS} rounds of {secs:?} each)");
-        for (i, (name, _)) in callers.iter().enumerate() {
+        for (i, (name, _, _)) in callers.iter().enumerate() {
             println!(
-                "  {name:<5} p50 {:>7.3} ms  p99 {:>7.3} ms  ({} calls)   throughput {:>8.0} req/s at {CONCURRENCY} callers (rounds: {})",
+                "  {name:<16} p50 {:>7.3} ms  p99 {:>7.3} ms  ({} calls)   throughput {:>8.0} req/s at {CONCURRENCY} callers (rounds: {})",
                 ms(&histograms[i], 0.5),
                 ms(&histograms[i], 0.99),
                 histograms[i].len(),
@@ -191,11 +210,17 @@ fn main() {
                 rates[i].iter().map(|r| format!("{r:.0}")).collect::<Vec<_>>().join(", "),
             );
         }
-        println!(
-            "  edge adds {:+.3} ms at p50, {:+.3} ms at p99; REST throughput is {:.2}x gRPC's",
-            ms(&histograms[1], 0.5) - ms(&histograms[0], 0.5),
-            ms(&histograms[1], 0.99) - ms(&histograms[0], 0.99),
-            mean(&rates[1]) / mean(&rates[0]),
-        );
+        // Pairs: (grpc, rest) of each deployment, then the in-process edge against the gRPC
+        // caller of the loopback deployment (separate processes, the usual baseline).
+        for (label, grpc, rest) in
+            [("loopback", 0, 1), ("in-process", 2, 3), ("in-process edge vs loopback gRPC", 0, 3)]
+        {
+            println!(
+                "  {label}: the edge adds {:+.3} ms at p50, {:+.3} ms at p99; REST throughput is {:.2}x gRPC's",
+                ms(&histograms[rest], 0.5) - ms(&histograms[grpc], 0.5),
+                ms(&histograms[rest], 0.99) - ms(&histograms[grpc], 0.99),
+                mean(&rates[rest]) / mean(&rates[grpc]),
+            );
+        }
     });
 }
