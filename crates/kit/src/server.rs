@@ -430,6 +430,13 @@ pub struct Admission<S> {
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
+/// Takes the inner service that `poll_ready` readied, for the call's future to own, and leaves
+/// a fresh clone in its place for the next `poll_ready`: the clone is not ready, the taken one is.
+fn take_ready<S: Clone>(inner: &mut S) -> S {
+    let clone = inner.clone();
+    std::mem::replace(inner, clone)
+}
+
 impl<S, B, ResBody> Service<Request<B>> for Admission<S>
 where
     S: Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
@@ -446,9 +453,7 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        // Take the ready inner service, leave a fresh clone for the next call.
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let mut inner = take_ready(&mut self.inner);
         if request.uri().path().starts_with("/grpc.health.v1.Health/") {
             return Box::pin(inner.call(request));
         }
@@ -528,9 +533,7 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        // Take the ready inner service, leave a fresh clone for the next call.
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let mut inner = take_ready(&mut self.inner);
         let notice = self.notice.clone();
         Box::pin(async move {
             tokio::select! {
