@@ -13,6 +13,7 @@ pub mod latency;
 pub mod llm;
 pub mod mcp;
 pub mod oauth;
+pub mod partitions;
 mod paths;
 mod poll;
 pub mod postgres;

@@ -12,7 +12,7 @@ use switchyard_mcp_gateway::{
     domain::UsageRecord,
     store::{UsageStore, postgres::PostgresUsageStore},
 };
-use switchyard_testkit::{Schema, database_url};
+use switchyard_testkit::{Schema, database_url, partitions};
 
 /// Every audit row in id order, hashed: equal before and after only if no row was lost, added
 /// or changed in any column (the layout keeps the columns' order).
@@ -92,11 +92,7 @@ async fn unpartitioned_audit_records_move_to_day_partitions_whole() {
     // The gateway's start: migration 0003, then the keeper.
     let store = PostgresUsageStore::connect(&database_url(), schema.name()).await.unwrap();
     assert_eq!(fingerprint(&pool).await, before, "every row kept as it was");
-    let kind: String = sqlx::query_scalar("SELECT relkind::text FROM pg_class WHERE oid = 'tool_call_audit'::regclass")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    assert_eq!(kind, "p", "tool_call_audit is a partitioned table");
+    partitions::assert_partitioned(&pool, "tool_call_audit").await;
     let partitions = DailyPartitions::new("tool_call_audit", "created_at").unwrap();
     let days = partitions.days(&pool).await.unwrap();
     let today = Utc::now().date_naive();

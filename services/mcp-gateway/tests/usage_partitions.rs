@@ -13,6 +13,7 @@ use switchyard_mcp_gateway::{
     domain::{ShownMatch, UsageRecord},
     store::{SessionKey, UsageStore, postgres::PostgresUsageStore},
 };
+use switchyard_testkit::partitions::{self, count};
 use switchyard_testkit::{Schema, database_url};
 
 /// Every row of `table` in id order, hashed: equal before and after only if no row was lost,
@@ -24,10 +25,6 @@ async fn fingerprint(pool: &PgPool, table: &str) -> (i64, String) {
     .fetch_one(pool)
     .await
     .unwrap()
-}
-
-async fn count(pool: &PgPool, table: &str) -> i64 {
-    sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {table}"))).fetch_one(pool).await.unwrap()
 }
 
 async fn count_before(pool: &PgPool, table: &str, before: DateTime<Utc>) -> i64 {
@@ -140,13 +137,7 @@ async fn unpartitioned_usage_records_move_to_month_partitions_and_retention_drop
     let this_month = month_start(Utc::now().date_naive()).date_naive();
     let next_month = this_month.checked_add_months(Months::new(1)).unwrap();
     for (table, partitions) in [("context_events", &contexts), ("tool_calls", &calls)] {
-        let kind: String = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-            "SELECT relkind::text FROM pg_class WHERE oid = '{table}'::regclass"
-        )))
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-        assert_eq!(kind, "p", "{table} is a partitioned table");
+        partitions::assert_partitioned(&pool, table).await;
         let months = partitions.periods(&pool).await.unwrap();
         for month in old_months.iter().chain([&this_month, &next_month]) {
             assert!(months.contains(month), "{table}'s partition of {month} in {months:?}");

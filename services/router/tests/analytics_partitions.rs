@@ -11,7 +11,7 @@ use switchyard_router::{
     analytics::{AnalyticsStore, DecisionRecord, PostgresAnalytics},
     route::Route,
 };
-use switchyard_testkit::{Schema, database_url};
+use switchyard_testkit::{Schema, database_url, partitions};
 
 /// Every row of the decisions in id order, hashed: equal before and after only if no row was
 /// lost, added or changed in any column (the layout keeps the columns' order).
@@ -137,12 +137,7 @@ async fn unpartitioned_decisions_move_to_day_partitions_whole() {
     // The router's start: migration 0010, then the keeper.
     let store = PostgresAnalytics::connect(&database_url(), schema.name()).await.unwrap();
     assert_eq!(fingerprint(&pool).await, before, "every row kept as it was");
-    let kind: String =
-        sqlx::query_scalar("SELECT relkind::text FROM pg_class WHERE oid = 'routing_decisions'::regclass")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-    assert_eq!(kind, "p", "routing_decisions is a partitioned table");
+    partitions::assert_partitioned(&pool, "routing_decisions").await;
 
     // Each day that held rows has its partition, and so do today and the three days after.
     let partitions = DailyPartitions::new("routing_decisions", "occurred_at").unwrap();

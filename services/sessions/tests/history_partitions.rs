@@ -18,6 +18,7 @@ use switchyard_sessions::{
     },
     store::{Record, RecordStore, postgres::PostgresStore},
 };
+use switchyard_testkit::partitions::{self, count};
 use switchyard_testkit::{Schema, database_url};
 
 async fn pool_in(schema: &Schema) -> PgPool {
@@ -35,10 +36,6 @@ async fn fingerprint(pool: &PgPool, table: &str, order: &str) -> (i64, String) {
     .fetch_one(pool)
     .await
     .unwrap()
-}
-
-async fn count(pool: &PgPool, table: &str) -> i64 {
-    sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {table}"))).fetch_one(pool).await.unwrap()
 }
 
 fn key(id: &str) -> SessionKey {
@@ -149,13 +146,7 @@ async fn unpartitioned_history_moves_to_month_partitions_whole() {
     let messages = TimePartitions::monthly("session_messages", "created_at").unwrap();
     let switches = TimePartitions::monthly("session_switches", "occurred_at").unwrap();
     for table in ["session_messages", "session_switches"] {
-        let kind: String = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-            "SELECT relkind::text FROM pg_class WHERE oid = '{table}'::regclass"
-        )))
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-        assert_eq!(kind, "p", "{table} is a partitioned table");
+        partitions::assert_partitioned(&pool, table).await;
     }
     let months = messages.periods(&pool).await.unwrap();
     let this_month = month_start(Utc::now().date_naive()).date_naive();
