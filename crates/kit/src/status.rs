@@ -1,7 +1,9 @@
 //! The status a caller sees when an upstream's connection breaks. When a replica is killed, its
 //! connection reset or closed mid-call (a stream cut half-way), tonic's client makes a status
 //! out of the transport error: UNKNOWN, INTERNAL or CANCELLED with the hyper, h2 or I/O error as
-//! its source. None of those was the upstream's answer, and all of them say "do not retry"; the
+//! its source, or RESOURCE_EXHAUSTED when the upstream's HTTP/2 server closed the connection
+//! with ENHANCE_YOUR_CALM (its guard against clients that reset many streams: a caller whose
+//! own callers go away cancels its calls in flight, each a reset). None of those was the upstream's answer, and all of them say "do not retry"; the
 //! call simply did not finish on that connection, which is UNAVAILABLE (retryable: the next
 //! call connects again, to a replica that is there). A status the upstream sent is decoded from
 //! its trailers and has no source, so it is never remapped: an INTERNAL from its handler stays
@@ -15,7 +17,7 @@ use tonic::{Code, Status};
 /// Whether `status` was made by this process's client from a broken connection (a transport
 /// error in its source chain), as opposed to sent by the upstream or caused by a deadline.
 pub fn broken_connection(status: &Status) -> bool {
-    if !matches!(status.code(), Code::Unknown | Code::Internal | Code::Cancelled) {
+    if !matches!(status.code(), Code::Unknown | Code::Internal | Code::Cancelled | Code::ResourceExhausted) {
         return false;
     }
     let mut transport = false;
@@ -80,6 +82,20 @@ mod tests {
     }
 
     #[test]
+    fn a_connection_closed_by_the_upstreams_reset_guard_is_unavailable_and_its_own_refusal_is_kept() {
+        // What tonic's client makes of a GOAWAY with ENHANCE_YOUR_CALM.
+        let goaway = Status::from_error(Box::new(h2::Error::from(h2::Reason::ENHANCE_YOUR_CALM)));
+        assert_eq!(goaway.code(), Code::ResourceExhausted, "tonic's own mapping of ENHANCE_YOUR_CALM");
+        let passed_on = from_upstream("sessions", goaway);
+        assert_eq!(passed_on.code(), Code::Unavailable);
+        assert!(passed_on.message().contains("sessions service"), "{}", passed_on.message());
+        // The upstream's own RESOURCE_EXHAUSTED (its admission limit, a budget) came in its
+        // trailers, with no transport error behind it: passed on as it is.
+        let refused = Status::resource_exhausted("server overloaded: 1024 requests already in flight");
+        assert_eq!(from_upstream("sessions", refused).code(), Code::ResourceExhausted);
+    }
+
+    #[test]
     fn transport_failures_become_unavailable_naming_the_upstream() {
         let status = io_status(Code::Unknown);
         assert_eq!(status.code(), Code::Unknown, "tonic's own mapping of an unknown error");
@@ -105,8 +121,6 @@ mod tests {
             assert_eq!((passed.code(), passed.message()), (code, "from the handler"));
         }
         // Statuses tonic made for other reasons keep their code.
-        let exhausted = Status::from_error(Box::new(h2::Error::from(h2::Reason::ENHANCE_YOUR_CALM)));
-        assert_eq!(upstream_code(&exhausted), Code::ResourceExhausted);
         let unknown = Status::from_error("not a transport error".into());
         assert_eq!(upstream_code(&unknown), Code::Unknown);
     }
