@@ -242,7 +242,7 @@ impl ContextSwitcher {
         let session = self.load_open_changeable(caller, &key).await?;
         let now = now();
         let messages = batch.into_messages(&session.role_id, &self.limits, now.timestamp_millis())?;
-        let (key, messages) = (&key, &messages);
+        let (key, messages, before) = (&key, &messages, &session);
         retry::on_conflict(&key.id, move || async move {
             let outcome = self
                 .live
@@ -250,10 +250,20 @@ impl ContextSwitcher {
                 .await
                 .map_err(|err| SessionsError::unavailable("appending messages", err))?;
             match outcome {
-                AppendOutcome::Applied { messages, .. } => {
+                AppendOutcome::Applied { messages, message_count } => {
                     let record = Record::MessagesAppended { key: key.clone(), messages };
                     self.durable(self.recorder.write_through(vec![record]).await, "messages");
-                    Ok(Attempt::Done(self.load(key).await?))
+                    // The messages are appended and recorded: the call has done its work. A
+                    // failure to read the session back now (its Redis gone this instant) must
+                    // not fail it, or the caller's retry would append them a second time.
+                    let session = match self.load(key).await {
+                        Ok(session) => session,
+                        Err(err) => {
+                            tracing::warn!(session_id = %key.id, error = %err, "messages appended; the session could not be read back, answering from the copy read before");
+                            LiveSession { message_count, ..before.clone() }
+                        }
+                    };
+                    Ok(Attempt::Done(session))
                 }
                 AppendOutcome::Missing => {
                     // The live copy expired since it was read: rebuild it from the record.
