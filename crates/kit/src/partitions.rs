@@ -315,3 +315,48 @@ impl TimePartitions {
 fn day_start(day: NaiveDate) -> String {
     format!("{} 00:00:00+00", day.format("%Y-%m-%d"))
 }
+
+/// Tables one keeper looks after together (a service's history, its usage): each keeps the
+/// period holding today and `ahead` periods after it, and loses whole periods to retention.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeptTables {
+    tables: Vec<TimePartitions>,
+    ahead: u32,
+}
+
+impl KeptTables {
+    pub fn new(tables: Vec<TimePartitions>, ahead: u32) -> Self {
+        Self { tables, ahead }
+    }
+
+    pub fn tables(&self) -> &[TimePartitions] {
+        &self.tables
+    }
+
+    /// The current and coming periods' partitions of every table (another replica may be
+    /// making them at the same time); how many were created.
+    pub async fn create_ahead(&self, pool: &PgPool) -> Result<u32, PartitionError> {
+        let today = Utc::now().date_naive();
+        let mut created = 0;
+        for table in &self.tables {
+            created += table.create_ahead(pool, today, self.ahead).await?;
+        }
+        Ok(created)
+    }
+
+    /// One keeper round: the coming periods' partitions first, whose failure is logged and does
+    /// not hold up the retention (the current period's were made before); then, with a `cut`,
+    /// every table's whole periods before it removed. Returns the rows removed.
+    pub async fn keep(&self, pool: &PgPool, cut: Option<DateTime<Utc>>) -> Result<u64, PartitionError> {
+        if let Err(err) = self.create_ahead(pool).await {
+            let tables = self.tables.iter().map(TimePartitions::table).collect::<Vec<_>>().join(", ");
+            tracing::warn!(error = %err, tables, "creating the coming partitions; retrying within the hour");
+        }
+        let Some(cut) = cut else { return Ok(0) };
+        let mut removed = 0;
+        for table in &self.tables {
+            removed += table.prune_whole_periods_before(pool, cut).await?.rows;
+        }
+        Ok(removed)
+    }
+}
