@@ -687,7 +687,11 @@ async fn one_replica_of_each_service_stopped_under_load_ends_its_calls_cleanly_a
             content: format!("message {n}"),
             ..Default::default()
         };
-        let request = AppendMessagesRequest { session_id: format!("stop-sessions-{task}"), messages: vec![message] };
+        let request = AppendMessagesRequest {
+            session_id: format!("stop-sessions-{task}"),
+            messages: vec![message],
+            ..Default::default()
+        };
         SessionServiceClient::new(channel).append_messages(request).await.map(drop)
     })
     .await;

@@ -259,11 +259,14 @@ impl SessionsClient {
         }
     }
 
-    /// Records the user's message and the answer in the session's conversation.
+    /// Records the user's message and the answer in the session's conversation, under the
+    /// turn's id (`turn_id`), which makes the retries below safe: sessions appends a batch of
+    /// one id once, so a retry after a lost reply does not record the turn twice.
     pub async fn end_turn(
         &self,
         identity: &Identity,
         session_id: &SessionId,
+        turn_id: &str,
         role_id: &str,
         message: &str,
         answer: &str,
@@ -290,7 +293,8 @@ impl SessionsClient {
         // The answer is already made: a turn whose append fails is answered but missing from the
         // conversation. Sessions answers UNAVAILABLE while its Redis restarts (a dropped
         // connection's first command fails, then the client reconnects), so that one is retried
-        // for a few seconds, which outlasts such a restart; any other error is final.
+        // for a few seconds, which outlasts such a restart; any other error is final. The
+        // batch's id makes a retry of an append that did land (its reply lost) a no-op.
         let mut backoff = Backoff::new(APPEND_RETRY_INITIAL, APPEND_RETRY_MAX);
         let started = Instant::now();
         loop {
@@ -298,7 +302,11 @@ impl SessionsClient {
                 .sessions
                 .clone()
                 .append_messages(request(
-                    sessions::AppendMessagesRequest { session_id: session_id.to_string(), messages: messages.clone() },
+                    sessions::AppendMessagesRequest {
+                        session_id: session_id.to_string(),
+                        messages: messages.clone(),
+                        append_id: turn_id.to_owned(),
+                    },
                     identity,
                     CALL_TIMEOUT,
                 ))

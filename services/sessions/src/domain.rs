@@ -123,6 +123,10 @@ pub struct Message {
     pub role_id: String,
     /// Milliseconds since the Unix epoch.
     pub created_at_ms: i64,
+    /// The caller's id for the batch the message came in (`AppendMessagesRequest.append_id`);
+    /// empty when it gave none. Kept so a retried batch is recognised, also after a rebuild.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub append_id: String,
 }
 
 /// A live session: what Redis holds (and Postgres can rebuild).

@@ -306,7 +306,11 @@ impl SessionService for SessionsGrpc {
             .into_iter()
             .map(|m| NewMessage { role: message_role_from_proto(m.role), content: m.content, role_id: m.role_id })
             .collect();
-        let session = self.switcher.append_messages(&caller, &request.session_id, messages).await.map_err(status)?;
+        let session = self
+            .switcher
+            .append_messages(&caller, &request.session_id, messages, request.append_id)
+            .await
+            .map_err(status)?;
         Ok(Response::new(pb::AppendMessagesResponse {
             turn_count: count(session.turn_count),
             message_count: session.message_count,

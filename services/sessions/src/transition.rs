@@ -83,6 +83,7 @@ mod tests {
                 content: "How do I shard Postgres?".into(),
                 role_id: "tech-expert".into(),
                 created_at_ms: 0,
+                append_id: String::new(),
             },
             Message {
                 seq: 2,
@@ -90,6 +91,7 @@ mod tests {
                 content: "Use Citus or app-level sharding.".into(),
                 role_id: "tech-expert".into(),
                 created_at_ms: 0,
+                append_id: String::new(),
             },
         ];
         let text = transition_context(

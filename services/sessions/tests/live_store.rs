@@ -63,6 +63,7 @@ async fn live_store_suite(store: Arc<dyn LiveStore>) {
     stale_updates_conflict(&*store).await;
     closed_sessions_refuse_updates(&*store).await;
     messages_are_numbered_and_windowed(&*store).await;
+    a_named_batch_is_appended_once(&*store).await;
     concurrent_turns_never_interleave(store.clone()).await;
     ttl.await.expect("ttl checks");
 }
@@ -89,6 +90,7 @@ fn message(seq: u64, content: &str) -> Message {
         content: content.to_owned(),
         role_id: START_ROLE.to_owned(),
         created_at_ms: 1_700_000_000_000 + seq as i64,
+        append_id: String::new(),
     }
 }
 
@@ -291,6 +293,44 @@ async fn messages_are_numbered_and_windowed(store: &dyn LiveStore) {
     assert!(matches!(outcome, AppendOutcome::Applied { message_count: 26, .. }), "{outcome:?}");
     let loaded = load(store, &windowed.key).await;
     assert_eq!(loaded.recent.iter().map(|m| m.seq).collect::<Vec<_>>(), (7..=26).collect::<Vec<_>>());
+}
+
+/// A batch retried under its `append_id` (its first reply lost) is appended once, while it is
+/// in the window; other ids, and batches without one, append as usual. A restored session
+/// (rebuilt from the record) knows the ids its recent messages carry.
+async fn a_named_batch_is_appended_once(store: &dyn LiveStore) {
+    let session = created(store).await;
+    let key = &session.key;
+    let named = |id: &str, content: &str| Message { append_id: id.to_owned(), ..message(0, content) };
+    let turn = [named("resp-1", "question"), named("resp-1", "answer")];
+    let first = store.append_messages(key, &turn, 4, now_ms()).await.unwrap();
+    assert!(matches!(first, AppendOutcome::Applied { message_count: 2, .. }), "{first:?}");
+    let again = store.append_messages(key, &turn, 4, now_ms()).await.unwrap();
+    assert_eq!(again, AppendOutcome::Repeated { message_count: 2 });
+    let loaded = load(store, key).await;
+    assert_eq!(loaded.recent.iter().map(|m| m.content.as_str()).collect::<Vec<_>>(), ["question", "answer"]);
+    assert!(loaded.recent.iter().all(|m| m.append_id == "resp-1"), "the id is kept with the messages");
+
+    // A prefix of another id, and an unnamed batch twice, are new batches.
+    let other = store.append_messages(key, &[named("resp-", "more")], 4, now_ms()).await.unwrap();
+    assert!(matches!(other, AppendOutcome::Applied { message_count: 3, .. }), "{other:?}");
+    for count in [4, 5, 6] {
+        let unnamed = store.append_messages(key, &[message(0, "same")], 4, now_ms()).await.unwrap();
+        assert!(matches!(unnamed, AppendOutcome::Applied { message_count, .. } if message_count == count));
+    }
+    // Once out of the window (4 messages) the id is forgotten.
+    let late = store.append_messages(key, &turn, 4, now_ms()).await.unwrap();
+    assert!(matches!(late, AppendOutcome::Applied { message_count: 8, .. }), "{late:?}");
+
+    // Rebuilt from the record with its recent messages, a session still knows their ids.
+    let restored = LiveSession {
+        message_count: 2,
+        recent: vec![Message { seq: 1, ..named("resp-9", "q") }, Message { seq: 2, ..named("resp-9", "a") }],
+        ..new_session(Duration::from_secs(60))
+    };
+    assert!(store.restore(&restored).await.unwrap());
+    let retried = store.append_messages(&restored.key, &restored.recent, 20, now_ms()).await.unwrap();
+    assert_eq!(retried, AppendOutcome::Repeated { message_count: 2 });
 }
 
 /// A 1 s session is gone after ~2.2 s; a 2 s session with a turn at 1.2 s is still there.

@@ -74,6 +74,8 @@ fn message(seq: u64) -> Message {
         content: format!("message {seq}"),
         role_id: "general".to_owned(),
         created_at_ms: at(200 + i64::try_from(seq).unwrap()).timestamp_millis(),
+        // Named and unnamed batches both load back as written.
+        append_id: if seq >= 3 { format!("resp-{seq}") } else { String::new() },
     }
 }
 

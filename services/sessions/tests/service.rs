@@ -152,7 +152,7 @@ async fn a_session_redis_lost_is_rebuilt_from_postgres() {
         },
     ];
     let appended = sessions
-        .append_messages(AppendMessagesRequest { session_id: "lost".into(), messages })
+        .append_messages(AppendMessagesRequest { session_id: "lost".into(), messages, ..Default::default() })
         .await
         .expect("append")
         .into_inner();
@@ -176,10 +176,45 @@ async fn a_session_redis_lost_is_rebuilt_from_postgres() {
     // And it carries on: the next message continues the numbering.
     let more =
         vec![ConversationMessage { role: MessageRole::User.into(), content: "And fees?".into(), ..Default::default() }];
-    let appended = sessions.append_messages(AppendMessagesRequest { session_id: "lost".into(), messages: more }).await;
+    let appended = sessions
+        .append_messages(AppendMessagesRequest { session_id: "lost".into(), messages: more, ..Default::default() })
+        .await;
     assert_eq!(appended.expect("append").into_inner().message_count, 3);
     let history = sessions.get_history(GetHistoryRequest { session_id: "lost".into(), ..Default::default() }).await;
     assert_eq!(history.expect("history").into_inner().events.len(), 1);
+    suite.stop().await;
+}
+
+/// A caller that lost an append's reply retries it under the same `append_id`: the turn is
+/// recorded once, whether the live copy still holds it or was rebuilt from Postgres meanwhile.
+#[tokio::test]
+async fn a_retried_append_is_recorded_once_also_after_a_rebuild() {
+    let suite = Suite::start().await;
+    let mut sessions = SessionServiceClient::new(suite.channel().await);
+    sessions.create_session(create("retried", "tech-expert")).await.expect("create");
+    let turn = |append_id: &str| AppendMessagesRequest {
+        session_id: "retried".into(),
+        messages: vec![
+            ConversationMessage { role: MessageRole::User.into(), content: "Rates?".into(), ..Default::default() },
+            ConversationMessage { role: MessageRole::Assistant.into(), content: "Lower.".into(), ..Default::default() },
+        ],
+        append_id: append_id.into(),
+    };
+    let mut append = async |request: AppendMessagesRequest| {
+        sessions.append_messages(request).await.map(|r| r.into_inner().message_count)
+    };
+    assert_eq!(append(turn("chat-1")).await.expect("append"), 2);
+    assert_eq!(append(turn("chat-1")).await.expect("retry"), 2, "the retry appends nothing");
+    assert!(delete_redis_keys(&suite.prefix).await >= 1, "the live session was in Redis");
+    assert_eq!(append(turn("chat-1")).await.expect("retry after the rebuild"), 2);
+    assert_eq!(append(turn("chat-2")).await.expect("the next turn"), 4);
+    let err = append(turn("chat 3\"")).await.expect_err("an id that needs escaping");
+    assert_eq!((err.code(), err.message().split(':').next()), (Code::InvalidArgument, Some("append_id")));
+
+    let got = sessions.get_session(GetSessionRequest { session_id: "retried".into(), include_messages: true }).await;
+    let got = got.expect("get").into_inner();
+    let contents = got.recent_messages.iter().map(|m| m.content.as_str()).collect::<Vec<_>>();
+    assert_eq!(contents, ["Rates?", "Lower.", "Rates?", "Lower."], "each turn once");
     suite.stop().await;
 }
 
@@ -251,11 +286,12 @@ async fn bad_input_and_missing_things_get_clear_errors_and_tenants_are_isolated(
     assert_eq!(sessions.process_query(forced).await.unwrap_err().code(), Code::NotFound);
     let switch = SwitchContextRequest { session_id: "mine".into(), new_role_id: "ghost".into(), reason: String::new() };
     assert_eq!(sessions.switch_context(switch).await.unwrap_err().code(), Code::NotFound);
-    let empty = AppendMessagesRequest { session_id: "mine".into(), messages: vec![] };
+    let empty = AppendMessagesRequest { session_id: "mine".into(), ..Default::default() };
     assert_eq!(sessions.append_messages(empty).await.unwrap_err().code(), Code::InvalidArgument);
     let unspecified = AppendMessagesRequest {
         session_id: "mine".into(),
         messages: vec![ConversationMessage { content: "x".into(), ..Default::default() }],
+        ..Default::default()
     };
     let err = sessions.append_messages(unspecified).await.unwrap_err();
     assert!(err.message().starts_with("messages[0].role:"), "{}", err.message());
@@ -309,6 +345,7 @@ async fn bad_input_and_missing_things_get_clear_errors_and_tenants_are_isolated(
                 content: "x".into(),
                 ..Default::default()
             }],
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -453,7 +490,10 @@ async fn process_query_returns_the_recent_messages_when_asked() {
         ConversationMessage { role: MessageRole::User.into(), content: "Is Rust fast?".into(), ..Default::default() },
         ConversationMessage { role: MessageRole::Assistant.into(), content: "Yes.".into(), ..Default::default() },
     ];
-    sessions.append_messages(AppendMessagesRequest { session_id: "chatty".into(), messages }).await.expect("append");
+    sessions
+        .append_messages(AppendMessagesRequest { session_id: "chatty".into(), messages, ..Default::default() })
+        .await
+        .expect("append");
 
     // Twice each way: the second call of a session that keeps its role takes the fast path
     // that skips reading the session, unless the messages are asked for.
@@ -529,6 +569,7 @@ async fn a_session_is_its_users_even_rebuilt_from_postgres_and_internal_callers_
             content: "hi".into(),
             ..Default::default()
         }],
+        ..Default::default()
     };
     assert_eq!(sessions.append_messages(bob(append())).await.unwrap_err().code(), Code::NotFound);
 

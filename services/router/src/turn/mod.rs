@@ -421,13 +421,29 @@ impl Router {
             metadata: meta,
             budget_warning: allowance.warning.clone(),
         };
-        if let Err(status) = self
-            .sessions
-            .end_turn(&identity, &session.session_id, &outcome.metadata.role_id, &request.message, &outcome.content)
-            .await
-        {
+        // The recording runs as a task of its own, awaited here: a client that leaves once it
+        // has the answer (a stream read to its last token, then dropped) drops this turn, and
+        // must not take the turn's place in the conversation with it. A call to sessions cut
+        // mid-way would also reset its HTTP/2 stream, and enough resets make sessions' server
+        // close the connection every other turn shares (its guard against reset floods).
+        let recording = {
+            let (sessions, identity) = (self.sessions.clone(), identity.clone());
+            let (session_id, turn_id) = (session.session_id.clone(), outcome.id.clone());
+            let (role_id, message, answer) =
+                (outcome.metadata.role_id.clone(), request.message.clone(), outcome.content.clone());
+            let record =
+                async move { sessions.end_turn(&identity, &session_id, &turn_id, &role_id, &message, &answer).await };
+            tokio::spawn(switchyard_kit::failures::carry_request_id(record.instrument(tracing::Span::current())))
+        };
+        match recording.await {
+            Ok(Ok(())) => {}
             // The answer stands; only the conversation memory missed this turn.
-            switchyard_kit::warn_throttled!("append", session_id = %outcome.session_id, error = %status.message(), "could not append the turn to the session");
+            Ok(Err(status)) => {
+                switchyard_kit::warn_throttled!("append", session_id = %outcome.session_id, error = %status.message(), "could not append the turn to the session");
+            }
+            Err(panicked) => {
+                tracing::error!(session_id = %outcome.session_id, error = %panicked, "appending the turn to the session panicked");
+            }
         }
         // A loop the caller goes on with: its next turns are asked in the same words.
         if callers_turn && !continuation && !outcome.tool_calls.is_empty() {
@@ -609,8 +625,9 @@ impl Router {
         let session_id = session_id.clone();
         let message = request.message.clone();
         let write = async move {
-            let TurnOutcome { metadata, content, .. } = outcome;
-            if let Err(status) = sessions.end_turn(&identity, &session_id, &metadata.role_id, &message, &content).await
+            let TurnOutcome { id, metadata, content, .. } = outcome;
+            if let Err(status) =
+                sessions.end_turn(&identity, &session_id, &id, &metadata.role_id, &message, &content).await
             {
                 tracing::warn!(%session_id, error = %status.message(), "could not append the interrupted turn to the session");
             }

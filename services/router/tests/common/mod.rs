@@ -251,8 +251,15 @@ impl Suite {
 
     /// A second router replica sharing this one's Postgres schema (and Redis cache).
     pub async fn second_replica(&self) -> Served {
+        self.replica_with(|_| {}).await
+    }
+
+    /// A second router replica as [`second_replica`](Self::second_replica), its configuration
+    /// changed by `configure` (say, to reach sessions through a proxy).
+    pub async fn replica_with(&self, configure: impl FnOnce(&mut RouterConfig)) -> Served {
         let mut config = self.config.clone();
         config.listen = loopback();
+        configure(&mut config);
         Self::replica(&config, &self.schema, self.redis_cache.is_some(), self.budget_prefix.as_deref()).await
     }
 

@@ -61,6 +61,11 @@ pub enum AppendOutcome {
         messages: Vec<Message>,
         message_count: u64,
     },
+    /// Nothing appended: a message of the batch's `append_id` is already among the recent
+    /// messages (an earlier try of this batch got through). The session's `message_count`.
+    Repeated {
+        message_count: u64,
+    },
     Missing,
     Closed,
 }
@@ -85,7 +90,9 @@ pub trait LiveStore: Send + Sync + 'static {
 
     /// Appends messages atomically (numbering them after the current `message_count`; the
     /// `seq` passed in is ignored), trims the window to the newest `window` messages, extends
-    /// the TTL and sets `updated_at` to `now`.
+    /// the TTL and sets `updated_at` to `now`. When the batch has an `append_id` (every message
+    /// of a batch carries the same) that a recent message already has, appends nothing and
+    /// answers [`AppendOutcome::Repeated`].
     async fn append_messages(
         &self,
         key: &SessionKey,

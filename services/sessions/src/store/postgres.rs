@@ -18,7 +18,7 @@ use sqlx::{
 };
 
 use switchyard_kit::{
-    partitions::{PartitionError, TimePartitions},
+    partitions::{KeptTables, PartitionError, TimePartitions},
     text::scrub_nul,
 };
 
@@ -37,7 +37,7 @@ fn stored_tenant(tenant: Option<&TenantId>) -> &str {
 /// [`RoleStore`].
 pub struct PostgresStore {
     pool: PgPool,
-    history: [TimePartitions; 2],
+    history: KeptTables,
 }
 
 /// Months after this one whose history partitions exist at all times: the keeper runs at
@@ -51,28 +51,19 @@ impl PostgresStore {
     pub async fn connect(url: &str, schema: &str) -> Result<Self, StoreError> {
         let pool = switchyard_kit::postgres::connect_in_schema(url, schema, 8).await?;
         sqlx::migrate!("./migrations").run(&pool).await?;
-        let history = [
-            TimePartitions::monthly("session_switches", "occurred_at").map_err(partition_error)?,
-            TimePartitions::monthly("session_messages", "created_at").map_err(partition_error)?,
-        ];
-        let store = Self { pool, history };
+        let history = KeptTables::new(
+            vec![
+                TimePartitions::monthly("session_switches", "occurred_at").map_err(partition_error)?,
+                TimePartitions::monthly("session_messages", "created_at").map_err(partition_error)?,
+            ],
+            HISTORY_MONTHS_AHEAD,
+        );
         // Not fatal: until the keeper's next round, this month's history goes to the default
         // partition.
-        if let Err(err) = store.create_history_ahead().await {
+        if let Err(err) = history.create_ahead(&pool).await {
             tracing::warn!(error = %err, "creating the coming months' history partitions; retrying within the hour");
         }
-        Ok(store)
-    }
-
-    /// This month's and the next [`HISTORY_MONTHS_AHEAD`] months' partitions of each history
-    /// table (another replica may be making them at the same time).
-    async fn create_history_ahead(&self) -> Result<u32, StoreError> {
-        let today = Utc::now().date_naive();
-        let mut created = 0;
-        for table in &self.history {
-            created += table.create_ahead(&self.pool, today, HISTORY_MONTHS_AHEAD).await.map_err(partition_error)?;
-        }
-        Ok(created)
+        Ok(Self { pool, history })
     }
 }
 
@@ -134,7 +125,7 @@ impl RecordStore for PostgresStore {
             Vec::new()
         } else {
             sqlx::query(
-                "SELECT seq, role, content, role_id, created_at FROM session_messages
+                "SELECT seq, role, content, role_id, created_at, append_id FROM session_messages
                  WHERE tenant_id = $1 AND session_id = $2 ORDER BY seq DESC LIMIT $3",
             )
             .bind(key.tenant.as_str())
@@ -199,17 +190,7 @@ impl RecordStore for PostgresStore {
     }
 
     async fn keep_history(&self, cut: Option<DateTime<Utc>>) -> Result<u64, StoreError> {
-        // The coming months first: their failure does not hold up the retention (this month's
-        // partitions were made earlier).
-        if let Err(err) = self.create_history_ahead().await {
-            tracing::warn!(error = %err, "creating the coming months' history partitions; retrying within the hour");
-        }
-        let Some(cut) = cut else { return Ok(0) };
-        let mut removed = 0;
-        for table in &self.history {
-            removed += table.prune_whole_periods_before(&self.pool, cut).await.map_err(partition_error)?.rows;
-        }
-        Ok(removed)
+        self.history.keep(&self.pool, cut).await.map_err(partition_error)
     }
 }
 
@@ -309,22 +290,24 @@ async fn write_record(tx: &mut Transaction<'_, Postgres>, record: &Record) -> Re
             let mut contents = Vec::with_capacity(messages.len());
             let mut role_ids = Vec::with_capacity(messages.len());
             let mut times = Vec::with_capacity(messages.len());
+            let mut append_ids = Vec::with_capacity(messages.len());
             for message in messages {
                 seqs.push(to_bigint("message seq", message.seq)?);
                 roles.push(message.role.as_str());
                 contents.push(scrub_nul(&message.content));
                 role_ids.push(message.role_id.as_str());
                 times.push(from_millis(message.created_at_ms)?);
+                append_ids.push((!message.append_id.is_empty()).then_some(message.append_id.as_str()));
             }
             let (Some(&last_seq), Some(&last_time)) = (seqs.iter().max(), times.iter().max()) else {
                 return Ok(());
             };
             // As for switches: the key holds the time, and a seq already stored is skipped.
             sqlx::query(
-                "INSERT INTO session_messages (tenant_id, session_id, seq, role, content, role_id, created_at)
-                 SELECT $1, $2, m.seq, m.role, m.content, m.role_id, m.created_at
-                 FROM UNNEST($3::BIGINT[], $4::TEXT[], $5::TEXT[], $6::TEXT[], $7::TIMESTAMPTZ[])
-                      AS m(seq, role, content, role_id, created_at)
+                "INSERT INTO session_messages (tenant_id, session_id, seq, role, content, role_id, created_at, append_id)
+                 SELECT $1, $2, m.seq, m.role, m.content, m.role_id, m.created_at, m.append_id
+                 FROM UNNEST($3::BIGINT[], $4::TEXT[], $5::TEXT[], $6::TEXT[], $7::TIMESTAMPTZ[], $8::TEXT[])
+                      AS m(seq, role, content, role_id, created_at, append_id)
                  WHERE NOT EXISTS (SELECT 1 FROM session_messages s
                                    WHERE s.tenant_id = $1 AND s.session_id = $2 AND s.seq = m.seq)
                  ON CONFLICT (tenant_id, session_id, seq, created_at) DO NOTHING",
@@ -336,6 +319,7 @@ async fn write_record(tx: &mut Transaction<'_, Postgres>, record: &Record) -> Re
             .bind(&contents)
             .bind(&role_ids)
             .bind(&times)
+            .bind(&append_ids)
             .execute(&mut **tx)
             .await?;
             sqlx::query(
@@ -395,6 +379,7 @@ fn message_from_row(row: &PgRow) -> Result<Message, StoreError> {
         content: row.try_get("content")?,
         role_id: row.try_get("role_id")?,
         created_at_ms: created_at.timestamp_millis(),
+        append_id: row.try_get::<Option<String>, _>("append_id")?.unwrap_or_default(),
     })
 }
 

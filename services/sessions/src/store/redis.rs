@@ -67,8 +67,10 @@ return {'ok', redis.call('HGETALL', KEYS[1]), redis.call('LRANGE', KEYS[2], 0, -
 const APPLY_TURN_LUA: &str = include_str!("apply_turn.lua");
 
 /// Each message arrives as a JSON object without `seq`; the script numbers it by splicing
-/// `{"seq":N,` in front of the object's fields, so no JSON library is needed in Lua.
-/// ARGV: window, now (ms), then the messages.
+/// `{"seq":N,` in front of the object's fields, so no JSON library is needed in Lua. A batch
+/// with an append id is looked for in the window first, as the exact text `"append_id":"ID"`
+/// (the id's characters need no JSON escaping, so its encoding is the id itself).
+/// ARGV: window, now (ms), append id or '', then the messages.
 const APPEND_LUA: &str = r#"
 local function is_count(v) return v and string.match(v, '^%d+$') ~= nil end
 if redis.call('EXISTS', KEYS[1]) == 0 then
@@ -81,8 +83,16 @@ end
 if not is_count(s[2]) or not is_count(s[3]) or tonumber(s[3]) < 1 then
   return {'corrupt', {'missing or malformed msgs or ttl'}, {}}
 end
+if ARGV[3] ~= '' then
+  local mark = '"append_id":"' .. ARGV[3] .. '"'
+  for _, m in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
+    if string.find(m, mark, 1, true) then
+      return {'repeated', redis.call('HGETALL', KEYS[1]), {}}
+    end
+  end
+end
 local seq = tonumber(s[2])
-for i = 3, #ARGV do
+for i = 4, #ARGV do
   seq = seq + 1
   redis.call('RPUSH', KEYS[2], string.format('{"seq":%d,%s', seq, string.sub(ARGV[i], 2)))
 end
@@ -117,6 +127,8 @@ struct MessageBody<'a> {
     content: &'a str,
     role_id: &'a str,
     created_at_ms: i64,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    append_id: &'a str,
 }
 
 /// The two keys of one session.
@@ -269,13 +281,15 @@ impl LiveStore for RedisLiveStore {
     ) -> Result<AppendOutcome, StoreError> {
         let keys = self.keys(key);
         let mut invocation = self.append.prepare_invoke();
-        invocation.key(&keys.hash).key(&keys.messages).arg(window).arg(now.timestamp_millis());
+        let batch_id = messages.first().map_or("", |m| m.append_id.as_str());
+        invocation.key(&keys.hash).key(&keys.messages).arg(window).arg(now.timestamp_millis()).arg(batch_id);
         for message in messages {
             let body = MessageBody {
                 role: message.role,
                 content: &message.content,
                 role_id: &message.role_id,
                 created_at_ms: message.created_at_ms,
+                append_id: &message.append_id,
             };
             invocation.arg(to_json(&body, &keys.hash)?);
         }
@@ -288,6 +302,10 @@ impl LiveStore for RedisLiveStore {
                 let stored =
                     (first_seq..).zip(messages).map(|(seq, message)| Message { seq, ..message.clone() }).collect();
                 Ok(AppendOutcome::Applied { messages: stored, message_count })
+            }
+            "repeated" => {
+                let hash = HashMap::<String, String>::from_iter(pairs(reply.hash));
+                Ok(AppendOutcome::Repeated { message_count: parse_field::<u64>(&hash, "msgs", &keys.hash)? })
             }
             "missing" => Ok(AppendOutcome::Missing),
             "closed" => Ok(AppendOutcome::Closed),

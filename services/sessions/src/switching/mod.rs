@@ -236,9 +236,10 @@ impl ContextSwitcher {
         caller: &Identity,
         session_id: &str,
         messages: Vec<NewMessage>,
+        append_id: String,
     ) -> Result<LiveSession, SessionsError> {
         let key = Self::key(&caller.tenant, session_id)?;
-        let batch = MessageBatch::new(messages, &self.limits)?;
+        let batch = MessageBatch::new(messages, &self.limits)?.named(append_id)?;
         let session = self.load_open_changeable(caller, &key).await?;
         let now = now();
         let messages = batch.into_messages(&session.role_id, &self.limits, now.timestamp_millis())?;
@@ -263,6 +264,13 @@ impl ContextSwitcher {
                             LiveSession { message_count, ..before.clone() }
                         }
                     };
+                    Ok(Attempt::Done(session))
+                }
+                AppendOutcome::Repeated { message_count } => {
+                    // An earlier try of this batch was appended (and recorded then): its
+                    // retry answers as that one would have.
+                    tracing::debug!(session_id = %key.id, "batch already appended; not appending it again");
+                    let session = self.load(key).await.unwrap_or_else(|_| LiveSession { message_count, ..before.clone() });
                     Ok(Attempt::Done(session))
                 }
                 AppendOutcome::Missing => {

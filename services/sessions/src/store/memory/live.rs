@@ -122,6 +122,10 @@ impl LiveStore for MemoryLiveStore {
             if session.status == SessionStatus::Closed {
                 return AppendOutcome::Closed;
             }
+            let batch_id = messages.first().map_or("", |m| m.append_id.as_str());
+            if !batch_id.is_empty() && session.recent.iter().any(|m| m.append_id == batch_id) {
+                return AppendOutcome::Repeated { message_count: session.message_count };
+            }
             let first_seq = session.message_count + 1;
             let stored: Vec<Message> =
                 (first_seq..).zip(messages).map(|(seq, message)| Message { seq, ..message.clone() }).collect();

@@ -143,7 +143,13 @@ pub struct NewMessage {
 /// Messages to append in one call, their number checked. The messages themselves are checked
 /// by [`MessageBatch::into_messages`], once the session they go to has been found.
 #[derive(Debug, Clone)]
-pub struct MessageBatch(Vec<NewMessage>);
+pub struct MessageBatch {
+    messages: Vec<NewMessage>,
+    append_id: String,
+}
+
+/// The longest `append_id` a caller may give.
+pub const MAX_APPEND_ID_CHARS: usize = 128;
 
 impl MessageBatch {
     pub fn new(messages: Vec<NewMessage>, limits: &SessionLimits) -> Result<Self, SessionsError> {
@@ -156,7 +162,28 @@ impl MessageBatch {
                 format!("{} given, over the limit of {} per call", messages.len(), limits.max_messages_per_append),
             ));
         }
-        Ok(Self(messages))
+        Ok(Self { messages, append_id: String::new() })
+    }
+
+    /// The batch under the caller's id for it (`append_id`), which makes its retry safe; an
+    /// empty id leaves it unnamed. The characters are limited so the id is its own JSON
+    /// encoding (the Redis store looks for it as text).
+    pub fn named(self, append_id: String) -> Result<Self, SessionsError> {
+        if append_id.len() > MAX_APPEND_ID_CHARS {
+            return Err(SessionsError::invalid(
+                "append_id",
+                format!("is {} characters, over the limit of {MAX_APPEND_ID_CHARS}", append_id.len()),
+            ));
+        }
+        if let Some(bad) =
+            append_id.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-')))
+        {
+            return Err(SessionsError::invalid(
+                "append_id",
+                format!("contains {bad:?}; only A-Z a-z 0-9 . _ : - are allowed"),
+            ));
+        }
+        Ok(Self { append_id, ..self })
     }
 
     /// The messages as stored, written at `at_ms`; a message without a role id is the
@@ -167,8 +194,8 @@ impl MessageBatch {
         limits: &SessionLimits,
         at_ms: i64,
     ) -> Result<Vec<Message>, SessionsError> {
-        let mut checked = Vec::with_capacity(self.0.len());
-        for (index, message) in self.0.into_iter().enumerate() {
+        let mut checked = Vec::with_capacity(self.messages.len());
+        for (index, message) in self.messages.into_iter().enumerate() {
             let role = message.role.ok_or_else(|| {
                 SessionsError::invalid(format!("messages[{index}].role"), "must be USER, ASSISTANT, SYSTEM or TOOL")
             })?;
@@ -186,7 +213,14 @@ impl MessageBatch {
             } else {
                 parse_role_id(&message.role_id, &format!("messages[{index}].role_id"))?.to_string()
             };
-            checked.push(Message { seq: 0, role, content: message.content, role_id, created_at_ms: at_ms });
+            checked.push(Message {
+                seq: 0,
+                role,
+                content: message.content,
+                role_id,
+                created_at_ms: at_ms,
+                append_id: self.append_id.clone(),
+            });
         }
         Ok(checked)
     }

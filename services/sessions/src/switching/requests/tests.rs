@@ -126,3 +126,20 @@ fn each_message_is_checked_and_named_by_its_index() {
     assert_eq!(field(check(message(Some(MessageRole::User), "much too long", ""))), "messages[1].content");
     assert_eq!(field(check(message(Some(MessageRole::User), "hello", "Bad Role"))), "messages[1].role_id");
 }
+
+#[test]
+fn an_append_id_names_every_message_of_its_batch_and_is_checked() {
+    let current = RoleId::parse("tech-expert").unwrap();
+    let user = || message(Some(MessageRole::User), "hi", "");
+    let batch = |id: &str| MessageBatch::new(vec![user(), user()], &limits()).unwrap().named(id.to_owned());
+    let stored = batch("resp-01J:turn.2_a").unwrap().into_messages(&current, &limits(), 42).unwrap();
+    assert!(stored.iter().all(|m| m.append_id == "resp-01J:turn.2_a"), "{stored:?}");
+    let unnamed = batch("").unwrap().into_messages(&current, &limits(), 42).unwrap();
+    assert!(unnamed.iter().all(|m| m.append_id.is_empty()));
+    // A quote, a backslash, a NUL, a space or a non-ASCII letter would need JSON escaping.
+    for bad in ["a\"b", "a\\b", "a\0b", "a b", "é"] {
+        assert_eq!(field(batch(bad)), "append_id", "{bad:?}");
+    }
+    assert_eq!(field(batch(&"x".repeat(MAX_APPEND_ID_CHARS + 1))), "append_id");
+    assert!(batch(&"x".repeat(MAX_APPEND_ID_CHARS)).is_ok());
+}
