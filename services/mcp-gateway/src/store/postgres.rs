@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::{PgPool, Row};
 use switchyard_kit::{
-    partitions::{DailyPartitions, PartitionError, TimePartitions},
+    partitions::{DailyPartitions, KeptTables, PartitionError, TimePartitions},
     text::scrub_nul,
 };
 
@@ -21,7 +21,7 @@ use crate::{
 pub struct PostgresUsageStore {
     pool: PgPool,
     audit: DailyPartitions,
-    usage: [TimePartitions; 2],
+    usage: KeptTables,
 }
 
 /// Days after today whose audit partitions exist at all times: the keeper runs at start and
@@ -49,31 +49,22 @@ impl PostgresUsageStore {
         sqlx::migrate!("./migrations").run(&pool).await.map_err(unavailable)?;
         let audit =
             DailyPartitions::new("tool_call_audit", "created_at").map_err(|err| StoreError::Config(err.to_string()))?;
-        let usage = [
-            TimePartitions::monthly("context_events", "created_at").map_err(partition_unavailable)?,
-            TimePartitions::monthly("tool_calls", "created_at").map_err(partition_unavailable)?,
-        ];
+        let usage = KeptTables::new(
+            vec![
+                TimePartitions::monthly("context_events", "created_at").map_err(partition_unavailable)?,
+                TimePartitions::monthly("tool_calls", "created_at").map_err(partition_unavailable)?,
+            ],
+            USAGE_MONTHS_AHEAD,
+        );
         let store = Self { pool, audit, usage };
         // Not fatal: until the keeper's next round, today's records go to the default partition.
         if let Err(err) = store.create_partitions_ahead().await {
             tracing::warn!(error = %err, "creating the coming days' audit partitions; retrying within the hour");
         }
-        if let Err(err) = store.create_usage_ahead().await {
+        if let Err(err) = store.usage.create_ahead(&store.pool).await {
             tracing::warn!(error = %err, "creating the coming months' usage partitions; retrying within the hour");
         }
         Ok(store)
-    }
-
-    /// This month's and the next [`USAGE_MONTHS_AHEAD`] months' partitions of each usage
-    /// table (another replica may be making them at the same time).
-    async fn create_usage_ahead(&self) -> Result<u32, StoreError> {
-        let today = Utc::now().date_naive();
-        let mut created = 0;
-        for table in &self.usage {
-            created +=
-                table.create_ahead(&self.pool, today, USAGE_MONTHS_AHEAD).await.map_err(partition_unavailable)?;
-        }
-        Ok(created)
     }
 
     /// Today's and the next [`AUDIT_DAYS_AHEAD`] days' audit partitions (another replica may be
@@ -347,17 +338,7 @@ impl UsageStore for PostgresUsageStore {
     }
 
     async fn keep_usage(&self, cut: Option<DateTime<Utc>>) -> Result<u64, StoreError> {
-        // The coming months first: their failure does not hold up the retention (this month's
-        // partitions were made earlier).
-        if let Err(err) = self.create_usage_ahead().await {
-            tracing::warn!(error = %err, "creating the coming months' usage partitions; retrying within the hour");
-        }
-        let Some(cut) = cut else { return Ok(0) };
-        let mut removed = 0;
-        for table in &self.usage {
-            removed += table.prune_whole_periods_before(&self.pool, cut).await.map_err(partition_unavailable)?.rows;
-        }
-        Ok(removed)
+        self.usage.keep(&self.pool, cut).await.map_err(partition_unavailable)
     }
 }
 
