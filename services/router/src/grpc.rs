@@ -1,7 +1,11 @@
 //! `switchyard.router.v1.RouterService`: requests validated at the edge, turns run by
 //! [`Router`], analytics read from the store.
 
-use std::{pin::Pin, sync::Arc};
+use std::{
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll, ready},
+};
 
 use chrono::{DateTime, Duration as ChronoDuration, Utc};
 use futures::Stream;
@@ -101,6 +105,44 @@ fn time(value: Option<prost_types::Timestamp>, field: &str) -> Result<Option<Dat
 
 type ChatEvents = Pin<Box<dyn Stream<Item = Result<pb::ChatStreamResponse, Status>> + Send>>;
 
+type RunningTurn = Pin<Box<dyn Future<Output = Result<TurnOutcome, RouterError>> + Send>>;
+
+/// A streamed turn as the stream of its events, ended by its completion or its error. The turn
+/// runs as the stream is polled, by the connection sending its events: each event goes out
+/// without a hop through another task (a wake-up each, which under load is where a first
+/// token waited). A client that goes away drops the stream, which drops the turn and cancels
+/// its model and tool calls in flight; a turn's recording in the session runs on regardless
+/// (see [`Router::turn`]).
+struct TurnStream {
+    running: Option<RunningTurn>,
+    events: mpsc::Receiver<TurnEvent>,
+    last: Option<Result<pb::ChatStreamResponse, Status>>,
+}
+
+impl Stream for TurnStream {
+    type Item = Result<pb::ChatStreamResponse, Status>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        // Events already made go first, so the completion never overtakes them.
+        if let Poll::Ready(Some(event)) = self.events.poll_recv(cx) {
+            return Poll::Ready(Some(Ok(stream_event(event))));
+        }
+        if let Some(running) = self.running.as_mut() {
+            let result = ready!(running.as_mut().poll(cx));
+            self.running = None;
+            self.last = Some(match result {
+                Ok(outcome) => Ok(completed(&outcome)),
+                Err(err) => Err(status(err)),
+            });
+        }
+        // The turn is over (its sender dropped with it): what it sent last, then the end.
+        if let Ok(event) = self.events.try_recv() {
+            return Poll::Ready(Some(Ok(stream_event(event))));
+        }
+        Poll::Ready(self.last.take())
+    }
+}
+
 #[tonic::async_trait]
 impl RouterService for RouterGrpc {
     async fn chat(&self, request: Request<pb::ChatRequest>) -> Result<Response<pb::ChatResponse>, Status> {
@@ -131,42 +173,15 @@ impl RouterService for RouterGrpc {
         // warning is in the stream's initial metadata.
         let allowance = self.router.admit(&identity, &turn).await.map_err(status)?;
         let warning = allowance.warning.clone();
-        let (out, out_rx) = mpsc::channel::<Result<pb::ChatStreamResponse, Status>>(STREAM_BUFFER);
-        let (events, mut event_rx) = mpsc::channel::<TurnEvent>(STREAM_BUFFER);
-        let router = self.router.clone();
-        let task = async move {
-            let running = router.turn(identity, turn, allowance, Events::to(events));
-            tokio::pin!(running);
-            let result = loop {
-                tokio::select! {
-                    biased;
-                    Some(event) = event_rx.recv() => {
-                        // A client that has gone away drops `running` here, which cancels the
-                        // turn's in-flight model and tool calls.
-                        if out.send(Ok(stream_event(event))).await.is_err() {
-                            return;
-                        }
-                    }
-                    result = &mut running => break result,
-                    // The client went away while nothing was being sent (experts thinking, a
-                    // tool running): stop the turn now rather than at its next event.
-                    () = out.closed() => return,
-                }
-            };
-            while let Ok(event) = event_rx.try_recv() {
-                if out.send(Ok(stream_event(event))).await.is_err() {
-                    return;
-                }
-            }
-            let last = match result {
-                Ok(outcome) => Ok(completed(&outcome)),
-                Err(err) => Err(status(err)),
-            };
-            let _ = out.send(last).await;
-        };
+        let (events, event_rx) = mpsc::channel::<TurnEvent>(STREAM_BUFFER);
         // The turn's calls to sessions and the gateway carry this request's id.
-        tokio::spawn(switchyard_kit::failures::carry_request_id(task.instrument(tracing::Span::current())));
-        let mut response = Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(out_rx)) as ChatEvents);
+        let router = self.router.clone();
+        let running = switchyard_kit::failures::carry_request_id(async move {
+            router.turn(identity, turn, allowance, Events::to(events)).await
+        })
+        .instrument(tracing::Span::current());
+        let stream = TurnStream { running: Some(Box::pin(running)), events: event_rx, last: None };
+        let mut response = Response::new(Box::pin(stream) as ChatEvents);
         warn_budget(&mut response, warning.as_deref());
         Ok(response)
     }
