@@ -329,10 +329,6 @@ impl KeptTables {
         Self { tables, ahead }
     }
 
-    pub fn tables(&self) -> &[TimePartitions] {
-        &self.tables
-    }
-
     /// The current and coming periods' partitions of every table (another replica may be
     /// making them at the same time); how many were created.
     pub async fn create_ahead(&self, pool: &PgPool) -> Result<u32, PartitionError> {

@@ -3,9 +3,10 @@
 //! out of the transport error: UNKNOWN, INTERNAL or CANCELLED with the hyper, h2 or I/O error as
 //! its source, or RESOURCE_EXHAUSTED when the upstream's HTTP/2 server closed the connection
 //! with ENHANCE_YOUR_CALM (its guard against clients that reset many streams: a caller whose
-//! own callers go away cancels its calls in flight, each a reset). None of those was the upstream's answer, and all of them say "do not retry"; the
-//! call simply did not finish on that connection, which is UNAVAILABLE (retryable: the next
-//! call connects again, to a replica that is there). A status the upstream sent is decoded from
+//! own callers go away cancels its calls in flight, each a reset). None of those was the
+//! upstream's answer, and all of them say "do not retry"; the call simply did not finish on
+//! that connection, which is UNAVAILABLE (retryable: the next call connects again, to a
+//! replica that is there). A status the upstream sent is decoded from
 //! its trailers and has no source, so it is never remapped: an INTERNAL from its handler stays
 //! INTERNAL. A client deadline (tonic's `TimeoutExpired`) is the caller's own limit, not a
 //! broken connection, and is left as it is too.

@@ -441,8 +441,9 @@ impl Router {
             Ok(Err(status)) => {
                 switchyard_kit::warn_throttled!("append", session_id = %outcome.session_id, error = %status.message(), "could not append the turn to the session");
             }
-            Err(panicked) => {
-                tracing::error!(session_id = %outcome.session_id, error = %panicked, "appending the turn to the session panicked");
+            // It panicked, or the runtime is shutting down.
+            Err(failed) => {
+                tracing::error!(session_id = %outcome.session_id, error = %failed, "the task appending the turn to the session failed");
             }
         }
         // A loop the caller goes on with: its next turns are asked in the same words.

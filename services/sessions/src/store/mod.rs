@@ -52,6 +52,12 @@ pub enum TurnOutcome {
     Closed,
 }
 
+/// The `append_id` of a batch of messages (every message of a batch carries the same), or ""
+/// when it has none.
+pub fn batch_append_id(messages: &[Message]) -> &str {
+    messages.first().map_or("", |m| m.append_id.as_str())
+}
+
 /// What appending messages did.
 #[derive(Debug, Clone, PartialEq)]
 pub enum AppendOutcome {

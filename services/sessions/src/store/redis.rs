@@ -27,7 +27,7 @@ use switchyard_kit::{
     store::{KeyPrefix, REDIS_COMMAND_TIMEOUT, REDIS_CONNECT_TIMEOUT, RedisConnection, bounded, ping_redis},
 };
 
-use super::{AppendOutcome, LiveStore, StoreError, TurnOutcome, TurnUpdate};
+use super::{AppendOutcome, LiveStore, StoreError, TurnOutcome, TurnUpdate, batch_append_id};
 use crate::domain::{LiveSession, Message, MessageRole, RoleId, SessionKey, SessionStatus, UserId};
 
 /// Bound on every Redis command, so a hung Redis fails a request instead of hanging it.
@@ -281,7 +281,7 @@ impl LiveStore for RedisLiveStore {
     ) -> Result<AppendOutcome, StoreError> {
         let keys = self.keys(key);
         let mut invocation = self.append.prepare_invoke();
-        let batch_id = messages.first().map_or("", |m| m.append_id.as_str());
+        let batch_id = batch_append_id(messages);
         invocation.key(&keys.hash).key(&keys.messages).arg(window).arg(now.timestamp_millis()).arg(batch_id);
         for message in messages {
             let body = MessageBody {

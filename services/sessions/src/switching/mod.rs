@@ -254,24 +254,13 @@ impl ContextSwitcher {
                 AppendOutcome::Applied { messages, message_count } => {
                     let record = Record::MessagesAppended { key: key.clone(), messages };
                     self.durable(self.recorder.write_through(vec![record]).await, "messages");
-                    // The messages are appended and recorded: the call has done its work. A
-                    // failure to read the session back now (its Redis gone this instant) must
-                    // not fail it, or the caller's retry would append them a second time.
-                    let session = match self.load(key).await {
-                        Ok(session) => session,
-                        Err(err) => {
-                            tracing::warn!(session_id = %key.id, error = %err, "messages appended; the session could not be read back, answering from the copy read before");
-                            LiveSession { message_count, ..before.clone() }
-                        }
-                    };
-                    Ok(Attempt::Done(session))
+                    Ok(Attempt::Done(self.appended(key, before, message_count).await))
                 }
                 AppendOutcome::Repeated { message_count } => {
                     // An earlier try of this batch was appended (and recorded then): its
                     // retry answers as that one would have.
                     tracing::debug!(session_id = %key.id, "batch already appended; not appending it again");
-                    let session = self.load(key).await.unwrap_or_else(|_| LiveSession { message_count, ..before.clone() });
-                    Ok(Attempt::Done(session))
+                    Ok(Attempt::Done(self.appended(key, before, message_count).await))
                 }
                 AppendOutcome::Missing => {
                     // The live copy expired since it was read: rebuild it from the record.
@@ -282,6 +271,20 @@ impl ContextSwitcher {
             }
         })
         .await
+    }
+
+    /// The session after its messages were appended (and recorded): read back, or, when that
+    /// fails (its Redis gone this instant), the copy read `before` with the new count. The
+    /// call has done its work by then, and failing it would make the caller's retry append
+    /// the messages a second time.
+    async fn appended(&self, key: &SessionKey, before: &LiveSession, message_count: u64) -> LiveSession {
+        match self.load(key).await {
+            Ok(session) => session,
+            Err(err) => {
+                tracing::warn!(session_id = %key.id, error = %err, "messages appended; the session could not be read back, answering from the copy read before");
+                LiveSession { message_count, ..before.clone() }
+            }
+        }
     }
 
     fn durable(&self, durability: Durability, what: &str) {

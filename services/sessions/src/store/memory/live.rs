@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use crate::{
     domain::{LiveSession, Message, SessionKey, SessionStatus},
-    store::{AppendOutcome, LiveStore, StoreError, TurnOutcome, TurnUpdate},
+    store::{AppendOutcome, LiveStore, StoreError, TurnOutcome, TurnUpdate, batch_append_id},
 };
 
 struct Entry {
@@ -122,7 +122,7 @@ impl LiveStore for MemoryLiveStore {
             if session.status == SessionStatus::Closed {
                 return AppendOutcome::Closed;
             }
-            let batch_id = messages.first().map_or("", |m| m.append_id.as_str());
+            let batch_id = batch_append_id(messages);
             if !batch_id.is_empty() && session.recent.iter().any(|m| m.append_id == batch_id) {
                 return AppendOutcome::Repeated { message_count: session.message_count };
             }
