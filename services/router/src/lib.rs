@@ -281,7 +281,7 @@ impl RouterServer {
             conversations,
             routing_timeout: (config.routing_timeout_ms > 0).then(|| Duration::from_millis(config.routing_timeout_ms)),
             stopping: server.shutdown_notice(),
-            interrupted_writes: Default::default(),
+            session_writes: Default::default(),
         });
         if let Some(learning) = &router.learning {
             learning.spawn_refresh(config.corrections_refresh);
@@ -315,7 +315,7 @@ impl RouterServer {
     /// runs out are recorded as interrupted), then writes the decisions still held.
     pub async fn serve(self, shutdown: impl Future<Output = ()> + Send) -> anyhow::Result<()> {
         let served = self.server.serve(shutdown).await;
-        self.router.finish_interrupted(self.drain_timeout).await;
+        self.router.finish_session_writes(self.drain_timeout).await;
         if let Some(recorder) = &self.router.recorder {
             recorder.drain(self.drain_timeout).await;
         }

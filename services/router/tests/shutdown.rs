@@ -1,7 +1,8 @@
 //! A turn still streaming when the router's shutdown grace runs out: the caller gets
 //! UNAVAILABLE saying the server is shutting down (not a bare EOF), the decision is in the
 //! analytics (real Postgres) marked interrupted, and the session has the user's message and the
-//! answer as far as it went.
+//! answer as far as it went. And a turn whose client left before its recording ended is
+//! recorded before the router exits.
 
 mod common;
 
@@ -9,12 +10,13 @@ use std::time::Duration;
 
 use common::{Options, Suite, stream_request};
 use switchyard_proto::{
-    router::v1::chat_stream_response::Event,
+    router::v1::{chat_stream_response::Event, router_service_client::RouterServiceClient},
     sessions::v1::{GetSessionRequest, session_service_client::SessionServiceClient},
 };
 use switchyard_testkit::{
     database_url,
     llm::{Reply, ScriptedLlm},
+    proxy::{TcpProxy, url_addr},
 };
 use tonic::Code;
 
@@ -89,4 +91,50 @@ async fn a_stream_cut_by_shutdown_ends_unavailable_and_its_turn_is_recorded_as_i
     assert_eq!(got.session.expect("session").turn_count, 1);
     let messages: Vec<&str> = got.recent_messages.iter().map(|m| m.content.as_str()).collect();
     assert_eq!(messages, ["how does refinancing work?", answered.as_str()]);
+}
+
+/// A client that leaves once it has the answer leaves the turn's recording running on its own;
+/// a shutdown right then waits for it (sessions out of reach meanwhile), so the process never
+/// exits with an answered turn missing from its conversation.
+#[tokio::test]
+async fn shutdown_waits_for_the_recording_of_a_turn_whose_client_left() {
+    let answer = "Compare the APRs first, then the fees.";
+    let llm =
+        ScriptedLlm::start(move |_| Reply::text(answer).chunk_size(6).chunk_delay(Duration::from_millis(50))).await;
+    let suite = Suite::start(llm).await;
+    let proxy = TcpProxy::start(url_addr(&suite.sessions.url(), 0)).await;
+    let router = suite.replica_with(|config| config.sessions_url = format!("http://{}", proxy.addr())).await;
+    let channel = tonic::transport::Channel::from_shared(router.url()).expect("url").connect().await.expect("router");
+    let mut client = RouterServiceClient::new(channel);
+
+    let mut stream = client.chat_stream(stream_request("Should I refinance?")).await.expect("opens").into_inner();
+    let first = stream.message().await.expect("an event").expect("not the end");
+    let Some(Event::Route(route)) = first.event else { panic!("the route first: {first:?}") };
+    // Sessions goes out of reach before the turn is recorded: the recording retries.
+    proxy.cut();
+    let mut streamed = String::new();
+    while streamed != answer {
+        match stream.message().await.expect("an event").and_then(|m| m.event) {
+            Some(Event::Delta(delta)) => streamed.push_str(&delta.content),
+            other => panic!("the answer's deltas before anything else: {other:?}"),
+        }
+    }
+    // The vendor's last event comes a chunk later; the client is gone by the time the turn
+    // records, and the router is told to stop.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drop(stream);
+    let stopping = tokio::spawn(router.stop());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!stopping.is_finished(), "the router waits for the turn's recording before it exits");
+    proxy.restore();
+    stopping.await.expect("stop task");
+
+    // Recorded by the time the router exited: read once, no waiting.
+    let got = SessionServiceClient::new(suite.sessions_channel().await)
+        .get_session(GetSessionRequest { session_id: route.session_id.clone(), include_messages: true })
+        .await
+        .expect("the session")
+        .into_inner();
+    let messages: Vec<&str> = got.recent_messages.iter().map(|m| m.content.as_str()).collect();
+    assert_eq!(messages, ["Should I refinance?", answer]);
 }

@@ -9,17 +9,18 @@ mod context;
 mod experts;
 mod gateway_tools;
 mod routing;
+mod writes;
 
 use std::{
-    sync::{Arc, Mutex, PoisonError},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
 use switchyard_kit::{ErrorCode, Identity, ServiceError, SessionId, ShutdownNotice};
 use switchyard_llm::{ChatRequest, Message, ModelRef, ToolChoice, ToolSpec, Usage};
-use tokio::task::JoinSet;
 use tracing::Instrument;
 
+pub(crate) use self::writes::SessionWrites;
 use crate::{
     analytics::{DecisionRecord, Recorder},
     budget::{Allowance, Budgets, Degrade},
@@ -75,8 +76,9 @@ pub struct Router {
     pub(crate) routing_timeout: Option<Duration>,
     /// Cut when the shutdown grace is about to run out: turns still running stop there.
     pub(crate) stopping: ShutdownNotice,
-    /// Interrupted turns' messages on their way to sessions, awaited before the process exits.
-    pub(crate) interrupted_writes: Mutex<JoinSet<()>>,
+    /// Turns' messages on their way to sessions, awaited before the process exits: turns
+    /// whose client left before the recording ended, and turns the shutdown grace cut short.
+    pub(crate) session_writes: Arc<SessionWrites>,
 }
 
 /// What the parts of one turn share: the router, the caller, the turn's context, the models
@@ -425,7 +427,8 @@ impl Router {
         // has the answer (a stream read to its last token, then dropped) drops this turn, and
         // must not take the turn's place in the conversation with it. A call to sessions cut
         // mid-way would also reset its HTTP/2 stream, and enough resets make sessions' server
-        // close the connection every other turn shares (its guard against reset floods).
+        // close the connection every other turn shares (its guard against reset floods). The
+        // process waits for it before exiting, as for a turn the grace cut short.
         let recording = {
             let (sessions, identity) = (self.sessions.clone(), identity.clone());
             let (session_id, turn_id) = (session.session_id.clone(), outcome.id.clone());
@@ -433,7 +436,8 @@ impl Router {
                 (outcome.metadata.role_id.clone(), request.message.clone(), outcome.content.clone());
             let record =
                 async move { sessions.end_turn(&identity, &session_id, &turn_id, &role_id, &message, &answer).await };
-            tokio::spawn(switchyard_kit::failures::carry_request_id(record.instrument(tracing::Span::current())))
+            self.session_writes
+                .spawn(switchyard_kit::failures::carry_request_id(record.instrument(tracing::Span::current())))
         };
         match recording.await {
             Ok(Ok(())) => {}
@@ -579,7 +583,7 @@ impl Router {
     /// Records a turn the shutdown grace cut short, and returns the error its caller gets. The
     /// decision goes to the analytics as interrupted (the buffer is drained at exit); the
     /// user's message and the answer so far go to the session after the caller is told, so the
-    /// turn the session counted has its messages (see [`Router::finish_interrupted`]).
+    /// turn the session counted has its messages (see [`Router::finish_session_writes`]).
     fn interrupted(
         &self,
         identity: &Identity,
@@ -633,22 +637,17 @@ impl Router {
                 tracing::warn!(%session_id, error = %status.message(), "could not append the interrupted turn to the session");
             }
         };
-        self.interrupted_writes
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .spawn(write.instrument(tracing::Span::current()));
+        self.session_writes.spawn(write.instrument(tracing::Span::current()));
         RouterError::ShuttingDown
     }
 
-    /// Waits, at most `timeout`, for interrupted turns' messages to reach sessions.
-    pub async fn finish_interrupted(&self, timeout: Duration) {
-        let mut writes = std::mem::take(&mut *self.interrupted_writes.lock().unwrap_or_else(PoisonError::into_inner));
-        if writes.is_empty() {
-            return;
-        }
-        let pending = writes.len();
-        if tokio::time::timeout(timeout, async { while writes.join_next().await.is_some() {} }).await.is_err() {
-            tracing::warn!(pending, "interrupted turns' messages not all written to sessions before exit");
+    /// Waits, at most `timeout`, for turns' messages still on their way to sessions: those of
+    /// turns whose client left before the recording ended, and of turns the grace cut short.
+    pub async fn finish_session_writes(&self, timeout: Duration) {
+        let pending = self.session_writes.running();
+        if pending > 0 && !self.session_writes.finish(timeout).await {
+            let pending = self.session_writes.running();
+            tracing::warn!(pending, "turns' messages not all written to sessions before exit");
         }
     }
 }
