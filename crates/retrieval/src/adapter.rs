@@ -15,6 +15,8 @@ use candle_core::{DType, Device, Tensor};
 use sha2::{Digest, Sha256};
 use switchyard_models::cache_file::ModelDigest;
 
+use crate::quantized::EmbeddingRows;
+
 /// How the adapter learns. The defaults were measured on the MetaTool dev split
 /// (docs/experiments/tool-retrieval.md, "Query adapters in the product").
 #[derive(Debug, Clone, Copy)]
@@ -108,18 +110,18 @@ pub struct Provenance {
 
 impl QueryAdapter {
     /// Learns from past requests' unit-length `queries`, the tool index each led to
-    /// (`used[i]` for `queries[i]`), and the tools' unit-length embeddings.
-    pub fn learn(
-        queries: &[Vec<f32>],
+    /// (`used[i]` for `queries[i]`), and the tools' unit-length embeddings. The queries are
+    /// read a minibatch at a time ([`EmbeddingRows`]): int8 rows are never all held as f32.
+    pub fn learn<Q: EmbeddingRows + ?Sized>(
+        queries: &Q,
         used: &[usize],
         tools: &[Vec<f32>],
         params: AdapterParams,
     ) -> Result<Self, AdapterError> {
-        let pairs: Vec<(&[f32], usize)> = queries
-            .iter()
-            .zip(used)
-            .filter(|(_, tool)| **tool < tools.len())
-            .map(|(query, tool)| (query.as_slice(), *tool))
+        // (query entry, tool) for each pair whose tool is known.
+        let pairs: Vec<(usize, usize)> = (0..queries.rows().min(used.len()))
+            .filter(|entry| used[*entry] < tools.len())
+            .map(|entry| (entry, used[entry]))
             .collect();
         let mut classes: Vec<usize> = pairs.iter().map(|(_, tool)| *tool).collect();
         classes.sort_unstable();
@@ -127,8 +129,8 @@ impl QueryAdapter {
         if pairs.len() < params.min_pairs.max(1) || classes.len() < 2 {
             return Err(AdapterError::TooLittleHistory(pairs.len(), classes.len()));
         }
-        let dimensions = pairs[0].0.len();
-        for length in pairs.iter().map(|(q, _)| q.len()).chain(classes.iter().map(|c| tools[*c].len())) {
+        let dimensions = queries.row_len(pairs[0].0);
+        for length in pairs.iter().map(|(q, _)| queries.row_len(*q)).chain(classes.iter().map(|c| tools[*c].len())) {
             if length != dimensions {
                 return Err(AdapterError::Dimensions(dimensions, length));
             }
@@ -162,7 +164,10 @@ impl QueryAdapter {
                 chosen.push(order[cursor]);
                 cursor += 1;
             }
-            let rows: Vec<f32> = chosen.iter().flat_map(|i| pairs[*i].0.iter().copied()).collect();
+            let mut rows = Vec::with_capacity(batch * dimensions);
+            for i in &chosen {
+                queries.extend_row(pairs[*i].0, &mut rows);
+            }
             let rows = Tensor::from_vec(rows, (batch, dimensions), &device)?;
             let mut one_hot = vec![0.0f32; batch * classes.len()];
             for (row, i) in chosen.iter().enumerate() {
@@ -266,6 +271,12 @@ impl QueryAdapter {
 
     /// The adapted, unit-length query (`None` when its length is not the adapter's).
     pub fn apply(&self, query: &[f32]) -> Option<Vec<f32>> {
+        self.apply_with_length(query).map(|(out, _)| out)
+    }
+
+    /// [`apply`](Self::apply), and the length of the mapped query before it was scaled to
+    /// unit length.
+    pub fn apply_with_length(&self, query: &[f32]) -> Option<(Vec<f32>, f32)> {
         if query.len() != self.dimensions {
             return None;
         }
@@ -274,6 +285,21 @@ impl QueryAdapter {
         let norm = switchyard_models::cosine(&out, &out).sqrt();
         if norm > 0.0 {
             out.iter_mut().for_each(|v| *v /= norm);
+        }
+        Some((out, norm))
+    }
+
+    /// The transposed map applied to `vector` (not scaled): `x · transpose(v) = map(x) · v`
+    /// for any `x`, so a mapped query's cosines with many mapped rows are the dots of this
+    /// with the rows as they are, each divided by its mapped length — the rows need not be
+    /// kept mapped. None when its length is not the adapter's.
+    pub fn transpose_apply(&self, vector: &[f32]) -> Option<Vec<f32>> {
+        if vector.len() != self.dimensions {
+            return None;
+        }
+        let mut out = vec![0.0f32; self.dimensions];
+        for (row, v) in self.matrix.chunks_exact(self.dimensions).zip(vector) {
+            out.iter_mut().zip(row).for_each(|(o, w)| *o += v * w);
         }
         Some(out)
     }

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use bm25::{Bm25Index, Bm25Params};
 use prior::UsagePrior;
 pub use prior::{NEIGHBOURS, PriorParams, Votes};
-pub use quantized::QuantizedRows;
+pub use quantized::{EmbeddingRows, QuantizedRows, SharedRows};
 use switchyard_models::cosine;
 pub use words::{WordClassifier, WordParams};
 
@@ -83,8 +83,9 @@ pub struct ToolRanker {
     /// Unit-length embeddings of each tool's text, when a model is available.
     tool_embeddings: Option<Vec<Vec<f32>>>,
     prior: Option<UsagePrior>,
-    /// Learned with the prior when [`PriorParams::adapter_weight`] is on.
-    adapter: Option<QueryAdapter>,
+    /// Learned with the prior when [`PriorParams::adapter_weight`] is on (shared with the
+    /// prior, which finds neighbours through it).
+    adapter: Option<Arc<QueryAdapter>>,
     /// Maps queries before the semantic signal's cosine ([`ToolRanker::with_base_adapter`]).
     base_adapter: Option<Arc<QueryAdapter>>,
     /// See [`PriorParams::unseen_share`].
@@ -176,18 +177,20 @@ impl ToolRanker {
     /// queries' embeddings when available (neighbours by meaning rather than shared words).
     pub fn with_history(
         self,
-        history: &[(String, usize)],
-        embeddings: Option<Vec<Vec<f32>>>,
+        history: &[(impl AsRef<str>, usize)],
+        embeddings: Option<SharedRows>,
         neighbours: usize,
     ) -> Self {
         self.with_history_params(history, embeddings, PriorParams { neighbours, ..PriorParams::default() })
     }
 
-    /// [`with_history`](Self::with_history) with every parameter of the prior.
+    /// [`with_history`](Self::with_history) with every parameter of the prior. The
+    /// embeddings are read where they are kept ([`SharedRows`]): neither the adapter's
+    /// training nor the prior copies them, or holds more than a minibatch of them as f32.
     pub fn with_history_params(
         mut self,
-        history: &[(String, usize)],
-        embeddings: Option<Vec<Vec<f32>>>,
+        history: &[(impl AsRef<str>, usize)],
+        embeddings: Option<SharedRows>,
         params: PriorParams,
     ) -> Self {
         let mut prior = UsagePrior::learn_with(history, self.index.len(), params);
@@ -196,16 +199,10 @@ impl ToolRanker {
             if let (true, Some(tools)) = (params.adapter_weight > 0.0, &self.tool_embeddings) {
                 let used: Vec<usize> = history.iter().map(|(_, tool)| *tool).collect();
                 // Too little history is the usual reason for none; the prior works without.
-                self.adapter = QueryAdapter::learn(&embeddings, &used, tools, params.adapter).ok();
+                self.adapter = QueryAdapter::learn(&embeddings, &used, tools, params.adapter).ok().map(Arc::new);
             }
-            // Each past request mapped (when asked) and quantised one at a time, its f32
-            // vector freed as it goes: the prior never holds a second f32 copy of the history.
-            prior = match (&self.adapter, params.adapted_neighbours) {
-                (Some(adapter), true) => {
-                    prior.with_embedding_rows(embeddings.into_iter().map(|e| adapter.apply(&e).unwrap_or(e)))
-                }
-                _ => prior.with_embedding_rows(embeddings.into_iter()),
-            };
+            let mapped_by = self.adapter.clone().filter(|_| params.adapted_neighbours);
+            prior = prior.with_shared_rows(embeddings, mapped_by);
         }
         self.unseen_share = params.unseen_share;
         self.adapted_neighbours = params.adapted_neighbours;
@@ -216,7 +213,7 @@ impl ToolRanker {
 
     /// The query adapter learned with the usage prior, if any.
     pub fn adapter(&self) -> Option<&QueryAdapter> {
-        self.adapter.as_ref()
+        self.adapter.as_deref()
     }
 
     /// Bytes the usage prior holds on the heap for its history (0 without one).

@@ -3,12 +3,14 @@
 //! actually used for requests like this rise, whatever their descriptions say: learn from the
 //! tools actually used, not only from the stated intent (docs/requirements.md#mcp-usage-records).
 
+use std::sync::Arc;
+
 use switchyard_models::cosine;
 
 use crate::{
-    adapter::AdapterParams,
+    adapter::{AdapterParams, QueryAdapter},
     bm25::{Bm25Index, Bm25Params},
-    quantized::QuantizedRows,
+    quantized::{EmbeddingRows, SharedRows},
     text::terms,
     words::{WordClassifier, WordParams},
 };
@@ -113,9 +115,15 @@ impl Default for PriorParams {
 pub struct UsagePrior {
     index: Bm25Index,
     /// Unit-length embeddings of the past queries, when available: neighbours are then found
-    /// by meaning rather than shared words. Quantised ([`QuantizedRows`]): with a long history
-    /// these are most of the prior's bytes.
-    embeddings: Option<QuantizedRows>,
+    /// by meaning rather than shared words. Int8 rows read where they are kept (the gateway's
+    /// loaded history), not copied: with a long history they are most of its bytes.
+    embeddings: Option<SharedRows>,
+    /// When neighbours are found among the past queries as a query adapter maps them
+    /// ([`PriorParams::adapted_neighbours`]): the adapter and each entry's `1 / length` once
+    /// mapped. A mapped entry's cosine with a mapped query is then the entry's dot with the
+    /// query mapped back ([`QueryAdapter::transpose_apply`]) over its mapped length, so the
+    /// mapped entries are never stored.
+    mapped: Option<(Arc<QueryAdapter>, Vec<f32>)>,
     /// Per tool, the unit-length mean of its past queries' embeddings (None: never used).
     centroids: Vec<Option<Vec<f32>>>,
     tool_of: Vec<usize>,
@@ -129,16 +137,17 @@ pub struct UsagePrior {
 
 impl UsagePrior {
     /// Learns from `(query, tool index)` pairs; `neighbours` past queries vote for each new one.
-    pub fn learn(history: &[(String, usize)], tool_count: usize, neighbours: usize) -> Self {
+    pub fn learn(history: &[(impl AsRef<str>, usize)], tool_count: usize, neighbours: usize) -> Self {
         Self::learn_with(history, tool_count, PriorParams { neighbours, ..PriorParams::default() })
     }
 
     /// Learns from `(query, tool index)` pairs, voting as `params` say.
-    pub fn learn_with(history: &[(String, usize)], tool_count: usize, params: PriorParams) -> Self {
-        let documents: Vec<Vec<String>> = history.iter().map(|(query, _)| terms(query)).collect();
+    pub fn learn_with(history: &[(impl AsRef<str>, usize)], tool_count: usize, params: PriorParams) -> Self {
+        let documents: Vec<Vec<String>> = history.iter().map(|(query, _)| terms(query.as_ref())).collect();
         Self {
             index: Bm25Index::build(&documents, Bm25Params::default()),
             embeddings: None,
+            mapped: None,
             centroids: Vec::new(),
             tool_of: history.iter().map(|(_, tool)| *tool).collect(),
             uses: history.iter().fold(vec![0; tool_count], |mut uses, (_, tool)| {
@@ -154,47 +163,59 @@ impl UsagePrior {
     }
 
     /// Finds neighbours by cosine similarity of these embeddings (one per history entry, in
-    /// order) instead of by shared words.
+    /// order) instead of by shared words. They are quantised for the prior.
     pub fn with_embeddings(self, embeddings: Vec<Vec<f32>>) -> Self {
-        if embeddings.len() != self.tool_of.len() {
-            return self;
+        match SharedRows::quantize(&embeddings) {
+            Some(rows) => self.with_shared_rows(rows, None),
+            None => self,
         }
-        self.with_embedding_rows(embeddings.into_iter())
     }
 
-    /// [`with_embeddings`](Self::with_embeddings) from an iterator, each vector dropped once
-    /// it is quantised and added to its tool's centroid (the centroids stay f32: one per
-    /// tool). Left without embeddings unless it yields one of the same length per entry.
-    pub fn with_embedding_rows(mut self, embeddings: impl Iterator<Item = Vec<f32>>) -> Self {
-        let mut rows = QuantizedRows::default();
-        let mut sums: Vec<Option<Vec<f32>>> = vec![None; self.tool_count];
-        for (embedding, &tool) in embeddings.zip(&self.tool_of) {
-            if !rows.push(&embedding) {
-                return self;
-            }
-            let Some(sum) = sums.get_mut(tool) else { return self };
-            let sum = sum.get_or_insert_with(|| vec![0.0; embedding.len()]);
-            sum.iter_mut().zip(&embedding).for_each(|(s, e)| *s += e);
-        }
+    /// [`with_embeddings`](Self::with_embeddings) from rows kept elsewhere, one per history
+    /// entry, read in place; as `adapter` maps them when given (and of their dimensions).
+    /// Each row is read back to f32 once, to add it to its tool's centroid (the centroids stay
+    /// f32: one per tool). Left without embeddings unless there is one row per entry.
+    pub fn with_shared_rows(mut self, rows: SharedRows, adapter: Option<Arc<QueryAdapter>>) -> Self {
         if rows.len() != self.tool_of.len() {
             return self;
+        }
+        let adapter = adapter.filter(|adapter| adapter.dimensions() == rows.dimensions());
+        let mut inverse_lengths = Vec::with_capacity(if adapter.is_some() { rows.len() } else { 0 });
+        let mut sums: Vec<Option<Vec<f32>>> = vec![None; self.tool_count];
+        let mut row = Vec::with_capacity(rows.dimensions());
+        for (entry, &tool) in self.tool_of.iter().enumerate() {
+            row.clear();
+            rows.extend_row(entry, &mut row);
+            let mapped = adapter.as_ref().and_then(|adapter| adapter.apply_with_length(&row));
+            let embedding = match &mapped {
+                Some((unit, length)) => {
+                    inverse_lengths.push(if *length > 0.0 { 1.0 / length } else { 0.0 });
+                    unit
+                }
+                None => &row,
+            };
+            let Some(sum) = sums.get_mut(tool) else { return self };
+            let sum = sum.get_or_insert_with(|| vec![0.0; embedding.len()]);
+            sum.iter_mut().zip(embedding).for_each(|(s, e)| *s += e);
         }
         for sum in sums.iter_mut().flatten() {
             let norm = cosine(sum, sum).sqrt().max(1e-12);
             sum.iter_mut().for_each(|s| *s /= norm);
         }
-        rows.shrink_to_fit();
         self.centroids = sums;
         self.embeddings = Some(rows);
+        self.mapped = adapter.map(|adapter| (adapter, inverse_lengths));
         self
     }
 
-    /// Bytes held on the heap: the past requests' embeddings and word index, the centroids
-    /// and the word classifier.
+    /// Bytes held on the heap: the past requests' word index and what it holds of their
+    /// embeddings (not rows it shares: [`SharedRows::heap_bytes`]), the centroids and the
+    /// word classifier.
     pub fn heap_bytes(&self) -> usize {
         let f32s = std::mem::size_of::<f32>();
         self.index.heap_bytes()
-            + self.embeddings.as_ref().map_or(0, QuantizedRows::heap_bytes)
+            + self.embeddings.as_ref().map_or(0, SharedRows::heap_bytes)
+            + self.mapped.as_ref().map_or(0, |(_, lengths)| lengths.capacity() * f32s)
             + self.centroids.capacity() * std::mem::size_of::<Option<Vec<f32>>>()
             + self.centroids.iter().flatten().map(|c| c.capacity() * f32s).sum::<usize>()
             + (self.tool_of.capacity() + self.uses.capacity()) * std::mem::size_of::<usize>()
@@ -225,7 +246,18 @@ impl UsagePrior {
         // gate reads (None: neighbours are found by shared words only).
         let (scores, nearest_cosine) = match (&self.embeddings, query_embedding) {
             (Some(embeddings), Some(query)) => {
-                let mut scores: Vec<f32> = (0..embeddings.len()).map(|i| embeddings.dot(i, query)).collect();
+                let mut scores: Vec<f32> = match &self.mapped {
+                    Some((adapter, inverse_lengths)) => {
+                        // Empty for a query of another length: every dot is then 0.
+                        let back = adapter.transpose_apply(query).unwrap_or_default();
+                        inverse_lengths
+                            .iter()
+                            .enumerate()
+                            .map(|(i, inverse)| embeddings.dot(i, &back) * inverse)
+                            .collect()
+                    }
+                    None => (0..embeddings.len()).map(|i| embeddings.dot(i, query)).collect(),
+                };
                 let nearest_cosine = scores.iter().copied().fold(f32::MIN, f32::max);
                 if self.params.lexical_neighbours > 0.0 {
                     let words = self.index.scores(query_terms);
@@ -447,5 +479,46 @@ mod tests {
             prior.prior_and_confidence(&terms("euros to dollars"), Some(&unit(&[0.2, 0.0, 0.98])), None);
         assert_eq!(confidence, 0.0);
         assert!(votes.iter().all(|v| *v == 0.0), "{votes:?}");
+    }
+
+    /// Neighbours found through a query adapter from the rows as they are kept (the query
+    /// mapped back, each row's mapped length) vote as from the rows mapped and stored, within
+    /// the int8 rounding either way.
+    #[test]
+    fn neighbours_through_an_adapter_vote_as_from_the_mapped_rows() {
+        use crate::adapter::AdapterParams;
+        let tools = vec![unit(&[1.0, 0.0, 0.0, 0.0]), unit(&[0.0, 1.0, 0.0, 0.0]), unit(&[0.0, 0.0, 1.0, 0.0])];
+        let (mut history, mut embeddings) = (Vec::new(), Vec::new());
+        for i in 0..30 {
+            let wobble = (i % 5) as f32 * 0.05;
+            history.push((format!("request a {i}"), 0));
+            embeddings.push(unit(&[0.3, 0.5, wobble, 1.0]));
+            history.push((format!("request b {i}"), 1));
+            embeddings.push(unit(&[0.0, 1.0, wobble, 0.1]));
+        }
+        let used: Vec<usize> = history.iter().map(|(_, tool)| *tool).collect();
+        let params = AdapterParams { batch: 16, steps: 200, learning_rate: 0.02, ..AdapterParams::default() };
+        let adapter = Arc::new(QueryAdapter::learn(&embeddings, &used, &tools, params).expect("learns"));
+
+        let x = unit(&[0.3, 0.5, 0.1, 1.0]);
+        let v = unit(&[0.2, -0.4, 0.9, 0.1]);
+        let (mapped, length) = adapter.apply_with_length(&x).expect("same length");
+        let back = adapter.transpose_apply(&v).expect("same length");
+        assert!((cosine(&x, &back) / length - cosine(&mapped, &v)).abs() < 1e-5, "x · Wᵀv = Wx · v");
+
+        let params = PriorParams { word_weight: 0.0, lexical_neighbours: 0.0, ..PriorParams::default() };
+        let mapped: Vec<Vec<f32>> = embeddings.iter().map(|e| adapter.apply(e).expect("same length")).collect();
+        let stored = UsagePrior::learn_with(&history, 3, params).with_embeddings(mapped);
+        let rows = SharedRows::quantize(&embeddings).expect("one length");
+        let shared = UsagePrior::learn_with(&history, 3, params).with_shared_rows(rows, Some(Arc::clone(&adapter)));
+        for query in [unit(&[0.32, 0.48, 0.07, 0.95]), unit(&[0.05, 1.0, 0.1, 0.12]), unit(&[0.2, 0.2, 1.0, 0.0])] {
+            let query = adapter.apply(&query).expect("same length");
+            let (expected, expected_confidence) = stored.prior_and_confidence(&[], Some(&query), None);
+            let (votes, confidence) = shared.prior_and_confidence(&[], Some(&query), None);
+            assert!((confidence - expected_confidence).abs() < 0.02, "{confidence} against {expected_confidence}");
+            for (vote, expected_vote) in votes.iter().zip(&expected) {
+                assert!((vote - expected_vote).abs() < 0.02, "{votes:?} against {expected:?}");
+            }
+        }
     }
 }

@@ -3,6 +3,11 @@
 //! vectors and without one heap block per vector. A cosine against an f32 query loses
 //! nothing that moves a ranking (each component is within half a step of 1/127 of the
 //! vector's largest; the tool-retrieval eval is unchanged, BENCHMARKS.md).
+//!
+//! The gateway's loaded history owns its rows once; the usage prior and the query adapter
+//! read them through [`SharedRows`] rather than keeping copies of their own.
+
+use std::sync::Arc;
 
 /// Vectors of one length, each as `round(x / scale)` in i8 with `scale = max |x| / 127`.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -51,6 +56,12 @@ impl QuantizedRows {
         true
     }
 
+    /// Room for `rows` more vectors of the length of those pushed (none before the first).
+    pub fn reserve(&mut self, rows: usize) {
+        self.values.reserve(self.dimensions * rows);
+        self.scales.reserve(rows);
+    }
+
     pub fn len(&self) -> usize {
         self.scales.len()
     }
@@ -69,8 +80,15 @@ impl QuantizedRows {
 
     /// Vector `index` back as f32 (within half a quantisation step of what was pushed).
     pub fn row(&self, index: usize) -> Vec<f32> {
+        let mut row = Vec::with_capacity(self.dimensions);
+        self.extend_row(index, &mut row);
+        row
+    }
+
+    /// Appends vector `index` back as f32 to `out` (a buffer reused row after row).
+    pub fn extend_row(&self, index: usize, out: &mut Vec<f32>) {
         let scale = self.scales[index];
-        self.values(index).iter().map(|q| f32::from(*q) * scale).collect()
+        out.extend(self.values(index).iter().map(|q| f32::from(*q) * scale));
     }
 
     /// The dot product of vector `index` with `query` (its cosine, for unit vectors); 0 when
@@ -101,6 +119,119 @@ impl QuantizedRows {
     pub fn shrink_to_fit(&mut self) {
         self.values.shrink_to_fit();
         self.scales.shrink_to_fit();
+    }
+}
+
+/// Past requests' embeddings read one at a time, in f32: what the query adapter learns from
+/// without an f32 copy of the history beside the int8 one.
+pub trait EmbeddingRows {
+    fn rows(&self) -> usize;
+    fn row_len(&self, index: usize) -> usize;
+    /// Appends entry `index` to `out`.
+    fn extend_row(&self, index: usize, out: &mut Vec<f32>);
+}
+
+impl EmbeddingRows for [Vec<f32>] {
+    fn rows(&self) -> usize {
+        self.len()
+    }
+
+    fn row_len(&self, index: usize) -> usize {
+        self[index].len()
+    }
+
+    fn extend_row(&self, index: usize, out: &mut Vec<f32>) {
+        out.extend_from_slice(&self[index]);
+    }
+}
+
+impl EmbeddingRows for Vec<Vec<f32>> {
+    fn rows(&self) -> usize {
+        self.len()
+    }
+
+    fn row_len(&self, index: usize) -> usize {
+        self[index].len()
+    }
+
+    fn extend_row(&self, index: usize, out: &mut Vec<f32>) {
+        out.extend_from_slice(&self[index]);
+    }
+}
+
+/// Entries of a [`QuantizedRows`] that someone else holds, picked and ordered for one reader:
+/// the gateway's usage prior and query adapter read its loaded history's rows this way (for
+/// the pairs whose tool still exists) instead of each keeping a copy — at the default history
+/// limit a copy is 7.8 MB as int8, 31 MB as f32, and a catalog rebuild held both.
+#[derive(Debug, Clone)]
+pub struct SharedRows {
+    rows: Arc<QuantizedRows>,
+    /// Each entry's row; None: entry `i` is row `i`.
+    picks: Option<Vec<u32>>,
+    /// The rows were quantised for this reader alone ([`Self::quantize`]), so its heap
+    /// counts them.
+    own: bool,
+}
+
+impl SharedRows {
+    /// Every row, in order.
+    pub fn all(rows: Arc<QuantizedRows>) -> Self {
+        Self { rows, picks: None, own: false }
+    }
+
+    /// The rows `picks` names, in that order; None when one is out of range.
+    pub fn picked(rows: Arc<QuantizedRows>, picks: Vec<u32>) -> Option<Self> {
+        picks.iter().all(|row| (*row as usize) < rows.len()).then_some(Self { rows, picks: Some(picks), own: false })
+    }
+
+    /// Vectors quantised for this reader alone (what a caller with f32 embeddings passes);
+    /// None when their lengths differ.
+    pub fn quantize(rows: &[Vec<f32>]) -> Option<Self> {
+        let mut quantized = QuantizedRows::from_rows(rows.iter().map(Vec::as_slice))?;
+        quantized.shrink_to_fit();
+        Some(Self { rows: Arc::new(quantized), picks: None, own: true })
+    }
+
+    pub fn len(&self) -> usize {
+        self.picks.as_ref().map_or(self.rows.len(), Vec::len)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn dimensions(&self) -> usize {
+        self.rows.dimensions()
+    }
+
+    fn row_of(&self, entry: usize) -> usize {
+        self.picks.as_ref().map_or(entry, |picks| picks[entry] as usize)
+    }
+
+    /// [`QuantizedRows::dot`] of entry `entry`.
+    pub fn dot(&self, entry: usize, query: &[f32]) -> f32 {
+        self.rows.dot(self.row_of(entry), query)
+    }
+
+    /// Bytes held on the heap for this reader: the picks, and the rows when they are its own
+    /// (shared rows are their owner's).
+    pub fn heap_bytes(&self) -> usize {
+        self.picks.as_ref().map_or(0, |picks| picks.capacity() * std::mem::size_of::<u32>())
+            + if self.own { self.rows.heap_bytes() } else { 0 }
+    }
+}
+
+impl EmbeddingRows for SharedRows {
+    fn rows(&self) -> usize {
+        self.len()
+    }
+
+    fn row_len(&self, _index: usize) -> usize {
+        self.dimensions()
+    }
+
+    fn extend_row(&self, index: usize, out: &mut Vec<f32>) {
+        self.rows.extend_row(self.row_of(index), out);
     }
 }
 
@@ -146,5 +277,21 @@ mod tests {
         assert_eq!(rows.dot(1, &[1.0]), 0.0, "a query of another length");
         assert!(QuantizedRows::from_rows([&[1.0f32, 2.0][..], &[1.0][..]]).is_none());
         assert!(QuantizedRows::from_rows(std::iter::empty::<&[f32]>()).is_some_and(|r| r.is_empty()));
+    }
+
+    #[test]
+    fn shared_rows_read_the_picked_rows_in_place() {
+        let rows = Arc::new(QuantizedRows::from_rows([&[1.0f32, 0.0][..], &[0.0, 1.0][..]]).expect("one length"));
+        let picked = SharedRows::picked(Arc::clone(&rows), vec![1, 1, 0]).expect("in range");
+        assert_eq!((picked.len(), picked.dimensions()), (3, 2));
+        assert_eq!((picked.dot(0, &[0.0, 1.0]), picked.dot(2, &[0.0, 1.0])), (1.0, 0.0));
+        let mut out = Vec::new();
+        (0..3).for_each(|entry| picked.extend_row(entry, &mut out));
+        assert_eq!(out, [0.0, 1.0, 0.0, 1.0, 1.0, 0.0]);
+        assert_eq!(picked.heap_bytes(), 3 * 4, "the picks only: the rows are the owner's");
+        assert_eq!(SharedRows::all(Arc::clone(&rows)).len(), 2);
+        assert!(SharedRows::picked(rows, vec![2]).is_none(), "a row out of range");
+        let own = SharedRows::quantize(&[vec![1.0, 0.0]]).expect("one length");
+        assert_eq!(own.heap_bytes(), 2 + 4, "rows quantised for the reader are its own");
     }
 }

@@ -90,7 +90,7 @@ impl WordClassifier {
 
     /// Learns from `(request, tool index)` pairs; `None` when there is too little to learn
     /// from (see [`WordParams::min_pairs`]).
-    pub fn learn(history: &[(String, usize)], params: WordParams) -> Option<Self> {
+    pub fn learn(history: &[(impl AsRef<str>, usize)], params: WordParams) -> Option<Self> {
         let mut tools: Vec<usize> = history.iter().map(|(_, tool)| *tool).collect();
         tools.sort_unstable();
         tools.dedup();
@@ -99,7 +99,7 @@ impl WordClassifier {
         }
         let class_of: HashMap<usize, usize> = tools.iter().enumerate().map(|(class, tool)| (*tool, class)).collect();
         let requests: Vec<Vec<String>> =
-            history.iter().map(|(query, _)| grams(&text::terms(query)).collect()).collect();
+            history.iter().map(|(query, _)| grams(&text::terms(query.as_ref())).collect()).collect();
 
         // Document frequency per feature; the most frequent features are kept within budget.
         let mut frequency: HashMap<&str, usize> = HashMap::new();

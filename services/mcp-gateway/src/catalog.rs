@@ -11,7 +11,7 @@ use rmcp::model::Tool;
 /// Tool embeddings by document text, kept across catalog rebuilds.
 pub use switchyard_models::EmbeddingCache;
 use switchyard_retrieval::{
-    QuantizedRows, QueryAdapter, ToolRanker, ToolText, Weights, prior::PriorParams, tool_document,
+    QuantizedRows, QueryAdapter, SharedRows, ToolRanker, ToolText, Weights, prior::PriorParams, tool_document,
 };
 
 use crate::{domain::UsagePair, naming, upstream::Upstreams};
@@ -41,8 +41,9 @@ pub struct Ranked {
 /// The usage history the catalog learns from, kept compact because a gateway keeps up to
 /// `MCP_GATEWAY_HISTORY_LIMIT` pairs for as long as it runs: each context once, exactly sized;
 /// each tool name once for all its pairs; the context embeddings quantised to int8 in one
-/// block ([`QuantizedRows`]: 388 bytes for MiniLM's 384 dimensions, against 1,536 as f32).
-/// A catalog build gets the embeddings back as f32, within half a quantisation step.
+/// block ([`QuantizedRows`]: 388 bytes for MiniLM's 384 dimensions, against 1,536 as f32),
+/// shared with the catalogs built from it: their usage prior and query adapter read the rows
+/// in place ([`SharedRows`]).
 #[derive(Debug, Default, PartialEq)]
 pub struct History {
     contexts: Vec<Box<str>>,
@@ -51,35 +52,91 @@ pub struct History {
     tool_names: Vec<Box<str>>,
     /// Each pair's row in `embeddings`, when its context had one.
     rows: Vec<Option<u32>>,
+    embeddings: Arc<QuantizedRows>,
+}
+
+/// A [`History`] built pair by pair as the store streams them (newest first): each embedding
+/// is quantised as it arrives, so the history's f32 vectors are never all held at once.
+#[derive(Debug, Default)]
+pub struct HistoryBuilder {
+    /// Pairs expected, reserved for once the first embedding gives their length.
+    expected: usize,
+    contexts: Vec<Box<str>>,
+    tools: Vec<u32>,
+    tool_names: Vec<Box<str>>,
+    interned: HashMap<Box<str>, u32>,
+    rows: Vec<Option<u32>>,
     embeddings: QuantizedRows,
+}
+
+impl HistoryBuilder {
+    /// Room for `pairs` pairs.
+    pub fn with_capacity(pairs: usize) -> Self {
+        Self {
+            expected: pairs,
+            contexts: Vec::with_capacity(pairs),
+            tools: Vec::with_capacity(pairs),
+            rows: Vec::with_capacity(pairs),
+            ..Self::default()
+        }
+    }
+
+    /// Adds the next pair: its context, its tool's gateway name and its context's embedding.
+    pub fn push(&mut self, context: String, tool: &str, embedding: Option<&[f32]>) {
+        let tool = match self.interned.get(tool) {
+            Some(index) => *index,
+            None => {
+                let index = u32::try_from(self.tool_names.len()).unwrap_or(u32::MAX);
+                self.tool_names.push(tool.into());
+                self.interned.insert(tool.into(), index);
+                index
+            }
+        };
+        // A vector of another length than the first (a model changed under a running
+        // history) is left out like a missing one.
+        let row = embedding.filter(|e| self.embeddings.push(e)).map(|_| self.embeddings.len() - 1);
+        if row == Some(0) {
+            self.embeddings.reserve(self.expected.saturating_sub(self.contexts.len() + 1));
+        }
+        self.contexts.push(context.into_boxed_str());
+        self.tools.push(tool);
+        self.rows.push(row.and_then(|row| u32::try_from(row).ok()));
+    }
+
+    pub fn len(&self) -> usize {
+        self.contexts.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.contexts.is_empty()
+    }
+
+    /// The history, exactly sized (a vector grown by pushing keeps up to twice what it needs;
+    /// one reserved for the limit may be mostly empty).
+    pub fn finish(self) -> History {
+        let Self { mut contexts, mut tools, mut tool_names, mut rows, mut embeddings, .. } = self;
+        contexts.shrink_to_fit();
+        tools.shrink_to_fit();
+        tool_names.shrink_to_fit();
+        rows.shrink_to_fit();
+        embeddings.shrink_to_fit();
+        History { contexts, tools, tool_names, rows, embeddings: Arc::new(embeddings) }
+    }
 }
 
 impl History {
     /// Takes the pairs the store returned (newest first), freeing each as it is kept.
     pub fn from_pairs(pairs: Vec<UsagePair>) -> Self {
-        let mut history = Self {
-            contexts: Vec::with_capacity(pairs.len()),
-            tools: Vec::with_capacity(pairs.len()),
-            rows: Vec::with_capacity(pairs.len()),
-            ..Self::default()
-        };
-        let mut interned: HashMap<String, u32> = HashMap::new();
+        let mut history = HistoryBuilder::with_capacity(pairs.len());
         for pair in pairs {
-            let next = u32::try_from(history.tool_names.len()).unwrap_or(u32::MAX);
-            let tool = *interned.entry(pair.tool).or_insert_with_key(|name| {
-                history.tool_names.push(name.as_str().into());
-                next
-            });
-            // A vector of another length than the first (a model changed under a running
-            // history) is left out like a missing one.
-            let row = pair.embedding.filter(|e| history.embeddings.push(e)).map(|_| history.embeddings.len() - 1);
-            history.contexts.push(pair.context.into_boxed_str());
-            history.tools.push(tool);
-            history.rows.push(row.and_then(|row| u32::try_from(row).ok()));
+            history.push(pair.context, &pair.tool, pair.embedding.as_deref());
         }
-        history.embeddings.shrink_to_fit();
-        history.tool_names.shrink_to_fit();
-        history
+        history.finish()
+    }
+
+    /// The newest pair's context and tool.
+    pub fn newest(&self) -> Option<(&str, &str)> {
+        self.pairs().next().map(|(context, tool, _)| (context, tool))
     }
 
     pub fn len(&self) -> usize {
@@ -91,10 +148,10 @@ impl History {
     }
 
     /// Each pair: its context, its tool's gateway name and the context's embedding row.
-    fn pairs(&self) -> impl Iterator<Item = (&str, &str, Option<usize>)> {
+    fn pairs(&self) -> impl Iterator<Item = (&str, &str, Option<u32>)> {
         self.contexts.iter().zip(&self.tools).zip(&self.rows).map(|((context, tool), row)| {
             let tool = self.tool_names.get(*tool as usize).map_or("", |name| name.as_ref());
-            (context.as_ref(), tool, row.map(|row| row as usize))
+            (context.as_ref(), tool, *row)
         })
     }
 
@@ -123,7 +180,8 @@ pub struct Catalog {
     /// Words and word pairs the usage prior's word classifier learned (0: none, too little
     /// history).
     pub word_features: usize,
-    /// Bytes the usage prior holds for the history it learned from.
+    /// Bytes the usage prior holds for the history it learned from (not the embeddings it
+    /// reads from the history).
     pub history_bytes: usize,
 }
 
@@ -206,10 +264,10 @@ impl Catalog {
     ) -> Self {
         let texts: Vec<ToolText> = tools.iter().map(|t| tool_text(&t.tool, &t.upstream_name)).collect();
         let by_name: HashMap<String, usize> = tools.iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
-        let pairs: Vec<(String, usize, Option<usize>)> = history
-            .pairs()
-            .filter_map(|(context, tool, row)| by_name.get(tool).map(|i| (context.to_owned(), *i, row)))
-            .collect();
+        // The contexts as the history keeps them, and each pair's embedding row: the prior
+        // and its adapter read both in place.
+        let (pairs, rows): (Vec<(&str, usize)>, Vec<Option<u32>>) =
+            history.pairs().filter_map(|(context, tool, row)| by_name.get(tool).map(|i| ((context, *i), row))).unzip();
         // The weights measured best on MetaTool (BENCHMARKS.md): meaning over shared words
         // at cold start; with usage, what similar contexts led to outweighs descriptions.
         let weights = if pairs.is_empty() { Weights::cold_start() } else { Weights::with_history() };
@@ -228,14 +286,12 @@ impl Catalog {
         }
         let learned_pairs = pairs.len();
         if !pairs.is_empty() {
-            // Back to f32 for the build only (the query adapter learns from them); the prior
-            // keeps its own quantised copy.
-            let history_embeddings: Option<Vec<Vec<f32>>> = if embedded {
-                pairs.iter().map(|(_, _, row)| row.map(|row| history.embeddings.row(row))).collect()
-            } else {
-                None
-            };
-            let pairs: Vec<(String, usize)> = pairs.into_iter().map(|(c, i, _)| (c, i)).collect();
+            // Only when every pair has its embedding.
+            let history_embeddings = rows
+                .into_iter()
+                .collect::<Option<Vec<u32>>>()
+                .filter(|_| embedded)
+                .and_then(|picks| SharedRows::picked(Arc::clone(&history.embeddings), picks));
             ranker = ranker.with_history_params(&pairs, history_embeddings, PriorParams::default());
         }
         let adapted = ranker.adapter().is_some();

@@ -2,9 +2,10 @@
 //! loaded history and in the usage prior of the catalog that learned from it, as the types
 //! account them (`heap_bytes`; not RSS, so the figures are the same on every machine and
 //! leave out the allocator's own overhead). Per pair is the slope between two history sizes,
-//! so fixed costs (the tools, the centroids) cancel out. The same pairs as the history kept
-//! them before it was compacted (a `Vec<UsagePair>`, f32 embeddings, and a second f32 copy in
-//! the prior) are accounted beside them. Run with `--no-capture` to see the figures.
+//! so fixed costs (the tools, the centroids) cancel out. The prior reads the history's int8
+//! embeddings in place, so it holds none of its own. The same pairs as the history kept them
+//! before it was compacted (a `Vec<UsagePair>`, f32 embeddings, and a second f32 copy in the
+//! prior) are accounted beside them. Run with `--no-capture` to see the figures.
 
 use rmcp::model::Tool;
 use switchyard_mcp_gateway::{
@@ -101,6 +102,7 @@ struct Footprint {
     prior: usize,
     history_before: usize,
     prior_embeddings_before: usize,
+    /// What the prior holds per pair for the history's embeddings it reads.
     prior_embeddings: usize,
 }
 
@@ -132,8 +134,8 @@ fn footprint(count: usize) -> Footprint {
         prior: catalog.history_bytes,
         history_before,
         prior_embeddings_before,
-        // One i8 per dimension and one f32 scale per pair.
-        prior_embeddings: count * (DIMENSIONS + std::mem::size_of::<f32>()),
+        // Each pair's row in the history (u32) and its length as the query adapter maps it (f32).
+        prior_embeddings: count * (std::mem::size_of::<u32>() + std::mem::size_of::<f32>()),
     }
 }
 
@@ -158,4 +160,6 @@ fn a_history_pair_costs_a_quarter_of_its_f32_embedding_and_its_text() {
     assert!(history < 600.0, "history: {history:.0} bytes a pair");
     assert!(history * 3.0 < history_before, "history: {history:.0} against {history_before:.0}");
     assert!(prior < prior_before - 1_000.0, "prior: {prior:.0} against {prior_before:.0}");
+    // The embedding once, int8, in the history (388 bytes); the rest is text and word index.
+    assert!(history + prior < 1_300.0, "both: {:.0} bytes a pair", history + prior);
 }

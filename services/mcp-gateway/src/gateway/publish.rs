@@ -7,9 +7,9 @@ use tokio::sync::broadcast;
 
 use super::Gateway;
 use crate::{
-    catalog::{Catalog, CatalogTool, History},
+    catalog::{Catalog, CatalogTool, History, HistoryBuilder},
     error::GatewayError,
-    store::SessionKey,
+    store::{SessionKey, StoreError},
 };
 
 /// One thread, at lowered priority, for every catalog build of the process (builds are
@@ -43,7 +43,7 @@ impl Gateway {
     /// an unchanged history leaves the catalog as it is, so a quiet gateway does not relearn
     /// its query adapter every refresh).
     pub async fn refresh_history(&self) -> Result<usize, GatewayError> {
-        let history = History::from_pairs(self.usage.history(self.settings.history_limit).await?);
+        let history = self.load_history().await?;
         let count = history.len();
         if **self.history.load() == history {
             return Ok(count);
@@ -51,6 +51,17 @@ impl Gateway {
         self.history.store(Arc::new(history));
         self.rebuild_catalog().await;
         Ok(count)
+    }
+
+    /// The newest `--history-limit` pairs of the usage store, each quantised as it streams in.
+    pub(super) async fn load_history(&self) -> Result<History, StoreError> {
+        let limit = self.settings.history_limit;
+        // Reserved up front (exactly sized when finished), within reason for a large limit.
+        let mut history = HistoryBuilder::with_capacity(limit.min(65_536));
+        self.usage
+            .each_history_pair(limit, &mut |pair| history.push(pair.context, &pair.tool, pair.embedding.as_deref()))
+            .await?;
+        Ok(history.finish())
     }
 
     /// Rebuilds the catalog from the current listings, embedding new tools first.

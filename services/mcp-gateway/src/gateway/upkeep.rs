@@ -10,7 +10,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::Gateway;
 use crate::{
-    catalog::History,
     domain::UsageRecord,
     store::{StoreError, UsageStore},
 };
@@ -142,11 +141,12 @@ async fn refresh_metrics(gateway: Arc<Gateway>, shutdown: CancellationToken) {
 async fn reload_history(gateway: Arc<Gateway>, shutdown: CancellationToken) {
     let mut last = None;
     loop {
-        match gateway.usage.history(gateway.settings.history_limit).await {
-            Ok(pairs) => {
-                let fingerprint = (pairs.len(), pairs.first().map(|p| (p.context.clone(), p.tool.clone())));
+        match gateway.load_history().await {
+            Ok(history) => {
+                let newest = history.newest().map(|(context, tool)| (context.to_owned(), tool.to_owned()));
+                let fingerprint = (history.len(), newest);
                 if last.as_ref() != Some(&fingerprint) {
-                    gateway.history.store(Arc::new(History::from_pairs(pairs)));
+                    gateway.history.store(Arc::new(history));
                     gateway.request_rebuild();
                     last = Some(fingerprint);
                 }

@@ -60,6 +60,17 @@ pub trait UsageStore: Send + Sync + 'static {
     async fn record(&self, records: &[UsageRecord]) -> Result<(), StoreError>;
     /// The newest `limit` successful tool calls that had a context, newest first.
     async fn history(&self, limit: usize) -> Result<Vec<UsagePair>, StoreError>;
+    /// [`Self::history`] handed to `each` pair by pair, as read: a store that streams its
+    /// rows never holds every pair's f32 embedding at once (the gateway quantises each as it
+    /// comes).
+    async fn each_history_pair(
+        &self,
+        limit: usize,
+        each: &mut (dyn FnMut(UsagePair) + Send),
+    ) -> Result<(), StoreError> {
+        self.history(limit).await?.into_iter().for_each(each);
+        Ok(())
+    }
     /// Recent records of one session, newest first (for inspection and tests).
     async fn session_records(&self, key: &SessionKey, limit: usize) -> Result<Vec<UsageRecord>, StoreError>;
     async fn ping(&self) -> Result<(), StoreError>;

@@ -178,27 +178,36 @@ impl UsageStore for PostgresUsageStore {
     }
 
     async fn history(&self, limit: usize) -> Result<Vec<UsagePair>, StoreError> {
+        let mut pairs = Vec::with_capacity(limit.min(65_536));
+        self.each_history_pair(limit, &mut |pair| pairs.push(pair)).await?;
+        Ok(pairs)
+    }
+
+    async fn each_history_pair(
+        &self,
+        limit: usize,
+        each: &mut (dyn FnMut(UsagePair) + Send),
+    ) -> Result<(), StoreError> {
         let rows = sqlx::query(
             "SELECT context_query, context_intent, tool, context_embedding FROM tool_calls \
              WHERE context_query IS NOT NULL AND NOT is_error ORDER BY created_at DESC, id DESC LIMIT $1",
         )
         .bind(i64::try_from(limit).unwrap_or(i64::MAX));
-        // Streamed, each row converted and dropped as it comes: fetching all rows first kept
-        // the whole history twice at each reload (every row's buffer beside its pair), a peak
-        // of tens of MiB a minute at the default limit that the allocator kept as resident.
+        // Streamed, each row converted and handed on as it comes: fetching all rows first
+        // kept the whole history twice at each reload (every row's buffer beside its pair), a
+        // peak of tens of MiB a minute at the default limit that the allocator kept as resident.
         let mut rows = rows.fetch(&self.pool);
-        let mut pairs = Vec::with_capacity(limit.min(65_536));
         while let Some(row) = rows.try_next().await.map_err(unavailable)? {
             let query: String = row.try_get("context_query").map_err(unavailable)?;
             let intent: Option<String> = row.try_get("context_intent").map_err(unavailable)?;
             let embedding: Option<&[u8]> = row.try_get("context_embedding").map_err(unavailable)?;
-            pairs.push(UsagePair {
+            each(UsagePair {
                 context: context_text(&query, intent.as_deref()),
                 tool: row.try_get("tool").map_err(unavailable)?,
                 embedding: embedding.map(embedding_from_bytes).transpose()?,
             });
         }
-        Ok(pairs)
+        Ok(())
     }
 
     async fn session_records(&self, key: &SessionKey, limit: usize) -> Result<Vec<UsageRecord>, StoreError> {

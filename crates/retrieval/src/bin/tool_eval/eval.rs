@@ -21,8 +21,8 @@ use serde::Deserialize;
 use serde_json::json;
 use switchyard_models::{Embedder, cache_file::ModelDigest};
 use switchyard_retrieval::{
-    AdapterParams, Fusion, PriorParams, QuantizedRows, QueryAdapter, ToolRanker, ToolText, Votes, Weights,
-    WordClassifier, WordParams, tool_document,
+    AdapterParams, Fusion, PriorParams, QueryAdapter, SharedRows, ToolRanker, ToolText, Votes, Weights, WordClassifier,
+    WordParams, tool_document,
 };
 
 use crate::{
@@ -266,7 +266,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         // The plain nearest-neighbour vote over the same history: what the fusion must beat.
         let neighbours = ToolRanker::new(&texts, weights(0.0, 0.0, 1.0)).with_history_params(
             history,
-            Some(history_embeddings.clone()),
+            SharedRows::quantize(history_embeddings),
             PriorParams {
                 centroid_weight: 0.0,
                 unseen_share: 0.0,
@@ -307,11 +307,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             with_base(ToolRanker::new(&texts, warm).with_fusion(fusion).with_tool_embeddings(tool_embeddings));
         let started = std::time::Instant::now();
         // The history's embeddings as the gateway keeps them (int8, its `catalog::History`),
-        // back to f32 for the build.
-        let kept = QuantizedRows::from_rows(history_embeddings.iter().map(Vec::as_slice))
-            .map(|rows| (0..rows.len()).map(|i| rows.row(i)).collect::<Vec<_>>())
-            .unwrap_or_else(|| history_embeddings.clone());
-        let full = unprimed.with_history_params(history, Some(kept), params);
+        // read in place by the adapter's training and the prior.
+        let full = unprimed.with_history_params(history, SharedRows::quantize(history_embeddings), params);
         // Learning the prior is the usage adapter's training, all but a few milliseconds.
         let seconds = started.elapsed().as_secs_f64();
         // The usage adapter alone: the embedding signal with each query mapped as the history
