@@ -1,5 +1,8 @@
-//! What the edge costs: `POST /api/context/process` through the edge (HTTP/1.1 JSON → gRPC →
-//! back) against `ProcessQuery` over gRPC straight to the sessions service, in the same run.
+//! What the edge costs: `POST /api/context/process` through the edge (JSON → gRPC → back)
+//! against `ProcessQuery` over gRPC straight to the sessions service, in the same run. The REST
+//! callers come two ways: HTTP/1.1 keep-alive (reqwest, a connection per concurrent caller, as
+//! most SDKs and browsers talk) and HTTP/2 without TLS (one multiplexed connection, as an API
+//! gateway or service mesh in front talks, and as the gRPC caller does).
 //!
 //! Two deployments, each with triggers and sessions in memory:
 //! - `loopback`: the services call each other over loopback gRPC, as separate processes do;
@@ -14,7 +17,8 @@
 //! - throughput: `CONCURRENCY` callers in a closed loop; requests per second of each path.
 //!
 //! `cargo bench -p switchyard-edge --bench edge_overhead` (`EDGE_BENCH_SECS` per round,
-//! default 3). The services run on a runtime of their own; callers on another.
+//! default 3; `EDGE_BENCH_ONLY` names one path to run alone, for a profiler). The services run
+//! on a runtime of their own; callers on another.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
@@ -81,6 +85,18 @@ async fn start_servers(in_process: bool) -> Servers {
 enum Caller {
     Grpc(SessionServiceClient<Channel>),
     Rest(reqwest::Client, String),
+    /// REST over one HTTP/2 connection (prior knowledge, no TLS).
+    RestH2(Box<H2Client>, http::Uri),
+}
+
+type H2Client = hyper_util::client::legacy::Client<hyper_util::client::legacy::connect::HttpConnector, String>;
+
+fn h2_client() -> H2Client {
+    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).http2_only(true).build_http()
+}
+
+fn rest_body(session: &str) -> String {
+    format!(r#"{{"session_id": "{session}", "query": "{QUERY}"}}"#)
 }
 
 impl Caller {
@@ -95,16 +111,24 @@ impl Caller {
                 client.process_query(request).await.expect("gRPC ProcessQuery");
             }
             Self::Rest(client, url) => {
-                let body = format!(r#"{{"session_id": "{session}", "query": "{QUERY}"}}"#);
                 let response = client
                     .post(url.as_str())
                     .header("content-type", "application/json")
-                    .body(body)
+                    .body(rest_body(session))
                     .send()
                     .await
                     .expect("REST process");
                 assert_eq!(response.status(), 200);
                 response.bytes().await.expect("body");
+            }
+            Self::RestH2(client, uri) => {
+                let request = http::Request::post(uri.clone())
+                    .header("content-type", "application/json")
+                    .body(rest_body(session))
+                    .unwrap();
+                let response = client.request(request).await.expect("REST process over HTTP/2");
+                assert_eq!(response.status(), 200);
+                http_body_util::BodyExt::collect(response.into_body()).await.expect("body");
             }
         }
     }
@@ -180,7 +204,14 @@ fn main() {
             let sessions = sessions_of(&mut grpc).await;
             let url = format!("http://{}/api/context/process", servers.edge);
             callers.push((format!("{deployment} grpc"), Caller::Grpc(grpc), sessions.clone()));
-            callers.push((format!("{deployment} rest"), Caller::Rest(rest.clone(), url), sessions));
+            let h2 = Caller::RestH2(Box::new(h2_client()), url.parse().unwrap());
+            callers.push((format!("{deployment} rest"), Caller::Rest(rest.clone(), url), sessions.clone()));
+            callers.push((format!("{deployment} rest h2"), h2, sessions));
+        }
+        // One path alone, for a profiler: `EDGE_BENCH_ONLY="in-process rest"`.
+        if let Ok(only) = std::env::var("EDGE_BENCH_ONLY") {
+            callers.retain(|(name, _, _)| *name == only);
+            assert!(!callers.is_empty(), "EDGE_BENCH_ONLY names no path");
         }
         // Warm every path (connections, allocators, caches).
         for (_, caller, sessions) in &callers {
@@ -202,7 +233,7 @@ fn main() {
         println!("edge overhead, POST /api/context/process vs gRPC ProcessQuery ({ROUNDS} rounds of {secs:?} each)");
         for (i, (name, _, _)) in callers.iter().enumerate() {
             println!(
-                "  {name:<16} p50 {:>7.3} ms  p99 {:>7.3} ms  ({} calls)   throughput {:>8.0} req/s at {CONCURRENCY} callers (rounds: {})",
+                "  {name:<20} p50 {:>7.3} ms  p99 {:>7.3} ms  ({} calls)   throughput {:>8.0} req/s at {CONCURRENCY} callers (rounds: {})",
                 ms(&histograms[i], 0.5),
                 ms(&histograms[i], 0.99),
                 histograms[i].len(),
@@ -212,9 +243,15 @@ fn main() {
         }
         // Pairs: (grpc, rest) of each deployment, then the in-process edge against the gRPC
         // caller of the loopback deployment (separate processes, the usual baseline).
-        for (label, grpc, rest) in
-            [("loopback", 0, 1), ("in-process", 2, 3), ("in-process edge vs loopback gRPC", 0, 3)]
-        {
+        let index = |name: &str| callers.iter().position(|(n, _, _)| n == name);
+        for (label, grpc, rest) in [
+            ("loopback, HTTP/1.1", "loopback grpc", "loopback rest"),
+            ("loopback, HTTP/2", "loopback grpc", "loopback rest h2"),
+            ("in-process, HTTP/1.1", "in-process grpc", "in-process rest"),
+            ("in-process, HTTP/2", "in-process grpc", "in-process rest h2"),
+            ("in-process edge (HTTP/1.1) vs loopback gRPC", "loopback grpc", "in-process rest"),
+        ] {
+            let (Some(grpc), Some(rest)) = (index(grpc), index(rest)) else { continue };
             println!(
                 "  {label}: the edge adds {:+.3} ms at p50, {:+.3} ms at p99; REST throughput is {:.2}x gRPC's",
                 ms(&histograms[rest], 0.5) - ms(&histograms[grpc], 0.5),

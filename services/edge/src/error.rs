@@ -270,7 +270,12 @@ pub async fn log_failures(request: axum::extract::Request, next: axum::middlewar
 
 /// A JSON body with its content type (axum's `Json` needs a feature we do not otherwise use).
 pub fn axum_json(value: &Value) -> Response {
-    let mut response = Response::new(axum::body::Body::from(value.to_string()));
+    json_text_response(value.to_string().into_bytes())
+}
+
+/// A 200 response of JSON already written out.
+pub fn json_text_response(text: Vec<u8>) -> Response {
+    let mut response = Response::new(axum::body::Body::from(text));
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response
 }

@@ -25,9 +25,9 @@ use crate::{
     Edge,
     chat::{completion_json, context_json},
     clients,
-    error::{ApiError, axum_json},
+    error::{ApiError, json_text_response},
     transcode::{
-        message::{self, to_json},
+        message::{self, to_json, to_json_text},
         rules::{HttpRoute, Lookup, ResponseShape},
     },
     turn::{self, ChatTurn},
@@ -104,20 +104,22 @@ async fn transcode_inner(
         .await
         .map_err(|status| ApiError::from_status(&status))?;
     let warning = turn::budget_warning(response.metadata());
-    Ok(turn::warned(axum_json(&shape(route, response.get_ref())?), warning))
+    Ok(turn::warned(json_text_response(shape(route, response.get_ref())?), warning))
 }
 
-fn shape(route: &HttpRoute, response: &DynamicMessage) -> Result<Value, ApiError> {
+/// The response body: the message as proto JSON, or an OpenAI chat completion.
+fn shape(route: &HttpRoute, response: &DynamicMessage) -> Result<Vec<u8>, ApiError> {
     match route.shape {
-        ResponseShape::Proto => Ok(to_json(response)),
+        ResponseShape::Proto => Ok(to_json_text(response)),
         ResponseShape::ChatCompletion => {
             let chat: router::ChatResponse = response
                 .transcode_to()
                 .map_err(|err| ApiError::internal(format!("the chat response does not decode: {err}")))?;
-            Ok(completion_json(&chat, None))
+            Ok(completion_json(&chat, None).to_string().into_bytes())
         }
     }
 }
+
 
 /// A client's events from an upstream gRPC stream: each message as `event` makes it, then
 /// `end` once the upstream finishes. An upstream error ends the stream with one `failed` event
@@ -190,14 +192,20 @@ fn event_of(message: &DynamicMessage) -> Event {
         for field in oneof.fields() {
             if message.has_field(&field) {
                 let data = match message.get_field(&field).as_ref() {
-                    ProtoValue::Message(inner) => to_json(inner),
-                    _ => to_json(message),
+                    ProtoValue::Message(inner) => to_json_text(inner),
+                    _ => to_json_text(message),
                 };
-                return Event::default().event(field.name()).data(data.to_string());
+                return Event::default().event(field.name()).data(json_event_data(data));
             }
         }
     }
-    Event::default().event("message").data(to_json(message).to_string())
+    Event::default().event("message").data(json_event_data(to_json_text(message)))
+}
+
+/// JSON text as an event's data. serde_json writes valid UTF-8 with no raw line breaks (they
+/// are escaped in strings), so it is one `data:` line.
+fn json_event_data(text: Vec<u8>) -> String {
+    String::from_utf8(text).unwrap_or_else(|err| String::from_utf8_lossy(err.as_bytes()).into_owned())
 }
 
 pub fn error_event(error: &ApiError) -> Event {

@@ -69,6 +69,20 @@ pub fn from_json(descriptor: &MessageDescriptor, json: Value) -> Result<DynamicM
         .map_err(|err| json_error(&err.to_string()))
 }
 
+/// A message as JSON text (proto field names, defaults present, enums by name), written
+/// straight from the message: building a [`Value`] tree first and writing that out cost the
+/// REST path more than decoding the message did (BENCHMARKS.md, the edge against gRPC).
+/// Members come in the proto's field order.
+pub fn to_json_text(message: &DynamicMessage) -> Vec<u8> {
+    let mut text = Vec::with_capacity(256);
+    // Nothing here can fail: the writer is memory, and every proto value has a JSON form
+    // (non-finite doubles become strings).
+    match message.serialize_with_options(&mut serde_json::Serializer::new(&mut text), &SERIALIZE) {
+        Ok(()) => text,
+        Err(_) => b"null".to_vec(),
+    }
+}
+
 /// A message as JSON (proto field names, defaults present, enums by name).
 pub fn to_json(message: &DynamicMessage) -> Value {
     // Serialising a well-formed dynamic message into a `serde_json::Value` cannot fail: every
@@ -330,5 +344,40 @@ mod tests {
         assert_eq!(json["finish_reason"], "stop");
         assert_eq!(json["model"], "");
         assert!(json.get("finishReason").is_none());
+    }
+
+    /// The text the REST path writes says what the `Value` form says (enums by name, nested
+    /// messages, maps, timestamps, escapes), members in the proto's field order.
+    #[test]
+    fn json_text_is_the_json_value_written_in_field_order() {
+        use switchyard_proto::sessions::v1 as sessions;
+        let response = sessions::ProcessQueryResponse {
+            session_id: "s1".into(),
+            role_id: "finance-expert".into(),
+            switched: true,
+            reason: sessions::SwitchReason::Triggered.into(),
+            reason_detail: "line one\nline \"two\" \u{0}".into(),
+            session: Some(sessions::Session {
+                session_id: "s1".into(),
+                turn_count: 7,
+                created_at: Some(prost_types::Timestamp { seconds: 1_700_000_000, nanos: 5 }),
+                metadata: [("team".to_owned(), "ops".to_owned())].into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let table = RouteTable::switchyard().unwrap();
+        let descriptor = table.pool().get_message_by_name("switchyard.sessions.v1.ProcessQueryResponse").unwrap();
+        let message = DynamicMessage::decode(descriptor, prost::Message::encode_to_vec(&response).as_slice()).unwrap();
+        let text = to_json_text(&message);
+        let parsed: Value = serde_json::from_slice(&text).unwrap();
+        assert_eq!(parsed, to_json(&message));
+        assert_eq!(parsed["reason"], "SWITCH_REASON_TRIGGERED");
+        assert_eq!(parsed["session"]["metadata"]["team"], "ops");
+        assert_eq!(parsed["session"]["turn_count"], 7);
+        let text = String::from_utf8(text).unwrap();
+        assert!(!text.contains('\n'), "one line, fit for an SSE data field: {text}");
+        let at = |member: &str| text.find(&format!("\"{member}\":")).unwrap_or_else(|| panic!("{member} in {text}"));
+        assert!(at("session_id") < at("role_id") && at("role_id") < at("switched") && at("switched") < at("session"));
     }
 }
