@@ -80,6 +80,9 @@ import sys, urllib.parse as u
 p = u.urlsplit(sys.argv[1]); user = p.username + '@' if p.username else ''
 print(u.urlunsplit((p.scheme, f'{user}127.0.0.1:$pg_proxy_port', p.path, p.query, '')))" "$DATABASE_URL")"
 export DATABASE_URL_VIA
+# glibc's malloc arenas limited as the deployment files run every service (deploy/k8s config
+# map, the root docker-compose.yml); MALLOC_ARENA_MAX in the caller's environment overrides it.
+export MALLOC_ARENA_MAX="${MALLOC_ARENA_MAX:-2}"
 bench_start_full_stack
 edge_url="http://127.0.0.1:$edge_port"
 bench_wait_chat "the edge" "$edge_url" 60
