@@ -120,7 +120,6 @@ fn shape(route: &HttpRoute, response: &DynamicMessage) -> Result<Vec<u8>, ApiErr
     }
 }
 
-
 /// A client's events from an upstream gRPC stream: each message as `event` makes it, then
 /// `end` once the upstream finishes. An upstream error ends the stream with one `failed` event
 /// (an upstream that stopped mid-stream may report more than one error; the client hears the
