@@ -145,17 +145,18 @@ impl EmbeddingRows for [Vec<f32>] {
     }
 }
 
+/// What the slice reads (so `&Vec<Vec<f32>>` is taken as it is).
 impl EmbeddingRows for Vec<Vec<f32>> {
     fn rows(&self) -> usize {
-        self.len()
+        self.as_slice().rows()
     }
 
     fn row_len(&self, index: usize) -> usize {
-        self[index].len()
+        self.as_slice().row_len(index)
     }
 
     fn extend_row(&self, index: usize, out: &mut Vec<f32>) {
-        out.extend_from_slice(&self[index]);
+        self.as_slice().extend_row(index, out);
     }
 }
 

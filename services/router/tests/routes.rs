@@ -6,15 +6,16 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Options, RecordedExt, Suite, chat, collect_stream, stream_request};
+use common::{
+    AnsweredWhileCut, Options, RecordedExt, Suite, answer_while_sessions_cut, chat, collect_stream, stream_request,
+};
 use switchyard_proto::{
-    router::v1::{RouteType, chat_stream_response::Event, router_service_client::RouterServiceClient},
+    router::v1::{RouteType, chat_stream_response::Event},
     sessions::v1::{GetSessionRequest, MessageRole, session_service_client::SessionServiceClient},
 };
 use switchyard_testkit::{
     eventually,
     llm::{Recorded, Reply, ScriptedLlm},
-    proxy::{TcpProxy, url_addr},
 };
 
 const ROUTING_TOOL: &str = "use_mcp_agent";
@@ -357,25 +358,8 @@ async fn a_client_that_leaves_cancels_the_turn() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_turn_answered_in_full_is_recorded_after_its_client_leaves() {
     let answer = "Compare the APRs first, then the fees.";
-    let llm =
-        ScriptedLlm::start(move |_| Reply::text(answer).chunk_size(6).chunk_delay(Duration::from_millis(50))).await;
-    let suite = Suite::start(llm).await;
-    let proxy = TcpProxy::start(url_addr(&suite.sessions.url(), 0)).await;
-    let router = suite.replica_with(|config| config.sessions_url = format!("http://{}", proxy.addr())).await;
-    let channel = tonic::transport::Channel::from_shared(router.url()).unwrap().connect().await.unwrap();
-    let mut client = RouterServiceClient::new(channel);
-
-    let mut stream = client.chat_stream(stream_request("Should I refinance?")).await.expect("opens").into_inner();
-    let first = stream.message().await.expect("an event").expect("not the end");
-    let Some(Event::Route(route)) = first.event else { panic!("the route first: {first:?}") };
-    proxy.cut();
-    let mut streamed = String::new();
-    while streamed != answer {
-        match stream.message().await.expect("an event").and_then(|m| m.event) {
-            Some(Event::Delta(delta)) => streamed.push_str(&delta.content),
-            other => panic!("the answer's deltas before anything else: {other:?}"),
-        }
-    }
+    let AnsweredWhileCut { suite, proxy, router: _router, session_id, stream } =
+        answer_while_sessions_cut("Should I refinance?", answer).await;
     // The vendor's last event (finish and usage) comes a chunk later; then the router records
     // the turn, retrying while sessions is out of reach, and the client leaves meanwhile.
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -385,7 +369,7 @@ async fn a_turn_answered_in_full_is_recorded_after_its_client_leaves() {
 
     let sessions = SessionServiceClient::new(suite.sessions_channel().await);
     eventually(Duration::from_secs(10), "the turn in the session's conversation", || {
-        let (mut sessions, session_id) = (sessions.clone(), route.session_id.clone());
+        let (mut sessions, session_id) = (sessions.clone(), session_id.clone());
         async move {
             let session = sessions
                 .get_session(GetSessionRequest { session_id, include_messages: true })

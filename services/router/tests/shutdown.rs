@@ -8,15 +8,14 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Options, Suite, stream_request};
+use common::{AnsweredWhileCut, Options, Suite, answer_while_sessions_cut, stream_request};
 use switchyard_proto::{
-    router::v1::{chat_stream_response::Event, router_service_client::RouterServiceClient},
+    router::v1::chat_stream_response::Event,
     sessions::v1::{GetSessionRequest, session_service_client::SessionServiceClient},
 };
 use switchyard_testkit::{
     database_url,
     llm::{Reply, ScriptedLlm},
-    proxy::{TcpProxy, url_addr},
 };
 use tonic::Code;
 
@@ -99,26 +98,9 @@ async fn a_stream_cut_by_shutdown_ends_unavailable_and_its_turn_is_recorded_as_i
 #[tokio::test]
 async fn shutdown_waits_for_the_recording_of_a_turn_whose_client_left() {
     let answer = "Compare the APRs first, then the fees.";
-    let llm =
-        ScriptedLlm::start(move |_| Reply::text(answer).chunk_size(6).chunk_delay(Duration::from_millis(50))).await;
-    let suite = Suite::start(llm).await;
-    let proxy = TcpProxy::start(url_addr(&suite.sessions.url(), 0)).await;
-    let router = suite.replica_with(|config| config.sessions_url = format!("http://{}", proxy.addr())).await;
-    let channel = tonic::transport::Channel::from_shared(router.url()).expect("url").connect().await.expect("router");
-    let mut client = RouterServiceClient::new(channel);
-
-    let mut stream = client.chat_stream(stream_request("Should I refinance?")).await.expect("opens").into_inner();
-    let first = stream.message().await.expect("an event").expect("not the end");
-    let Some(Event::Route(route)) = first.event else { panic!("the route first: {first:?}") };
     // Sessions goes out of reach before the turn is recorded: the recording retries.
-    proxy.cut();
-    let mut streamed = String::new();
-    while streamed != answer {
-        match stream.message().await.expect("an event").and_then(|m| m.event) {
-            Some(Event::Delta(delta)) => streamed.push_str(&delta.content),
-            other => panic!("the answer's deltas before anything else: {other:?}"),
-        }
-    }
+    let AnsweredWhileCut { suite, proxy, router, session_id, stream } =
+        answer_while_sessions_cut("Should I refinance?", answer).await;
     // The vendor's last event comes a chunk later; the client is gone by the time the turn
     // records, and the router is told to stop.
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -131,7 +113,7 @@ async fn shutdown_waits_for_the_recording_of_a_turn_whose_client_left() {
 
     // Recorded by the time the router exited: read once, no waiting.
     let got = SessionServiceClient::new(suite.sessions_channel().await)
-        .get_session(GetSessionRequest { session_id: route.session_id.clone(), include_messages: true })
+        .get_session(GetSessionRequest { session_id, include_messages: true })
         .await
         .expect("the session")
         .into_inner();

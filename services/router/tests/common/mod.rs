@@ -11,7 +11,8 @@ use switchyard_cli::{DevPorts, Stack, stack::Serving};
 use switchyard_kit::Secret;
 use switchyard_llm::{ModelRef, ProviderArgs};
 use switchyard_proto::router::v1::{
-    ChatRequest, ChatStreamRequest, ChatStreamResponse, router_service_client::RouterServiceClient,
+    ChatRequest, ChatStreamRequest, ChatStreamResponse, chat_stream_response::Event,
+    router_service_client::RouterServiceClient,
 };
 use switchyard_router::{
     RouterConfig, RouterServer, Stores,
@@ -22,7 +23,12 @@ use switchyard_router::{
     fast::FastPath,
 };
 pub use switchyard_testkit::{ClosedPort, closed_port, wait_serving};
-use switchyard_testkit::{Schema, Served, Shutdown, database_url, eventually, llm::ScriptedLlm, peer_tool};
+use switchyard_testkit::{
+    Schema, Served, Shutdown, database_url, eventually,
+    llm::{Reply, ScriptedLlm},
+    peer_tool,
+    proxy::{TcpProxy, url_addr},
+};
 use tonic::{Request, transport::Channel};
 
 /// A key the scripted vendor receives; tests check it never shows in errors.
@@ -356,4 +362,37 @@ impl RecordedExt for switchyard_testkit::llm::Recorded {
         }
         results
     }
+}
+
+/// A streamed turn answered in full while sessions is out of reach: a router replica reaches
+/// sessions through `proxy`, cut once the route came, so the turn's recording retries. The
+/// client still holds `stream` (the vendor's last event comes a chunk after the answer).
+pub struct AnsweredWhileCut {
+    pub suite: Suite,
+    pub proxy: TcpProxy,
+    pub router: Served,
+    pub session_id: String,
+    pub stream: tonic::Streaming<ChatStreamResponse>,
+}
+
+pub async fn answer_while_sessions_cut(question: &str, answer: &'static str) -> AnsweredWhileCut {
+    let llm =
+        ScriptedLlm::start(move |_| Reply::text(answer).chunk_size(6).chunk_delay(Duration::from_millis(50))).await;
+    let suite = Suite::start(llm).await;
+    let proxy = TcpProxy::start(url_addr(&suite.sessions.url(), 0)).await;
+    let router = suite.replica_with(|config| config.sessions_url = format!("http://{}", proxy.addr())).await;
+    let channel = Channel::from_shared(router.url()).expect("url").connect().await.expect("router");
+    let mut stream =
+        RouterServiceClient::new(channel).chat_stream(stream_request(question)).await.expect("opens").into_inner();
+    let first = stream.message().await.expect("an event").expect("not the end");
+    let Some(Event::Route(route)) = first.event else { panic!("the route first: {first:?}") };
+    proxy.cut();
+    let mut streamed = String::new();
+    while streamed != answer {
+        match stream.message().await.expect("an event").and_then(|m| m.event) {
+            Some(Event::Delta(delta)) => streamed.push_str(&delta.content),
+            other => panic!("the answer's deltas before anything else: {other:?}"),
+        }
+    }
+    AnsweredWhileCut { suite, proxy, router, session_id: route.session_id, stream }
 }
