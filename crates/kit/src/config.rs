@@ -76,6 +76,12 @@ pub struct TelemetryArgs {
     /// (`suppressed`); 0 logs every occurrence.
     #[arg(long, env = "LOG_REPEAT_INTERVAL", default_value = "10s", value_parser = parse_duration)]
     pub log_repeat_interval: Duration,
+
+    /// How often the process checks the memory its allocator holds free and hands it back to
+    /// the OS when at least 1 MiB more is free than at the last check (glibc keeps a burst's
+    /// peak resident otherwise); 0 never does.
+    #[arg(long, env = "HEAP_TRIM_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    pub heap_trim_interval: Duration,
 }
 
 impl Default for TelemetryArgs {

@@ -7,7 +7,8 @@
 //! plumbing (Redis, Postgres schemas, day-partitioned record tables, store flags, secrets), the
 //! record buffer that writes Postgres records off the request path, backoff, wire timestamps,
 //! the rule for text Postgres refuses (NUL), fault logs bounded while a fault repeats (`log`),
-//! and the status a caller sees when an upstream's connection breaks (`status`).
+//! freed heap handed back to the OS (`heap`), and the status a caller sees when an upstream's
+//! connection breaks (`status`).
 
 pub mod backoff;
 pub mod call_outcome;
@@ -16,6 +17,7 @@ pub mod config;
 pub mod error;
 pub mod failures;
 pub mod health;
+pub mod heap;
 pub mod http_server;
 pub mod identity;
 pub mod in_process;

@@ -61,9 +61,12 @@ impl Drop for MetricsGuard {
     }
 }
 
-/// Installs the global subscriber and propagator. Call once, at the start of `main`.
+/// Installs the global subscriber and propagator, and starts the heap trimmer
+/// (`--heap-trim-interval`, [`crate::heap::spawn_trimmer`]). Call once, at the start of `main`,
+/// from within the tokio runtime.
 pub fn init(service_name: &'static str, args: &TelemetryArgs) -> anyhow::Result<TelemetryGuard> {
     opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
+    crate::heap::spawn_trimmer(args.heap_trim_interval);
     crate::log::set_repeat_interval(args.log_repeat_interval);
     let resource = Resource::builder().with_service_name(service_name).build();
     let provider = match &args.otlp_endpoint {

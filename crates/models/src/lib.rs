@@ -28,7 +28,6 @@ use tokenizers::{Tokenizer, TruncationParams};
 pub mod batch;
 mod cache;
 pub mod cache_file;
-pub mod heap;
 mod kernels;
 pub mod priority;
 pub mod recent;

@@ -131,7 +131,7 @@ impl Gateway {
         // whose history grew stayed 6.0 KB more resident per pair without this, 1.8 KB with it
         // (its history and catalog account 1.1 KB; BENCHMARKS.md, "The soak"). A few
         // milliseconds of the allocator's time per catalog, off the async workers.
-        tokio::task::spawn_blocking(switchyard_models::heap::release_free_memory);
+        tokio::task::spawn_blocking(switchyard_kit::heap::release_free_memory);
     }
 
     /// Asks the upkeep task to rebuild the catalog.
