@@ -1,11 +1,14 @@
 //! This replica's last known (role, switch count, owner) per session: a hint that lets a turn
 //! that keeps the role skip reading the session first (the owner, so that the skipped read
-//! still never lets another user in). Bounded: when full it starts over (a
-//! missing hint only means one extra read).
+//! still never lets another user in). A missing hint only means one extra read, so the table
+//! keeps only sessions in conversation: a hint unused for [`IDLE`] is dropped at the next sweep
+//! (sessions live for hours or days: a table holding every one this replica ever saw grew with
+//! them until it was full), and a full table starts over.
 
 use std::{
     collections::HashMap,
     sync::{Mutex, MutexGuard, PoisonError},
+    time::{Duration, Instant},
 };
 
 use crate::domain::{RoleId, SessionKey, UserId};
@@ -16,9 +19,21 @@ pub type Hint = (RoleId, u64, Option<UserId>);
 /// Sessions remembered before the hints start over.
 const CAPACITY: usize = 100_000;
 
+/// A hint unused for this long is dropped: a conversation's next turn usually comes within
+/// seconds or a few minutes; one that comes later pays one read of the session.
+pub const IDLE: Duration = Duration::from_secs(5 * 60);
+
+/// How often `remember` sweeps out idle hints (a sweep walks the whole table).
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
+
 pub struct SessionHints {
-    known: Mutex<HashMap<SessionKey, Hint>>,
+    known: Mutex<Known>,
     capacity: usize,
+}
+
+struct Known {
+    hints: HashMap<SessionKey, (Hint, Instant)>,
+    swept: Instant,
 }
 
 impl Default for SessionHints {
@@ -29,27 +44,51 @@ impl Default for SessionHints {
 
 impl SessionHints {
     fn with_capacity(capacity: usize) -> Self {
-        Self { known: Mutex::default(), capacity }
+        Self { known: Mutex::new(Known { hints: HashMap::new(), swept: Instant::now() }), capacity }
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<SessionKey, Hint>> {
+    fn lock(&self) -> MutexGuard<'_, Known> {
         self.known.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     pub fn get(&self, key: &SessionKey) -> Option<Hint> {
-        self.lock().get(key).cloned()
+        self.get_at(key, Instant::now())
+    }
+
+    fn get_at(&self, key: &SessionKey, now: Instant) -> Option<Hint> {
+        let mut known = self.lock();
+        let (hint, used) = known.hints.get_mut(key)?;
+        *used = now;
+        Some(hint.clone())
     }
 
     pub fn remember(&self, key: &SessionKey, role: RoleId, switch_count: u64, owner: Option<UserId>) {
+        self.remember_at(key, (role, switch_count, owner), Instant::now());
+    }
+
+    fn remember_at(&self, key: &SessionKey, hint: Hint, now: Instant) {
         let mut known = self.lock();
-        if known.len() >= self.capacity && !known.contains_key(key) {
-            known.clear();
+        if now.saturating_duration_since(known.swept) >= SWEEP_EVERY {
+            known.hints.retain(|_, (_, used)| now.saturating_duration_since(*used) < IDLE);
+            // The table's memory follows the sessions in conversation down as well as up.
+            if known.hints.capacity() > 4 * known.hints.len().max(64) {
+                known.hints.shrink_to_fit();
+            }
+            known.swept = now;
         }
-        known.insert(key.clone(), (role, switch_count, owner));
+        if known.hints.len() >= self.capacity && !known.hints.contains_key(key) {
+            known.hints.clear();
+        }
+        known.hints.insert(key.clone(), (hint, now));
     }
 
     pub fn forget(&self, key: &SessionKey) {
-        self.lock().remove(key);
+        self.lock().hints.remove(key);
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.lock().hints.len()
     }
 }
 
@@ -88,5 +127,39 @@ mod tests {
         hints.remember(&key("c"), role("tech-expert"), 0, None);
         assert_eq!(hints.get(&key("a")), None);
         assert_eq!(hints.get(&key("c")), Some((role("tech-expert"), 0, None)));
+    }
+
+    #[test]
+    fn hints_unused_for_the_idle_time_are_swept_out() {
+        let hints = SessionHints::default();
+        let start = Instant::now();
+        let hint = || (role("tech-expert"), 0, None);
+        hints.remember_at(&key("quiet"), hint(), start);
+        hints.remember_at(&key("talking"), hint(), start);
+        // "talking" is read (its next turn) within the idle time; "quiet" is not.
+        let later = start + IDLE - Duration::from_secs(30);
+        assert!(hints.get_at(&key("talking"), later).is_some());
+        // The first remember a sweep interval after the idle time drops "quiet" alone.
+        hints.remember_at(&key("new"), hint(), start + IDLE + SWEEP_EVERY);
+        assert_eq!(hints.get(&key("quiet")), None, "idle for longer than IDLE");
+        assert!(hints.get(&key("talking")).is_some(), "used within IDLE");
+        assert_eq!(hints.len(), 2);
+    }
+
+    #[test]
+    fn sweeps_come_at_most_once_per_sweep_interval() {
+        let hints = SessionHints::default();
+        let start = Instant::now() + SWEEP_EVERY;
+        let hint = || (role("tech-expert"), 0, None);
+        hints.remember_at(&key("a"), hint(), start);
+        // A sweep 10 s before "a" goes idle keeps it ...
+        hints.remember_at(&key("b"), hint(), start + IDLE - Duration::from_secs(10));
+        // ... and 20 s later "a" is idle, but the next sweep is not due: still there.
+        hints.remember_at(&key("c"), hint(), start + IDLE + Duration::from_secs(10));
+        assert_eq!(hints.len(), 3);
+        // The sweep a whole interval after the last one drops it.
+        hints.remember_at(&key("d"), hint(), start + IDLE - Duration::from_secs(10) + SWEEP_EVERY);
+        assert_eq!(hints.get(&key("a")), None);
+        assert_eq!(hints.len(), 3);
     }
 }
