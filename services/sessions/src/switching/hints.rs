@@ -19,12 +19,13 @@ pub type Hint = (RoleId, u64, Option<UserId>);
 /// Sessions remembered before the hints start over.
 const CAPACITY: usize = 100_000;
 
-/// A hint unused for this long is dropped: a conversation's next turn usually comes within
-/// seconds or a few minutes; one that comes later pays one read of the session.
-pub const IDLE: Duration = Duration::from_secs(5 * 60);
+/// A hint unused for this long is dropped: an agent's next turn comes within seconds, a
+/// person's usually within a minute or two; a turn that comes later pays one read of the
+/// session (a Redis round trip), and the table holds only the sessions of the last two minutes.
+pub const IDLE: Duration = Duration::from_secs(2 * 60);
 
 /// How often `remember` sweeps out idle hints (a sweep walks the whole table).
-const SWEEP_EVERY: Duration = Duration::from_secs(60);
+const SWEEP_EVERY: Duration = Duration::from_secs(30);
 
 pub struct SessionHints {
     known: Mutex<Known>,
