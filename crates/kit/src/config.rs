@@ -78,8 +78,8 @@ pub struct TelemetryArgs {
     pub log_repeat_interval: Duration,
 
     /// How often the process checks the memory its allocator holds free and hands it back to
-    /// the OS when at least 1 MiB more is free than at the last check (glibc keeps a burst's
-    /// peak resident otherwise); 0 never does.
+    /// the OS once at least 1 MiB more is free than the least seen since its last trim (glibc
+    /// keeps a burst's peak resident otherwise); 0 never does.
     #[arg(long, env = "HEAP_TRIM_INTERVAL", default_value = "10s", value_parser = parse_duration)]
     pub heap_trim_interval: Duration,
 }

@@ -3,33 +3,24 @@
 //!
 //! glibc keeps memory freed inside its heaps resident for reuse. A burst (calls held on retries
 //! while a store restarts, a catalog built beside the one it replaces) leaves its peak resident
-//! long after it is over: the soak saw sessions and the edge each stay 2.5–2.8 MiB (11–16 %)
-//! above their warm-up level for the rest of the run after one Redis restart. [`spawn_trimmer`]
-//! checks the free memory glibc holds on a schedule and trims it when there is enough to matter.
+//! long after it is over: in the soak the edge stayed 2.5 MiB (11 %) above its warm-up level for
+//! the rest of the run after one Redis restart, 0.3 MiB with the trim. [`spawn_trimmer`] checks
+//! the free memory glibc holds on a schedule and trims it when there is enough to matter.
 
 use std::time::Duration;
 
-/// The memory glibc's arenas hold: what is allocated and what is free but kept for reuse.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HeapUsage {
-    /// Bytes handed out and not yet freed (`uordblks`).
-    pub in_use: usize,
-    /// Bytes free inside the arenas (`fordblks`). Pages already returned by an earlier trim are
-    /// counted until they are reused: this is what a trim may release, not what is resident.
-    pub free: usize,
-}
-
-/// The allocator's own accounting (glibc's `mallinfo2`); `None` with another C library or
-/// allocator. Walks every arena's free lists under its lock: for a check now and then, not for
-/// every request.
-pub fn usage() -> Option<HeapUsage> {
+/// The bytes free inside glibc's arenas, kept for reuse (`fordblks` of its `mallinfo2`); `None`
+/// with another C library or allocator. Pages already returned by an earlier trim are counted
+/// until they are reused: this is what a trim may release, not what is resident. Walks every
+/// arena's free lists under its lock: for a check now and then, not for every request.
+pub fn free_bytes() -> Option<usize> {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         // SAFETY: mallinfo2(3) takes nothing and returns a plain struct by value; it reads only
         // glibc's own arenas, under their locks.
         #[allow(unsafe_code)]
         let info = unsafe { libc::mallinfo2() };
-        Some(HeapUsage { in_use: info.uordblks, free: info.fordblks })
+        Some(info.fordblks)
     }
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
     {
@@ -61,7 +52,7 @@ pub fn release_free_memory() -> bool {
 pub const TRIM_AT_FREE_BYTES: usize = 1 << 20;
 
 /// When to trim: when at least [`TRIM_AT_FREE_BYTES`] more are free than the least seen since
-/// the last trim. Pages a trim returned stay counted in `free` until they are reused, so free
+/// the last trim. Pages a trim returned stay counted as free until they are reused, so free
 /// memory as such says little; memory freed on top of it is what a trim can hand back.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct TrimPolicy {
@@ -70,19 +61,19 @@ pub struct TrimPolicy {
 }
 
 impl TrimPolicy {
-    /// Whether a check that found `now` should trim; a check that should not lowers the floor
-    /// when memory was reused meanwhile.
-    pub fn should_trim(&mut self, now: HeapUsage) -> bool {
-        if now.free >= self.floor.saturating_add(TRIM_AT_FREE_BYTES) {
+    /// Whether a check that found `free` bytes free should trim; a check that should not lowers
+    /// the floor when memory was reused meanwhile.
+    pub fn should_trim(&mut self, free: usize) -> bool {
+        if free >= self.floor.saturating_add(TRIM_AT_FREE_BYTES) {
             return true;
         }
-        self.floor = self.floor.min(now.free);
+        self.floor = self.floor.min(free);
         false
     }
 
     /// Records what a trim left free.
-    pub fn trimmed(&mut self, after: HeapUsage) {
-        self.floor = after.free;
+    pub fn trimmed(&mut self, free: usize) {
+        self.floor = free;
     }
 }
 
@@ -91,7 +82,7 @@ impl TrimPolicy {
 /// `Duration::ZERO`, or an allocator that is not glibc's, disables it (returns `None`). Call
 /// from within a tokio runtime, once per process; the task ends with the runtime.
 pub fn spawn_trimmer(every: Duration) -> Option<tokio::task::JoinHandle<()>> {
-    if every.is_zero() || usage().is_none() {
+    if every.is_zero() || free_bytes().is_none() {
         return None;
     }
     Some(tokio::spawn(async move {
@@ -102,17 +93,13 @@ pub fn spawn_trimmer(every: Duration) -> Option<tokio::task::JoinHandle<()>> {
         loop {
             ticks.tick().await;
             let checked = tokio::task::spawn_blocking(move || {
-                let now = usage()?;
-                if policy.should_trim(now) {
+                let free = free_bytes()?;
+                if policy.should_trim(free) {
                     let released = release_free_memory();
-                    let after = usage()?;
+                    let after = free_bytes()?;
                     policy.trimmed(after);
                     if released {
-                        tracing::debug!(
-                            free_before = now.free,
-                            free_after = after.free,
-                            "returned freed heap to the OS"
-                        );
+                        tracing::debug!(free_before = free, free_after = after, "returned freed heap to the OS");
                     }
                 }
                 Some(policy)
@@ -137,12 +124,12 @@ mod tests {
     fn releases_what_was_freed() {
         let blocks: Vec<Vec<u8>> = (0..20_000).map(|i| vec![i as u8; 1_000]).collect();
         let kept: Vec<Vec<u8>> = (0..100).map(|i| vec![i as u8; 100]).collect();
-        let before = usage();
+        let before = free_bytes();
         drop(blocks);
-        let after = usage();
+        let after = free_bytes();
         if GNU {
             let (before, after) = (before.expect("glibc reports usage"), after.expect("glibc reports usage"));
-            assert!(after.free >= before.free + 15_000_000, "20 MB freed, free went {before:?} -> {after:?}");
+            assert!(after >= before + 15_000_000, "20 MB freed, free went {before} -> {after}");
             assert!(TrimPolicy::default().should_trim(after));
         }
         let released = release_free_memory();
@@ -152,24 +139,23 @@ mod tests {
 
     #[test]
     fn only_memory_freed_since_the_least_seen_is_worth_a_trim() {
-        let at = |free| HeapUsage { in_use: 0, free };
         let mut fresh = TrimPolicy::default();
-        assert!(!fresh.should_trim(at(TRIM_AT_FREE_BYTES - 1)));
+        assert!(!fresh.should_trim(TRIM_AT_FREE_BYTES - 1));
         let mut fresh = TrimPolicy::default();
-        assert!(fresh.should_trim(at(TRIM_AT_FREE_BYTES)));
+        assert!(fresh.should_trim(TRIM_AT_FREE_BYTES));
 
         // 5 MiB stayed counted as free (already returned) after a trim: half a MiB more is not
         // worth another, a whole one is.
         let mut policy = TrimPolicy::default();
-        policy.trimmed(at(5 << 20));
-        assert!(!policy.should_trim(at((5 << 20) + (1 << 19))));
-        assert!(policy.should_trim(at(6 << 20)));
+        policy.trimmed(5 << 20);
+        assert!(!policy.should_trim((5 << 20) + (1 << 19)));
+        assert!(policy.should_trim(6 << 20));
 
         // Reuse brought the free memory down to 1 MiB; a burst freeing 1 MiB on top is worth a
         // trim although less is free than right after the last one.
         let mut policy = TrimPolicy::default();
-        policy.trimmed(at(5 << 20));
-        assert!(!policy.should_trim(at(1 << 20)));
-        assert!(policy.should_trim(at(2 << 20)));
+        policy.trimmed(5 << 20);
+        assert!(!policy.should_trim(1 << 20));
+        assert!(policy.should_trim(2 << 20));
     }
 }
