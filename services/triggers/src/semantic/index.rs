@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use switchyard_models::{EmbeddingCache, cosine};
+use switchyard_models::{EmbeddingCache, cosines};
 
 use crate::{
     domain::{RoleId, RoleRegistration},
@@ -162,11 +162,17 @@ impl SemanticIndex {
         if query.len() != self.dimensions || self.dimensions == 0 {
             return Similarities::default();
         }
-        let per_text: Vec<f32> = self.vectors.chunks_exact(self.dimensions).map(|row| cosine(row, query)).collect();
+        let per_text = cosines(&self.vectors, query);
         let closest = |rows: &[u32]| -> Option<(f32, u32)> {
             let mut closest: Vec<u32> = rows.iter().copied().filter(|&row| Some(row) != left_out).collect();
-            closest.sort_unstable_by(|a, b| per_text[*b as usize].total_cmp(&per_text[*a as usize]));
-            closest.truncate(nearest.max(1));
+            let by_similarity = |a: &u32, b: &u32| per_text[*b as usize].total_cmp(&per_text[*a as usize]);
+            // Only the `nearest` closest are wanted: partition them off, then order just those.
+            let keep = nearest.max(1);
+            if closest.len() > keep {
+                closest.select_nth_unstable_by(keep - 1, by_similarity);
+                closest.truncate(keep);
+            }
+            closest.sort_unstable_by(by_similarity);
             let first = *closest.first()?;
             let mean = closest.iter().map(|&row| per_text[row as usize]).sum::<f32>() / closest.len() as f32;
             Some((mean, first))
