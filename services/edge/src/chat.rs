@@ -3,6 +3,7 @@
 //! non-streaming answer), and the first event of the streamed processing of a query with
 //! context switching (docs/requirements.md#sessions-endpoints).
 
+use serde::{Serialize, Serializer};
 use serde_json::{Value, json};
 use switchyard_proto::router::v1::{self as router, RouteType};
 
@@ -16,44 +17,110 @@ pub fn route_name(route: RouteType) -> &'static str {
     }
 }
 
-/// The `_metadata` object: the five fields docs/requirements.md#router-response names first,
-/// then everything else the router says about the turn.
+/// The `_metadata` object, written straight from the router's message: the five fields
+/// docs/requirements.md#router-response names first, then everything else the router says
+/// about the turn. A borrowing view rather than a `Value` tree: a streamed answer writes it
+/// twice, and building and dropping the tree cost the edge more than the rest of its chunks
+/// (BENCHMARKS.md, the edge per API).
+#[derive(Debug, Serialize)]
+pub struct MetadataJson<'a> {
+    route_type: &'static str,
+    execution_time_ms: u64,
+    reasoning: Option<&'a str>,
+    tools_used: &'a [String],
+    domains: &'a [String],
+    role_id: &'a str,
+    role_switched: bool,
+    previous_role_id: &'a str,
+    routing_time_ms: u64,
+    routing_model: &'a str,
+    cache_hit: bool,
+    fallback_used: bool,
+    attempts: u32,
+    degraded: &'a [String],
+    expert_role_ids: &'a [String],
+    model_fallbacks: u32,
+    client_tools: bool,
+    continuation: bool,
+    held_switch_role_id: Option<&'a str>,
+    client_tools_called: &'a [String],
+    gateway_tools_offered: &'a [String],
+    gateway_tool_calls: &'a [String],
+    cost_usd: f64,
+    cost_parts: CostPartsJson<'a>,
+}
+
+impl<'a> From<&'a router::RouteMetadata> for MetadataJson<'a> {
+    fn from(metadata: &'a router::RouteMetadata) -> Self {
+        Self {
+            route_type: route_name(metadata.route_type()),
+            execution_time_ms: metadata.execution_time_ms,
+            reasoning: Some(metadata.reasoning.as_str()).filter(|r| !r.is_empty()),
+            tools_used: &metadata.tools_used,
+            domains: &metadata.domains,
+            role_id: &metadata.role_id,
+            role_switched: metadata.role_switched,
+            previous_role_id: &metadata.previous_role_id,
+            routing_time_ms: metadata.routing_time_ms,
+            routing_model: &metadata.routing_model,
+            cache_hit: metadata.cache_hit,
+            fallback_used: metadata.fallback_used,
+            attempts: metadata.attempts,
+            degraded: &metadata.degraded,
+            expert_role_ids: &metadata.expert_role_ids,
+            model_fallbacks: metadata.model_fallbacks,
+            client_tools: metadata.client_tools,
+            continuation: metadata.continuation,
+            held_switch_role_id: Some(metadata.held_switch_role_id.as_str()).filter(|r| !r.is_empty()),
+            client_tools_called: &metadata.client_tools_called,
+            gateway_tools_offered: &metadata.gateway_tools_offered,
+            gateway_tool_calls: &metadata.gateway_tool_calls,
+            cost_usd: metadata.cost_usd,
+            cost_parts: CostPartsJson(&metadata.cost_parts),
+        }
+    }
+}
+
+/// The turn's priced calls, each as an object with the proto's field names.
+#[derive(Debug)]
+struct CostPartsJson<'a>(&'a [router::CallCost]);
+
+impl Serialize for CostPartsJson<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Part<'a> {
+            kind: &'a str,
+            model: &'a str,
+            role_id: &'a str,
+            prompt_tokens: u32,
+            cached_prompt_tokens: u32,
+            completion_tokens: u32,
+            cost_usd: f64,
+            priced: bool,
+        }
+        serializer.collect_seq(self.0.iter().map(|part| Part {
+            kind: &part.kind,
+            model: &part.model,
+            role_id: &part.role_id,
+            prompt_tokens: part.prompt_tokens,
+            cached_prompt_tokens: part.cached_prompt_tokens,
+            completion_tokens: part.completion_tokens,
+            cost_usd: part.cost_usd,
+            priced: part.priced,
+        }))
+    }
+}
+
+/// The `_metadata` object as a JSON value, for answers built as one.
 pub fn metadata_json(metadata: &router::RouteMetadata) -> Value {
-    json!({
-        "route_type": route_name(metadata.route_type()),
-        "execution_time_ms": metadata.execution_time_ms,
-        "reasoning": Some(&metadata.reasoning).filter(|r| !r.is_empty()),
-        "tools_used": metadata.tools_used,
-        "domains": metadata.domains,
-        "role_id": metadata.role_id,
-        "role_switched": metadata.role_switched,
-        "previous_role_id": metadata.previous_role_id,
-        "routing_time_ms": metadata.routing_time_ms,
-        "routing_model": metadata.routing_model,
-        "cache_hit": metadata.cache_hit,
-        "fallback_used": metadata.fallback_used,
-        "attempts": metadata.attempts,
-        "degraded": metadata.degraded,
-        "expert_role_ids": metadata.expert_role_ids,
-        "model_fallbacks": metadata.model_fallbacks,
-        "client_tools": metadata.client_tools,
-        "continuation": metadata.continuation,
-        "held_switch_role_id": Some(&metadata.held_switch_role_id).filter(|r| !r.is_empty()),
-        "client_tools_called": metadata.client_tools_called,
-        "gateway_tools_offered": metadata.gateway_tools_offered,
-        "gateway_tool_calls": metadata.gateway_tool_calls,
-        "cost_usd": metadata.cost_usd,
-        "cost_parts": metadata.cost_parts.iter().map(|part| json!({
-            "kind": part.kind,
-            "model": part.model,
-            "role_id": part.role_id,
-            "prompt_tokens": part.prompt_tokens,
-            "cached_prompt_tokens": part.cached_prompt_tokens,
-            "completion_tokens": part.completion_tokens,
-            "cost_usd": part.cost_usd,
-            "priced": part.priced,
-        })).collect::<Vec<_>>(),
-    })
+    serde_json::to_value(MetadataJson::from(metadata)).unwrap_or(Value::Null)
+}
+
+/// A value as JSON text. `serde_json::to_string` writes into a byte buffer; `Value`'s
+/// `Display` goes through the formatter a write at a time, which showed in the edge's profile.
+pub fn json_text<T: Serialize + ?Sized>(value: &T) -> String {
+    // Writing to memory cannot fail, and every value the edge writes has a JSON form.
+    serde_json::to_string(value).unwrap_or_default()
 }
 
 pub fn usage_json(usage: Option<&router::Usage>) -> Value {

@@ -270,7 +270,7 @@ pub async fn log_failures(request: axum::extract::Request, next: axum::middlewar
 
 /// A JSON body with its content type (axum's `Json` needs a feature we do not otherwise use).
 pub fn axum_json(value: &Value) -> Response {
-    json_text_response(value.to_string().into_bytes())
+    json_text_response(serde_json::to_vec(value).unwrap_or_default())
 }
 
 /// A 200 response of JSON already written out.

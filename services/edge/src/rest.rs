@@ -115,7 +115,7 @@ fn shape(route: &HttpRoute, response: &DynamicMessage) -> Result<Vec<u8>, ApiErr
             let chat: router::ChatResponse = response
                 .transcode_to()
                 .map_err(|err| ApiError::internal(format!("the chat response does not decode: {err}")))?;
-            Ok(completion_json(&chat, None).to_string().into_bytes())
+            Ok(serde_json::to_vec(&completion_json(&chat, None)).unwrap_or_default())
         }
     }
 }

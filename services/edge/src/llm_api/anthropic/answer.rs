@@ -6,7 +6,7 @@ use axum::response::sse::Event;
 use serde_json::{Value, json};
 use switchyard_proto::router::v1::{self as router, chat_stream_response::Event as ChatEvent};
 
-use crate::chat::metadata_json;
+use crate::chat::{json_text, metadata_json};
 
 /// Anthropic's `stop_reason` for the router's finish reason. The router does not say which
 /// stop sequence ended an answer, so such a stop is reported as `end_turn`.
@@ -146,7 +146,7 @@ impl StreamEvents {
     }
 
     pub(super) fn next(&mut self, item: router::ChatStreamResponse) -> Vec<Event> {
-        self.frames(item).into_iter().map(|(name, data)| Event::default().event(name).data(data.to_string())).collect()
+        self.frames(item).into_iter().map(|(name, data)| Event::default().event(name).data(json_text(&data))).collect()
     }
 
     /// The events, named, for one message of the router's stream.

@@ -3,11 +3,12 @@
 use std::collections::HashSet;
 
 use axum::response::sse::Event;
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::json;
 use switchyard_proto::router::v1::{self as router, chat_stream_response::Event as ChatEvent};
 
 use crate::{
-    chat::{finish_reason, metadata_json, usage_json},
+    chat::{MetadataJson, finish_reason, json_text},
     error::ApiError,
 };
 
@@ -34,6 +35,80 @@ pub(super) struct Chunks {
     pub(super) calls_sent: HashSet<u32>,
 }
 
+/// One `chat.completion.chunk`, written straight from the router's message (a chunk goes out
+/// for every piece of every answer, so no `Value` tree is built for it).
+#[derive(Serialize)]
+struct Chunk<'a> {
+    id: &'a str,
+    object: &'static str,
+    created: i64,
+    model: &'a str,
+    /// One choice, or none (`[]`) in the closing usage chunk.
+    #[serde(serialize_with = "choice_list")]
+    choices: Option<Choice<'a>>,
+    #[serde(rename = "_metadata", skip_serializing_if = "Option::is_none")]
+    metadata: Option<MetadataJson<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    session_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<UsageJson>,
+}
+
+fn choice_list<S: serde::Serializer>(choice: &Option<Choice<'_>>, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_seq(choice)
+}
+
+#[derive(Serialize)]
+struct Choice<'a> {
+    index: u32,
+    delta: Delta<'a>,
+    finish_reason: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Delta<'a> {
+    /// The first chunk: the assistant's turn begins.
+    Role {
+        role: &'static str,
+        content: &'static str,
+    },
+    Content {
+        content: &'a str,
+    },
+    ToolCalls {
+        tool_calls: [ToolCallPiece<'a>; 1],
+    },
+    /// The finishing chunk.
+    Empty {},
+}
+
+/// A piece of a tool call as OpenAI streams it: the first piece with the call's id, type and
+/// name, then argument text.
+#[derive(Serialize)]
+struct ToolCallPiece<'a> {
+    index: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<&'a str>,
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    kind: Option<&'static str>,
+    function: FunctionPiece<'a>,
+}
+
+#[derive(Serialize)]
+struct FunctionPiece<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<&'a str>,
+    arguments: &'a str,
+}
+
+#[derive(Serialize)]
+struct UsageJson {
+    prompt_tokens: u32,
+    completion_tokens: u32,
+    total_tokens: u32,
+}
+
 impl Chunks {
     pub(super) fn new(model: String, include_usage: bool) -> Self {
         Self {
@@ -46,34 +121,39 @@ impl Chunks {
         }
     }
 
-    pub(super) fn chunk(&self, delta: Value, finish: Option<&str>) -> Value {
-        json!({
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-        })
+    fn chunk<'a>(&'a self, delta: Delta<'a>, finish: Option<&'a str>) -> Chunk<'a> {
+        Chunk {
+            id: &self.id,
+            object: "chat.completion.chunk",
+            created: self.created,
+            model: &self.model,
+            choices: Some(Choice { index: 0, delta, finish_reason: finish }),
+            metadata: None,
+            session_id: None,
+            usage: None,
+        }
     }
 
-    /// A piece of a tool call as OpenAI streams it: the first piece with the call's id, type
-    /// and name, then argument text.
-    pub(super) fn tool_call_chunk(&mut self, index: u32, id: &str, name: &str, arguments: &str) -> Value {
-        let mut call = json!({"index": index, "function": {"arguments": arguments}});
-        if !id.is_empty() || !self.calls_sent.contains(&index) {
-            call["id"] = json!(id);
-            call["type"] = json!("function");
-            call["function"]["name"] = json!(name);
-        }
+    /// A piece of a tool call as JSON text: the first piece of a call carries its id, type
+    /// and name.
+    pub(super) fn tool_call_chunk(&mut self, index: u32, id: &str, name: &str, arguments: &str) -> String {
+        let first = !id.is_empty() || !self.calls_sent.contains(&index);
         self.calls_sent.insert(index);
-        self.chunk(json!({"tool_calls": [call]}), None)
+        let piece = ToolCallPiece {
+            index,
+            id: first.then_some(id),
+            kind: first.then_some("function"),
+            function: FunctionPiece { name: first.then_some(name), arguments },
+        };
+        json_text(&self.chunk(Delta::ToolCalls { tool_calls: [piece] }, None))
     }
 
     pub(super) fn next(&mut self, item: router::ChatStreamResponse) -> Vec<Event> {
-        self.chunks(item).into_iter().map(|chunk| Event::default().data(chunk.to_string())).collect()
+        self.chunks(item).into_iter().map(|chunk| Event::default().data(chunk)).collect()
     }
 
-    pub(super) fn chunks(&mut self, item: router::ChatStreamResponse) -> Vec<Value> {
+    /// The chunks, as JSON text, for one message of the router's stream.
+    pub(super) fn chunks(&mut self, item: router::ChatStreamResponse) -> Vec<String> {
         let Some(event) = item.event else { return Vec::new() };
         let mut out = Vec::new();
         match event {
@@ -83,17 +163,15 @@ impl Chunks {
                 }
                 if !self.started {
                     self.started = true;
-                    let mut first = self.chunk(json!({"role": "assistant", "content": ""}), None);
-                    if let Some(metadata) = &route.metadata {
-                        first["_metadata"] = metadata_json(metadata);
-                    }
-                    first["session_id"] = json!(route.session_id);
-                    out.push(first);
+                    let mut first = self.chunk(Delta::Role { role: "assistant", content: "" }, None);
+                    first.metadata = route.metadata.as_ref().map(MetadataJson::from);
+                    first.session_id = Some(&route.session_id);
+                    out.push(json_text(&first));
                 }
             }
             ChatEvent::Delta(delta) => {
                 if !delta.content.is_empty() {
-                    out.push(self.chunk(json!({"content": delta.content}), None));
+                    out.push(json_text(&self.chunk(Delta::Content { content: &delta.content }, None)));
                 }
             }
             ChatEvent::ToolCall(piece) => {
@@ -108,16 +186,19 @@ impl Chunks {
                         out.push(self.tool_call_chunk(index, &call.id, &call.name, &call.arguments_json));
                     }
                 }
-                let mut last = self.chunk(json!({}), Some(finish_reason(&done.finish_reason)));
-                if let Some(metadata) = &done.metadata {
-                    last["_metadata"] = metadata_json(metadata);
-                }
-                out.push(last);
+                let mut last = self.chunk(Delta::Empty {}, Some(finish_reason(&done.finish_reason)));
+                last.metadata = done.metadata.as_ref().map(MetadataJson::from);
+                out.push(json_text(&last));
                 if self.include_usage {
-                    let mut usage = self.chunk(json!({}), None);
-                    usage["choices"] = json!([]);
-                    usage["usage"] = usage_json(done.usage.as_ref());
-                    out.push(usage);
+                    let usage = done.usage.unwrap_or_default();
+                    let mut closing = self.chunk(Delta::Empty {}, None);
+                    closing.choices = None;
+                    closing.usage = Some(UsageJson {
+                        prompt_tokens: usage.prompt_tokens,
+                        completion_tokens: usage.completion_tokens,
+                        total_tokens: usage.total_tokens,
+                    });
+                    out.push(json_text(&closing));
                 }
             }
         }
@@ -127,7 +208,68 @@ impl Chunks {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::Value;
+
     use super::*;
+
+    fn parsed(texts: &[String]) -> Vec<Value> {
+        texts.iter().map(|text| serde_json::from_str(text).expect("a chunk is JSON")).collect()
+    }
+
+    #[test]
+    fn a_streamed_answer_has_openais_chunk_shapes() {
+        let mut chunks = Chunks::new("switchyard".into(), true);
+        let event = |event: ChatEvent| router::ChatStreamResponse { event: Some(event) };
+        let metadata = router::RouteMetadata {
+            route_type: router::RouteType::Direct as i32,
+            role_id: "tech-expert".into(),
+            cost_parts: vec![router::CallCost { kind: "routing".into(), priced: true, ..Default::default() }],
+            ..Default::default()
+        };
+        let route =
+            router::RouteDecided { id: "chat-7".into(), session_id: "s-1".into(), metadata: Some(metadata.clone()) };
+        let first = parsed(&chunks.chunks(event(ChatEvent::Route(route))));
+        assert_eq!(first.len(), 1);
+        assert_eq!(first[0]["id"], "chat-7", "the router's id names the stream");
+        assert_eq!(first[0]["object"], "chat.completion.chunk");
+        assert_eq!(first[0]["model"], "switchyard");
+        assert!(first[0]["created"].as_i64().is_some_and(|t| t > 0));
+        assert_eq!(first[0]["choices"][0]["index"], 0);
+        assert_eq!(first[0]["choices"][0]["delta"], json!({"role": "assistant", "content": ""}));
+        assert_eq!(first[0]["choices"][0]["finish_reason"], Value::Null);
+        assert_eq!(first[0]["session_id"], "s-1");
+        assert_eq!(first[0]["_metadata"]["route_type"], "direct");
+        assert_eq!(first[0]["_metadata"]["role_id"], "tech-expert");
+        assert_eq!(first[0]["_metadata"]["reasoning"], Value::Null);
+        assert_eq!(first[0]["_metadata"]["cost_parts"][0]["kind"], "routing");
+        assert_eq!(first[0]["_metadata"], crate::chat::metadata_json(&metadata), "one shape for both paths");
+
+        let text =
+            parsed(&chunks.chunks(event(ChatEvent::Delta(router::ContentDelta { content: "Hi \"you\"\n".into() }))));
+        assert_eq!(text[0]["choices"][0]["delta"], json!({"content": "Hi \"you\"\n"}));
+        assert!(text[0].get("_metadata").is_none() && text[0].get("usage").is_none(), "{}", text[0]);
+        assert!(chunks.chunks(event(ChatEvent::Delta(router::ContentDelta::default()))).is_empty());
+
+        let done = router::ChatCompleted {
+            finish_reason: "stop".into(),
+            usage: Some(router::Usage {
+                prompt_tokens: 3,
+                completion_tokens: 2,
+                total_tokens: 5,
+                ..Default::default()
+            }),
+            metadata: Some(metadata),
+            ..Default::default()
+        };
+        let last = parsed(&chunks.chunks(event(ChatEvent::Completed(done))));
+        assert_eq!(last.len(), 2, "the finish, then the usage: {last:?}");
+        assert_eq!(last[0]["choices"][0]["delta"], json!({}));
+        assert_eq!(last[0]["choices"][0]["finish_reason"], "stop");
+        assert_eq!(last[0]["_metadata"]["role_id"], "tech-expert");
+        assert_eq!(last[1]["choices"], json!([]), "the usage chunk has no choice");
+        assert_eq!(last[1]["usage"], json!({"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}));
+        assert_eq!(last[1]["id"], "chat-7");
+    }
 
     #[test]
     fn streamed_tool_calls_have_openai_pieces_and_finish_reason() {
@@ -141,15 +283,17 @@ mod tests {
                 arguments_delta: arguments.into(),
             }))
         };
-        let opening = chunks.chunks(piece(0, "call_1", "get_weather", ""));
+        let values = |texts: Vec<String>| parsed(&texts);
+        let value = |text: String| -> Value { serde_json::from_str(&text).expect("a chunk is JSON") };
+        let opening = values(chunks.chunks(piece(0, "call_1", "get_weather", "")));
         let call = &opening[0]["choices"][0]["delta"]["tool_calls"][0];
         assert_eq!((call["index"].as_u64(), call["id"].as_str()), (Some(0), Some("call_1")));
         assert_eq!(call["function"]["name"], "get_weather");
-        let first = chunks.tool_call_chunk(1, "call_2", "get_time", "{}");
+        let first = value(chunks.tool_call_chunk(1, "call_2", "get_time", "{}"));
         assert_eq!(first["choices"][0]["delta"]["tool_calls"][0]["id"], "call_2");
         assert_eq!(first["choices"][0]["delta"]["tool_calls"][0]["type"], "function");
         assert_eq!(first["choices"][0]["delta"]["tool_calls"][0]["function"]["name"], "get_time");
-        let more = chunks.tool_call_chunk(0, "", "", "{\"city\":");
+        let more = value(chunks.tool_call_chunk(0, "", "", "{\"city\":"));
         let call = &more["choices"][0]["delta"]["tool_calls"][0];
         assert_eq!(call["index"], 0);
         assert_eq!(call["function"]["arguments"], "{\"city\":");
@@ -164,7 +308,7 @@ mod tests {
             ],
             ..Default::default()
         }));
-        let last = chunks.chunks(done);
+        let last = values(chunks.chunks(done));
         assert_eq!(last.len(), 2, "the unsent third call, then the finish: {last:?}");
         assert_eq!(last[0]["choices"][0]["delta"]["tool_calls"][0]["id"], "call_3");
         assert_eq!(last[0]["choices"][0]["delta"]["tool_calls"][0]["index"], 2);

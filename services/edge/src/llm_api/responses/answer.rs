@@ -7,7 +7,11 @@ use serde_json::{Value, json};
 use switchyard_proto::router::v1::{self as router, chat_stream_response::Event as ChatEvent};
 
 use super::{request::Echo, store::StoredResponse, turn::Turn};
-use crate::{auth::Caller, chat::metadata_json, error::ApiError};
+use crate::{
+    auth::Caller,
+    chat::{json_text, metadata_json},
+    error::ApiError,
+};
 
 /// What every state of one response object shares.
 pub(super) struct Shell {
@@ -129,7 +133,7 @@ impl Relay {
         data["type"] = json!(kind);
         data["sequence_number"] = json!(self.sequence);
         self.sequence += 1;
-        Event::default().event(kind).data(data.to_string())
+        Event::default().event(kind).data(json_text(&data))
     }
 
     pub(super) fn next_index(&self) -> usize {
