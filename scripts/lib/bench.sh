@@ -52,6 +52,25 @@ bench_start_stack() {
     --triggers-url "http://127.0.0.1:$triggers_port" >/dev/null 2>&1 &
   edge=$!
   pids+=("$edge")
+  bench_wait_semantic "$triggers_port"
+}
+
+# Waits (up to 30 s) until the triggers service at PORT has its semantic signal loaded (its
+# health component `…TriggerService.semantic` SERVING): loading embeds every domain exemplar,
+# seconds of CPU that would otherwise be counted against the first case measured. Without the
+# model (scripts/fetch-models.sh not run) it says so and goes on: triggers then decides by
+# keywords alone, which the figures must then say.
+bench_wait_semantic() {
+  local port="$1" grpcurl="$PWD/.tools/bin/grpcurl" _
+  [[ -x "$grpcurl" ]] || scripts/install-tools.sh >/dev/null
+  for _ in $(seq 150); do
+    if "$grpcurl" -plaintext -d '{"service":"switchyard.triggers.v1.TriggerService.semantic"}' "127.0.0.1:$port" \
+      grpc.health.v1.Health/Check 2>/dev/null | grep -q '"SERVING"'; then
+      return 0
+    fi
+    sleep 0.2
+  done
+  echo "warning: the triggers' semantic signal was not ready after 30 s (models/ missing?); measuring without it" >&2
 }
 
 # Waits until one chat completion through ORIGIN (`http://host:port`) answers, for up to
