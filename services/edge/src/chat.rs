@@ -20,8 +20,8 @@ pub fn route_name(route: RouteType) -> &'static str {
 /// The `_metadata` object, written straight from the router's message: the five fields
 /// docs/requirements.md#router-response names first, then everything else the router says
 /// about the turn. A borrowing view rather than a `Value` tree: a streamed answer writes it
-/// twice, and building and dropping the tree cost the edge more than the rest of its chunks
-/// (BENCHMARKS.md, the edge per API).
+/// twice, and its chunks built as `Value` trees took 16 % of the edge's CPU (BENCHMARKS.md,
+/// the edge per API).
 #[derive(Debug, Serialize)]
 pub struct MetadataJson<'a> {
     route_type: &'static str,
@@ -123,13 +123,27 @@ pub fn json_text<T: Serialize + ?Sized>(value: &T) -> String {
     serde_json::to_string(value).unwrap_or_default()
 }
 
+/// OpenAI's `usage` object (absent usage counts as zero).
+#[derive(Debug, Serialize)]
+pub struct UsageJson {
+    prompt_tokens: u32,
+    completion_tokens: u32,
+    total_tokens: u32,
+}
+
+impl From<Option<&router::Usage>> for UsageJson {
+    fn from(usage: Option<&router::Usage>) -> Self {
+        let usage = usage.cloned().unwrap_or_default();
+        Self {
+            prompt_tokens: usage.prompt_tokens,
+            completion_tokens: usage.completion_tokens,
+            total_tokens: usage.total_tokens,
+        }
+    }
+}
+
 pub fn usage_json(usage: Option<&router::Usage>) -> Value {
-    let usage = usage.cloned().unwrap_or_default();
-    json!({
-        "prompt_tokens": usage.prompt_tokens,
-        "completion_tokens": usage.completion_tokens,
-        "total_tokens": usage.total_tokens,
-    })
+    serde_json::to_value(UsageJson::from(usage)).unwrap_or(Value::Null)
 }
 
 /// Seconds since the epoch of a wire timestamp (now when absent).

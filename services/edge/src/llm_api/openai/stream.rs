@@ -8,7 +8,7 @@ use serde_json::json;
 use switchyard_proto::router::v1::{self as router, chat_stream_response::Event as ChatEvent};
 
 use crate::{
-    chat::{MetadataJson, finish_reason, json_text},
+    chat::{MetadataJson, UsageJson, finish_reason, json_text},
     error::ApiError,
 };
 
@@ -102,13 +102,6 @@ struct FunctionPiece<'a> {
     arguments: &'a str,
 }
 
-#[derive(Serialize)]
-struct UsageJson {
-    prompt_tokens: u32,
-    completion_tokens: u32,
-    total_tokens: u32,
-}
-
 impl Chunks {
     pub(super) fn new(model: String, include_usage: bool) -> Self {
         Self {
@@ -121,17 +114,22 @@ impl Chunks {
         }
     }
 
-    fn chunk<'a>(&'a self, delta: Delta<'a>, finish: Option<&'a str>) -> Chunk<'a> {
+    /// A chunk with no choice and nothing but the stream's identity.
+    fn header(&self) -> Chunk<'_> {
         Chunk {
             id: &self.id,
             object: "chat.completion.chunk",
             created: self.created,
             model: &self.model,
-            choices: Some(Choice { index: 0, delta, finish_reason: finish }),
+            choices: None,
             metadata: None,
             session_id: None,
             usage: None,
         }
+    }
+
+    fn chunk<'a>(&'a self, delta: Delta<'a>, finish: Option<&'a str>) -> Chunk<'a> {
+        Chunk { choices: Some(Choice { index: 0, delta, finish_reason: finish }), ..self.header() }
     }
 
     /// A piece of a tool call as JSON text: the first piece of a call carries its id, type
@@ -190,14 +188,7 @@ impl Chunks {
                 last.metadata = done.metadata.as_ref().map(MetadataJson::from);
                 out.push(json_text(&last));
                 if self.include_usage {
-                    let usage = done.usage.unwrap_or_default();
-                    let mut closing = self.chunk(Delta::Empty {}, None);
-                    closing.choices = None;
-                    closing.usage = Some(UsageJson {
-                        prompt_tokens: usage.prompt_tokens,
-                        completion_tokens: usage.completion_tokens,
-                        total_tokens: usage.total_tokens,
-                    });
+                    let closing = Chunk { usage: Some(UsageJson::from(done.usage.as_ref())), ..self.header() };
                     out.push(json_text(&closing));
                 }
             }
@@ -284,7 +275,7 @@ mod tests {
             }))
         };
         let values = |texts: Vec<String>| parsed(&texts);
-        let value = |text: String| -> Value { serde_json::from_str(&text).expect("a chunk is JSON") };
+        let value = |text: String| parsed(&[text]).remove(0);
         let opening = values(chunks.chunks(piece(0, "call_1", "get_weather", "")));
         let call = &opening[0]["choices"][0]["delta"]["tool_calls"][0];
         assert_eq!((call["index"].as_u64(), call["id"].as_str()), (Some(0), Some("call_1")));
