@@ -100,6 +100,7 @@ for round in $(seq "$rounds"); do
       sleep 0.2
     done
     [[ -n "$ready" ]] || { echo "the router ($suite) did not become ready" >&2; exit 1; }
+    bench_wait_semantic "$triggers_port" "$router_port"
     # Triggers loads its embedding model in the background after it starts serving: let that
     # finish, so its CPU is not counted against the turns.
     sleep "${BENCH_SETTLE:-8}"

@@ -1,4 +1,4 @@
-# Shared by scripts/bench-edge.sh and scripts/bench-peers.sh (sourced, not run): the release
+# Shared by the bench scripts (sourced, not run): the release
 # build, Switchyard's stack behind the scripted vendor, and the clean-up of what was started.
 # The sourcing script sets, before calling these: llm_port, triggers_port, sessions_port,
 # router_port, edge_port and schema (the router's analytics schema in DATABASE_URL, dropped at
@@ -52,25 +52,36 @@ bench_start_stack() {
     --triggers-url "http://127.0.0.1:$triggers_port" >/dev/null 2>&1 &
   edge=$!
   pids+=("$edge")
-  bench_wait_semantic "$triggers_port"
+  bench_wait_semantic "$triggers_port" "$router_port"
 }
 
-# Waits (up to 30 s) until the triggers service at PORT has its semantic signal loaded (its
-# health component `…TriggerService.semantic` SERVING): loading embeds every domain exemplar,
-# seconds of CPU that would otherwise be counted against the first case measured. Without the
-# model (scripts/fetch-models.sh not run) it says so and goes on: triggers then decides by
-# keywords alone, which the figures must then say.
+# Waits (up to 30 s) until the background models are loaded: the triggers' semantic signal at
+# TRIGGERS_PORT (health component `…TriggerService.semantic`) and, given ROUTER_PORT, the router's
+# fast router (`…RouterService.fast`). Loading embeds every exemplar (the router's are cached on
+# disk after the first start, the triggers' are not): seconds of CPU that would otherwise be
+# counted against the first case measured. Without the model (scripts/fetch-models.sh not run) it
+# says so and goes on: the figures must then say so.
 bench_wait_semantic() {
-  local port="$1" grpcurl="$PWD/.tools/bin/grpcurl" _
+  local triggers_port="$1" router_port="${2:-}"
+  bench_wait_component "$triggers_port" switchyard.triggers.v1.TriggerService.semantic "the triggers' semantic signal"
+  if [[ -n "$router_port" ]]; then
+    bench_wait_component "$router_port" switchyard.router.v1.RouterService.fast "the router's fast router"
+  fi
+}
+
+# Waits (up to 30 s) until the gRPC health component SERVICE at PORT is SERVING; WHAT names it
+# in the warning given when it is not.
+bench_wait_component() {
+  local port="$1" service="$2" what="$3" grpcurl="$PWD/.tools/bin/grpcurl" _
   [[ -x "$grpcurl" ]] || scripts/install-tools.sh >/dev/null
   for _ in $(seq 150); do
-    if "$grpcurl" -plaintext -d '{"service":"switchyard.triggers.v1.TriggerService.semantic"}' "127.0.0.1:$port" \
-      grpc.health.v1.Health/Check 2>/dev/null | grep -q '"SERVING"'; then
+    if "$grpcurl" -plaintext -d "{\"service\":\"$service\"}" "127.0.0.1:$port" grpc.health.v1.Health/Check \
+      2>/dev/null | grep -q '"SERVING"'; then
       return 0
     fi
     sleep 0.2
   done
-  echo "warning: the triggers' semantic signal was not ready after 30 s (models/ missing?); measuring without it" >&2
+  echo "warning: $what was not ready after 30 s (models/ missing?); measuring without it" >&2
 }
 
 # Waits until one chat completion through ORIGIN (`http://host:port`) answers, for up to
@@ -158,6 +169,7 @@ bench_start_full_stack() {
     --mcp-gateway-url "http://127.0.0.1:$gateway_port" --metrics-listen "127.0.0.1:$((metrics_base + 4))" >"$logs/edge.log" 2>&1 &
   edge=$!
   pids+=("$edge")
+  bench_wait_semantic "$triggers_port" "$router_port"
 }
 
 # Drops the per-service schemas bench_start_full_stack made (named after $schema).

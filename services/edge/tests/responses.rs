@@ -118,6 +118,24 @@ async fn events_come_in_order_with_their_types_and_sequence_numbers() {
     }
     let joined: String = text.iter().filter_map(|(_, d)| d["delta"].as_str()).collect();
     assert_eq!(joined, ANSWER);
+    let created = &text[0].1["response"];
+    assert_eq!(created, &text[1].1["response"], "created and in_progress carry the same response");
+    for (member, value) in [
+        ("object", json!("response")),
+        ("status", json!("in_progress")),
+        ("error", Value::Null),
+        ("incomplete_details", Value::Null),
+        ("output", json!([])),
+        ("usage", Value::Null),
+        ("model", json!("switchyard")),
+        ("tools", json!([])),
+    ] {
+        assert_eq!(created[member], value, "response.created's {member}");
+    }
+    let delta = &text[4].1;
+    assert_eq!(delta["item_id"], text[2].1["item"]["id"]);
+    assert_eq!((delta["output_index"].as_u64(), delta["content_index"].as_u64()), (Some(0), Some(0)));
+    assert_eq!(delta["logprobs"], json!([]));
     let completed = &text.last().unwrap().1["response"];
     assert_eq!(completed["status"], "completed");
     assert_eq!(completed["output"][0]["content"][0]["text"], ANSWER);

@@ -233,3 +233,29 @@ async fn a_correction_teaches_that_users_route_on_every_replica() {
     })
     .await;
 }
+
+/// The fast router's health component: SERVING once it is loaded, NOT_SERVING with it turned
+/// off; the router itself serves either way.
+#[tokio::test]
+async fn the_fast_router_shows_as_a_health_component() {
+    use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
+    async fn status(suite: &Suite, service: &str) -> Result<ServingStatus, tonic::Status> {
+        let mut client = HealthClient::new(suite.channel().await);
+        Ok(client.check(HealthCheckRequest { service: service.into() }).await?.into_inner().status())
+    }
+    let reply = |_: &Recorded| Reply::text("hi");
+    let loaded =
+        Suite::with(ScriptedLlm::start(reply).await, Options { fast_router: true, ..Options::default() }).await;
+    let off = Suite::with(ScriptedLlm::start(reply).await, Options::default()).await;
+    for (suite, expected) in [(&loaded, ServingStatus::Serving), (&off, ServingStatus::NotServing)] {
+        eventually(Duration::from_secs(10), "the fast router's component reported", || async {
+            match status(suite, switchyard_router::FAST_ROUTER_HEALTH).await {
+                Ok(seen) if seen == expected => Ok(()),
+                Ok(seen) => Err(format!("{seen:?}")),
+                Err(status) => Err(status.message().to_owned()),
+            }
+        })
+        .await;
+        assert_eq!(status(suite, "").await.expect("the router's own health"), ServingStatus::Serving);
+    }
+}

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use axum::response::sse::Event;
+use serde::Serialize;
 use serde_json::{Value, json};
 use switchyard_proto::router::v1::{self as router, chat_stream_response::Event as ChatEvent};
 
@@ -22,28 +23,34 @@ pub(super) struct Shell {
 }
 
 impl Shell {
-    pub(super) fn json(&self, status: &str, output: Vec<Value>, usage: Option<Value>) -> Value {
+    /// The response object as a borrowing view, for the events that carry it whole.
+    pub(super) fn view<'a>(&'a self, status: &'a str, output: &'a [Value], usage: Option<&'a Value>) -> ShellJson<'a> {
         let echo = &self.echo;
-        json!({
-            "id": self.id,
-            "object": "response",
-            "created_at": self.created_at,
-            "status": status,
-            "error": null,
-            "incomplete_details": if status == "incomplete" { json!({"reason": "max_output_tokens"}) } else { Value::Null },
-            "instructions": echo.instructions,
-            "max_output_tokens": echo.max_output_tokens,
-            "model": self.model,
-            "output": output,
-            "parallel_tool_calls": echo.parallel_tool_calls,
-            "previous_response_id": echo.previous_response_id,
-            "temperature": echo.temperature,
-            "text": echo.text,
-            "tool_choice": echo.tool_choice,
-            "tools": echo.tools,
-            "metadata": echo.metadata,
-            "usage": usage,
-        })
+        ShellJson {
+            id: &self.id,
+            object: "response",
+            created_at: self.created_at,
+            status,
+            error: None,
+            incomplete_details: (status == "incomplete").then_some(Incomplete { reason: "max_output_tokens" }),
+            instructions: &echo.instructions,
+            max_output_tokens: &echo.max_output_tokens,
+            model: &self.model,
+            output,
+            parallel_tool_calls: echo.parallel_tool_calls,
+            previous_response_id: &echo.previous_response_id,
+            temperature: &echo.temperature,
+            text: &echo.text,
+            tool_choice: &echo.tool_choice,
+            tools: &echo.tools,
+            metadata: &echo.metadata,
+            usage,
+        }
+    }
+
+    /// The response object, for the answers that are kept or changed after they are built.
+    pub(super) fn json(&self, status: &str, output: Vec<Value>, usage: Option<Value>) -> Value {
+        serde_json::to_value(self.view(status, &output, usage.as_ref())).unwrap_or(Value::Null)
     }
 
     /// The output items of a finished answer: its text as a message item, then its calls.
@@ -55,6 +62,76 @@ impl Shell {
         items.extend(calls.iter().map(|c| call_item(&item_id("fc"), &c.id, &c.name, &c.arguments_json, "completed")));
         items
     }
+}
+
+/// The `response` object (see [`Shell::view`]).
+#[derive(Debug, Serialize)]
+pub(super) struct ShellJson<'a> {
+    id: &'a str,
+    object: &'static str,
+    created_at: i64,
+    status: &'a str,
+    /// Always `null` here; a failed response's error is set on its JSON value.
+    error: Option<()>,
+    incomplete_details: Option<Incomplete>,
+    instructions: &'a Value,
+    max_output_tokens: &'a Value,
+    model: &'a str,
+    output: &'a [Value],
+    parallel_tool_calls: bool,
+    previous_response_id: &'a Value,
+    temperature: &'a Value,
+    text: &'a Value,
+    tool_choice: &'a Value,
+    tools: &'a Value,
+    metadata: &'a Value,
+    usage: Option<&'a Value>,
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct Incomplete {
+    reason: &'static str,
+}
+
+/// One Responses event: its `type`, its place in the stream, and its own members. The pieces
+/// of an answer go out as typed views rather than `Value` trees (one event per piece).
+#[derive(Serialize)]
+struct Envelope<'a, T> {
+    r#type: &'a str,
+    sequence_number: u64,
+    #[serde(flatten)]
+    data: T,
+}
+
+/// `{"response": …}`, the member of the events that carry the response object.
+#[derive(Serialize)]
+struct Carrying<T> {
+    response: T,
+}
+
+/// The members of `response.output_text.delta`.
+#[derive(Serialize)]
+struct TextDelta<'a> {
+    item_id: &'a str,
+    output_index: usize,
+    content_index: u32,
+    delta: &'a str,
+    logprobs: [(); 0],
+}
+
+/// The members of `response.function_call_arguments.delta`.
+#[derive(Serialize)]
+struct ArgumentsDelta<'a> {
+    item_id: &'a str,
+    output_index: usize,
+    delta: &'a str,
+}
+
+/// The event `kind` numbered from `sequence`, which it advances.
+fn framed(sequence: &mut u64, kind: &str, data: impl Serialize) -> Event {
+    let text = json_text(&Envelope { r#type: kind, sequence_number: *sequence, data });
+    *sequence += 1;
+    Event::default().event(kind).data(text)
 }
 
 pub(super) fn item_id(prefix: &str) -> String {
@@ -129,11 +206,9 @@ pub(super) struct Relay {
 }
 
 impl Relay {
-    pub(super) fn event(&mut self, kind: &str, mut data: Value) -> Event {
-        data["type"] = json!(kind);
-        data["sequence_number"] = json!(self.sequence);
-        self.sequence += 1;
-        Event::default().event(kind).data(json_text(&data))
+    /// The event `kind` with `data`'s members (an object).
+    pub(super) fn event(&mut self, kind: &str, data: impl Serialize) -> Event {
+        framed(&mut self.sequence, kind, data)
     }
 
     pub(super) fn next_index(&self) -> usize {
@@ -145,9 +220,9 @@ impl Relay {
             return;
         }
         self.started = true;
-        let response = self.shell.json("in_progress", Vec::new(), None);
-        out.push(self.event("response.created", json!({"response": response})));
-        out.push(self.event("response.in_progress", json!({"response": response})));
+        let response = Carrying { response: self.shell.view("in_progress", &[], None) };
+        out.push(framed(&mut self.sequence, "response.created", &response));
+        out.push(framed(&mut self.sequence, "response.in_progress", &response));
     }
 
     pub(super) fn close_text(&mut self, out: &mut Vec<Event>) {
@@ -177,9 +252,9 @@ impl Relay {
         }
         let Some(item) = self.text.as_mut() else { return };
         item.text.push_str(delta);
-        let data = json!({"item_id": item.id, "output_index": item.output_index, "content_index": 0,
-            "delta": delta, "logprobs": []});
-        out.push(self.event("response.output_text.delta", data));
+        let data =
+            TextDelta { item_id: &item.id, output_index: item.output_index, content_index: 0, delta, logprobs: [] };
+        out.push(framed(&mut self.sequence, "response.output_text.delta", data));
     }
 
     pub(super) fn call_piece(&mut self, index: u32, call_id: &str, name: &str, delta: &str, out: &mut Vec<Event>) {
@@ -204,8 +279,8 @@ impl Relay {
         }
         let Some(call) = self.calls.get_mut(&index) else { return };
         call.arguments.push_str(delta);
-        let data = json!({"item_id": call.id, "output_index": call.output_index, "delta": delta});
-        out.push(self.event("response.function_call_arguments.delta", data));
+        let data = ArgumentsDelta { item_id: &call.id, output_index: call.output_index, delta };
+        out.push(framed(&mut self.sequence, "response.function_call_arguments.delta", data));
     }
 
     pub(super) fn next(&mut self, item: router::ChatStreamResponse) -> Vec<Event> {
