@@ -5,7 +5,7 @@
 
 use std::{marker::PhantomData, time::Duration};
 
-use bytes::Buf;
+use bytes::{Buf, Bytes};
 use prost::Message;
 use prost_reflect::{DynamicMessage, MessageDescriptor};
 use switchyard_kit::{
@@ -70,17 +70,17 @@ impl Upstreams {
             .max_encoding_message_size(self.max_message_bytes)
     }
 
-    /// Calls a unary RPC with a dynamic request.
-    pub async fn unary(
+    /// Calls a unary RPC with a dynamic request; the answer comes as its wire bytes, which the
+    /// REST path writes as JSON without decoding a message (`transcode::wire_json`).
+    pub async fn unary_wire(
         &self,
         upstream: Upstream,
         path: http::uri::PathAndQuery,
-        output: MessageDescriptor,
         request: tonic::Request<DynamicMessage>,
-    ) -> Result<tonic::Response<DynamicMessage>, Status> {
+    ) -> Result<tonic::Response<Bytes>, Status> {
         let mut grpc = self.grpc(upstream);
         grpc.ready().await.map_err(|err| Status::unavailable(format!("{} unavailable: {err}", upstream.name())))?;
-        grpc.unary(request, path, DynamicCodec::new(output)).await.map_err(|s| named(upstream, s))
+        grpc.unary(request, path, WireCodec).await.map_err(|s| named(upstream, s))
     }
 
     /// Calls a server-streaming RPC whose answers are read as dynamic messages. The request may
@@ -200,6 +200,37 @@ impl Decoder for DynamicDecoder {
         DynamicMessage::decode(self.0.clone(), bytes)
             .map(Some)
             .map_err(|err| Status::internal(format!("decoding the response: {err}")))
+    }
+}
+
+/// Encodes dynamic requests and hands back each answer's bytes undecoded.
+#[derive(Debug, Clone, Copy)]
+pub struct WireCodec;
+
+impl Codec for WireCodec {
+    type Encode = DynamicMessage;
+    type Decode = Bytes;
+    type Encoder = DynamicEncoder;
+    type Decoder = WireDecoder;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        DynamicEncoder(PhantomData)
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        WireDecoder
+    }
+}
+
+#[derive(Debug)]
+pub struct WireDecoder;
+
+impl Decoder for WireDecoder {
+    type Item = Bytes;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
+        Ok(Some(src.copy_to_bytes(src.remaining())))
     }
 }
 

@@ -12,6 +12,7 @@ use axum::{
         sse::{Event, KeepAlive, Sse},
     },
 };
+use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use http::{HeaderMap, HeaderValue, Method, Uri, header};
 use prost_reflect::{DynamicMessage, ReflectMessage, Value as ProtoValue};
@@ -100,21 +101,24 @@ async fn transcode_inner(
     let request = clients::request(request, &caller, Some(edge.request_timeout));
     let response = edge
         .upstreams
-        .unary(route.rpc.upstream, route.rpc.grpc_path.clone(), route.rpc.method.output(), request)
+        .unary_wire(route.rpc.upstream, route.rpc.grpc_path.clone(), request)
         .await
         .map_err(|status| ApiError::from_status(&status))?;
     let warning = turn::budget_warning(response.metadata());
     Ok(turn::warned(json_text_response(shape(route, response.get_ref())?), warning))
 }
 
-/// The response body: the message as proto JSON, or an OpenAI chat completion.
-fn shape(route: &HttpRoute, response: &DynamicMessage) -> Result<Vec<u8>, ApiError> {
+/// The response body, from the answer's wire bytes: the message as proto JSON, or an OpenAI
+/// chat completion. Bytes that are not the RPC's output message are the edge's internal error,
+/// as a client decoding them would report it.
+fn shape(route: &HttpRoute, response: &Bytes) -> Result<Vec<u8>, ApiError> {
+    let undecodable = |err: prost::DecodeError| {
+        ApiError::from_status(&tonic::Status::internal(format!("decoding the response: {err}")))
+    };
     match route.shape {
-        ResponseShape::Proto => Ok(to_json_text(response)),
+        ResponseShape::Proto => message::wire_to_json_text(&route.rpc.method.output(), response).map_err(undecodable),
         ResponseShape::ChatCompletion => {
-            let chat: router::ChatResponse = response
-                .transcode_to()
-                .map_err(|err| ApiError::internal(format!("the chat response does not decode: {err}")))?;
+            let chat = <router::ChatResponse as prost::Message>::decode(response.as_ref()).map_err(undecodable)?;
             Ok(serde_json::to_vec(&completion_json(&chat, None)).unwrap_or_default())
         }
     }

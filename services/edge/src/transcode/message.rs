@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 use super::{
     rules::{BodyRule, HttpRoute, field_at},
     template::{Binding, percent_decode},
+    wire_json,
 };
 use crate::error::ApiError;
 
@@ -81,6 +82,18 @@ pub fn to_json_text(message: &DynamicMessage) -> Vec<u8> {
         Ok(()) => text,
         Err(_) => b"null".to_vec(),
     }
+}
+
+/// A unary answer's JSON text, from its wire bytes: written straight from them
+/// ([`wire_json`]), or, for what that does not take on, from the decoded message by
+/// [`to_json_text`] (the same text). The error is the decoder's, for bytes that are not a
+/// message of this type.
+pub fn wire_to_json_text(descriptor: &MessageDescriptor, bytes: &[u8]) -> Result<Vec<u8>, prost::DecodeError> {
+    let mut text = Vec::with_capacity(bytes.len() * 2 + 64);
+    if wire_json::write_message(descriptor, bytes, &mut text).is_ok() {
+        return Ok(text);
+    }
+    DynamicMessage::decode(descriptor.clone(), bytes).map(|message| to_json_text(&message))
 }
 
 /// A message as JSON (proto field names, defaults present, enums by name).

@@ -1,6 +1,7 @@
 //! HTTP/JSON ↔ gRPC from the descriptor set: `rules` reads each RPC's `google.api.http`
 //! option into a route, `template` matches paths, `message` builds request messages from JSON,
-//! path and query, and writes responses as JSON.
+//! path and query, and writes responses as JSON; `wire_json` writes a unary answer's JSON straight
+//! from its wire bytes.
 //!
 //! Built on `prost-reflect` (dynamic messages and the proto3 JSON mapping) under this thin
 //! layer rather than a transcoding crate: the maintained ones are Envoy's C++ filter and
@@ -11,3 +12,4 @@
 pub mod message;
 pub mod rules;
 pub mod template;
+pub mod wire_json;
