@@ -31,6 +31,16 @@ const HEADER_BYTES: usize = 8 + 4 + DIGEST_BYTES + 4 + 8;
 /// The model files that decide its vectors.
 const MODEL_FILES: [&str; 3] = ["config.json", "tokenizer.json", "model.safetensors"];
 
+/// The directory a service keeps its own embedding files in when not told where:
+/// `$SWITCHYARD_CACHE_DIR`, else `$XDG_CACHE_HOME/switchyard`, else `~/.cache/switchyard`;
+/// `None` when none of those is set.
+pub fn default_dir() -> Option<PathBuf> {
+    std::env::var_os("SWITCHYARD_CACHE_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|dir| PathBuf::from(dir).join("switchyard")))
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache/switchyard")))
+}
+
 /// A model's identity: SHA-256 over its config, tokenizer and weight files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ModelDigest([u8; DIGEST_BYTES]);

@@ -139,10 +139,7 @@ struct VectorCache {
 impl VectorCache {
     fn new(model_dir: &Path, exemplars: &Exemplars, dimensions: usize) -> Option<Self> {
         use sha2::{Digest, Sha256};
-        let base = std::env::var_os("SWITCHYARD_CACHE_DIR")
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|dir| PathBuf::from(dir).join("switchyard")))
-            .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache/switchyard")))?;
+        let base = switchyard_models::cache_file::default_dir()?;
         let mut digest = Sha256::new();
         for file in ["config.json", "tokenizer.json", "model.safetensors"] {
             // The weights by size and time (hashing 90 MB would cost what the cache saves).

@@ -70,6 +70,14 @@ pub struct TriggersConfig {
     #[arg(long, env = "SWITCHYARD_MODEL_DIR", default_value = "models/all-MiniLM-L6-v2")]
     pub model_dir: PathBuf,
 
+    /// Where the domain exemplars' embeddings are kept between starts, so a restart reads them
+    /// instead of embedding hundreds of texts again (seconds of CPU). Default:
+    /// `triggers-exemplars.embed` in `$SWITCHYARD_CACHE_DIR`, else `$XDG_CACHE_HOME/switchyard`,
+    /// else `~/.cache/switchyard`; `none` keeps nothing. A file of another model, or one that
+    /// cannot be read, is ignored and rewritten.
+    #[arg(long, env = "TRIGGERS_EMBEDDING_CACHE")]
+    pub embedding_cache: Option<PathBuf>,
+
     /// Run without the semantic signal even when the model folder is present.
     #[arg(long, env = "TRIGGERS_NO_SEMANTIC")]
     pub no_semantic: bool,
@@ -118,6 +126,15 @@ impl TriggersConfig {
     /// The defaults, in memory, on `listen` (tests and `switchyard dev`).
     pub fn in_memory(listen: SocketAddr) -> Self {
         Self { listen, stores: TriggersStoreArgs::in_memory(), ..Self::defaults() }
+    }
+
+    /// The exemplar embeddings' file, as `--embedding-cache` says; `None` to keep none.
+    pub fn embedding_cache_path(&self) -> Option<PathBuf> {
+        match &self.embedding_cache {
+            Some(path) if path.as_os_str() == "none" => None,
+            Some(path) => Some(path.clone()),
+            None => switchyard_models::cache_file::default_dir().map(|dir| dir.join("triggers-exemplars.embed")),
+        }
     }
 
     /// The size limits, unchecked (any value is a valid limit).

@@ -118,6 +118,7 @@ impl TriggersServer {
                 config.model_dir.clone(),
                 config.recent_queries,
                 semantic::SemanticIndex::pack_texts(&packs),
+                config.embedding_cache_path(),
                 move || {
                     let _ = model_ready.send(());
                 },

@@ -221,3 +221,59 @@ async fn without_the_model_the_service_serves_by_triggers_and_says_so() {
     .await;
     server.stop().await;
 }
+
+/// The domain exemplars' vectors are kept in the `--embedding-cache` file between starts: a
+/// file of another model is ignored and rewritten with this model's vectors on the first start,
+/// and the next start reads its vectors instead of embedding the texts. (The file is doctored
+/// between the starts, so the second service's similarities show which vectors it used.)
+#[tokio::test]
+async fn exemplar_embeddings_are_kept_between_starts() {
+    use switchyard_models::cache_file::{self, ModelDigest};
+    let model_dir = switchyard_testkit::model_dir();
+    let path = std::env::temp_dir().join(format!("sy-triggers-kept-{}/exemplars.embed", uuid::Uuid::new_v4().simple()));
+    let foreign = ModelDigest::from_bytes([9; 32]);
+    cache_file::write(&path, &foreign, 384, std::iter::once(("hello", [0.5_f32; 384].as_slice()))).expect("write");
+    let mut config = config_with_model(model_dir.clone());
+    config.embedding_cache = Some(path.clone());
+
+    let first = common::spawn(&config).await;
+    ready_client(&first).await;
+    let model = ModelDigest::of_dir(&model_dir).expect("model digest");
+    let packs = switchyard_triggers::packs::DomainPacks::builtin().expect("packs");
+    let texts = switchyard_triggers::semantic::SemanticIndex::pack_texts(&packs);
+    let kept = cache_file::read(&path, &model, 384).expect("rewritten with this model's vectors");
+    let mut kept_texts: Vec<&str> = kept.iter().map(|(text, _)| text.as_str()).collect();
+    kept_texts.sort_unstable();
+    assert_eq!(kept_texts, texts.iter().map(String::as_str).collect::<Vec<_>>(), "every pack text, once");
+    drop(first);
+
+    // Every legal text given the vector of small talk that matches no trigger: only a service
+    // that read the file finds it as close to the legal role as to itself.
+    let question = "hello there";
+    let embedder = switchyard_models::Embedder::load(&model_dir).expect("model");
+    let question_vector = embedder.embed(&[question]).expect("embed").remove(0);
+    let legal = packs.get("legal").expect("legal pack");
+    let legal_texts: Vec<&String> = std::iter::once(&legal.description).chain(&legal.exemplar_questions).collect();
+    let doctored: Vec<(String, Vec<f32>)> = kept
+        .into_iter()
+        .map(
+            |(text, vector)| {
+                if legal_texts.contains(&&text) { (text, question_vector.clone()) } else { (text, vector) }
+            },
+        )
+        .collect();
+    cache_file::write(&path, &model, 384, doctored.iter().map(|(t, v)| (t.as_str(), v.as_slice()))).expect("write");
+
+    let second = common::spawn(&config).await;
+    let mut client = ready_client(&second).await;
+    let detected =
+        client.detect_triggers(DetectTriggersRequest { query: question.into() }).await.expect("detect").into_inner();
+    let legal_match = detected
+        .matches
+        .iter()
+        .find(|m| m.role_id == "legal-expert")
+        .unwrap_or_else(|| panic!("legal not scored: {detected:?}"));
+    let similarity = legal_match.semantic_similarity.expect("a similarity");
+    assert!(similarity > 0.99, "the legal role's similarity {similarity}: the kept vectors were not read");
+    let _ = std::fs::remove_dir_all(path.parent().expect("a directory"));
+}

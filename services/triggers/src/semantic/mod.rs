@@ -11,5 +11,5 @@ mod index;
 mod model;
 
 pub use index::{SemanticIndex, Similarities, Similarity};
-pub use model::{ModelState, SemanticModel};
+pub use model::{KeptExemplars, ModelState, SemanticModel};
 pub use switchyard_models::recent::RecentQueries;
