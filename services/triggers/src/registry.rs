@@ -504,6 +504,53 @@ fn index_exemplars(roles: &[RoleRegistration], packs: &DomainPacks, model: &Sema
         tracing::warn!(error = %err, "embedding exemplars failed; the semantic signal is off for this version");
         return None;
     }
-    cache.retain(&texts.iter().map(String::as_str).collect());
+    // The domain packs' texts stay whether or not a role uses them yet: they are embedded (or
+    // read from the kept file) once per process, and a role registered later for another
+    // domain must not embed that domain's exemplars again on the registration's path.
+    let pack_texts = SemanticIndex::pack_texts(packs);
+    let keep = texts.iter().chain(&pack_texts).map(String::as_str).collect();
+    cache.retain(&keep);
     Some(SemanticIndex::build(roles, packs, cache))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn role(id: &str, domain: &str) -> RoleRegistration {
+        RoleRegistration {
+            role_id: RoleId::parse(id).expect("valid id"),
+            domains: vec![domain.to_owned()],
+            custom_triggers: Vec::new(),
+            description: format!("The {domain} role"),
+            example_questions: Vec::new(),
+            updated_at: chrono::Utc::now(),
+        }
+    }
+
+    /// Found when the packs' vectors came from the kept file and the model was ready before
+    /// sessions registered its roles: each rebuild dropped the packs its roles did not use yet,
+    /// so the next role's registration embedded its domain's exemplars again on the request
+    /// path (seconds each, past a caller's deadline). The packs' texts now stay.
+    #[test]
+    fn a_rebuild_keeps_every_packs_vectors_for_roles_registered_later() {
+        let model =
+            SemanticModel::load(&switchyard_testkit::model_dir(), 0).expect("the model (scripts/fetch-models.sh)");
+        let packs = DomainPacks::builtin().expect("packs");
+        let pack_texts = SemanticIndex::pack_texts(&packs);
+        let embedder = model.embedder().expect("loaded");
+        model.exemplars().fill(&embedder, &pack_texts).expect("embed the packs");
+
+        let finance = [role("finance-expert", "finance")];
+        let index = index_exemplars(&finance, &packs, &model).expect("an index");
+        assert_eq!(index.role_count(), 1);
+        assert!(model.exemplars().covers(&pack_texts), "a rebuild for one domain dropped the other packs' vectors");
+
+        let own = "The finance role".to_owned();
+        assert!(model.exemplars().covers(std::slice::from_ref(&own)), "the role's own description is embedded");
+        // A role's own texts go with it once it is gone; the packs' stay.
+        index_exemplars(&[role("legal-expert", "legal")], &packs, &model).expect("an index");
+        assert!(!model.exemplars().covers(std::slice::from_ref(&own)));
+        assert!(model.exemplars().covers(&pack_texts));
+    }
 }
