@@ -239,6 +239,23 @@ const TRIP: &str = "Plan a relaxed weekend itinerary for Lisbon";
 const WEATHER: &str = "What's the weather in Paris right now?";
 const WEATHER_AGAIN: &str = "What is the weather in Paris right now?";
 
+/// Waits until the router at `addr` reports its fast router loaded (its health component).
+async fn fast_router_ready(addr: std::net::SocketAddr) {
+    use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
+    eventually(Duration::from_secs(180), "the fast router loads", || async move {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|err| err.to_string())?
+            .connect()
+            .await
+            .map_err(|err| err.to_string())?;
+        let request = HealthCheckRequest { service: switchyard_router::FAST_ROUTER_HEALTH.into() };
+        let status =
+            HealthClient::new(channel).check(request).await.map_err(|err| err.to_string())?.into_inner().status();
+        if status == ServingStatus::Serving { Ok(()) } else { Err(format!("{status:?}")) }
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_conversation_alternating_between_two_replicas_keeps_role_history_cache_corrections_context_and_limit() {
     let pair = Pair::start(ScriptedLlm::start(answer_naming_the_question).await, Tuning::default()).await;
@@ -297,6 +314,10 @@ async fn a_conversation_alternating_between_two_replicas_keeps_role_history_cach
         if status == 200 { Ok(()) } else { Err(format!("HTTP {status}: {body}")) }
     })
     .await;
+    // Corrections are matched by meaning, with the fast router's embedder: wait for A's to be
+    // loaded (on a machine without its exemplar vector cache yet, under a whole suite's load,
+    // that takes a minute or so), without polling chats that would spend the key's rate limit.
+    fast_router_ready(pair.a.router.addr).await;
     eventually(Duration::from_secs(30), "A applies the correction made through B", || async {
         let (status, reply) = pair.post(a, "/api/v1/chat", &ann, &json!({"message": WEATHER_AGAIN})).await;
         let meta = &reply["_metadata"];
