@@ -323,7 +323,13 @@ async fn a_stateless_client_listens_for_updates_and_list_changes() {
     let acknowledged = listening.acknowledged().clone();
     assert_eq!(acknowledged.resource_subscriptions, Some(vec![WATCHED.to_owned()]), "no server offers the other");
     assert_eq!(acknowledged.tools_list_changed, Some(true));
-    assert_eq!(downstream(&session).await, vec![WATCHED]);
+    // The downstream subscription may be made just after the acknowledgement (seen once in a
+    // full suite run on a loaded machine: none yet at the first look).
+    eventually(Duration::from_secs(5), "the watched resource subscribed downstream", || async {
+        let held = downstream(&session).await;
+        if held == [WATCHED] { Ok(()) } else { Err(format!("{held:?}")) }
+    })
+    .await;
 
     let mut next = async || {
         tokio::time::timeout(Duration::from_secs(20), listening.next())
