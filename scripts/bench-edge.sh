@@ -12,7 +12,12 @@
 #                         64 continuing sessions named in x-session-id.
 # CPU per request: each process's user + system time (/proc/PID/stat) over the run, warm-up
 # included, divided by every call made; "Switchyard" sums the edge, router, sessions, triggers.
-# Usage: scripts/bench-edge.sh [RATE] [DURATION]   (defaults: 50 5s; BENCH_ROUNDS=3 rounds)
+# SUITE (third argument, or BENCH_SUITE) says how the services run:
+#   processes     one release binary each (the default; stack as above);
+#   one-process   `switchyard dev`: every service in one process calling the others in process
+#                 (the edge's calls to the router included), every store in memory (the router's
+#                 analytics too), the edge's rate limit lifted; CPU is that one process's.
+# Usage: scripts/bench-edge.sh [RATE] [DURATION] [SUITE]   (defaults: 50 5s processes; BENCH_ROUNDS=3)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=scripts/lib/bench.sh
@@ -26,17 +31,35 @@ sessions_port="${BENCH_SESSIONS_PORT:-50292}"
 router_port="${BENCH_ROUTER_PORT:-50293}"
 edge_port="${BENCH_EDGE_PORT:-50294}"
 schema="bench_edge_$$"
+suite="${BENCH_SUITE:-${3:-processes}}"
 
-bench_build
+case "$suite" in
+  processes) bench_build ;;
+  one-process) bench_build -p switchyard-cli ;;
+  *) echo "unknown suite '$suite' (processes, one-process)" >&2; exit 2 ;;
+esac
 results="$(mktemp)"
 scratch+=("$results")
 trap bench_cleanup EXIT
-bench_start_stack
+if [[ "$suite" == processes ]]; then
+  bench_start_stack
+  cpu=(--cpu-of "edge=$edge" --cpu-of "router=$router" --cpu-of "sessions=$sessions" --cpu-of "triggers=$triggers"
+    --cpu-of "vendor=$llm")
+else
+  "$bin/switchyard-scripted-llm" "127.0.0.1:$llm_port" >/dev/null 2>&1 &
+  llm=$!
+  pids+=("$llm")
+  env -u DATABASE_URL -u REDIS_URL "${svc_vars[@]}" OPENAI_BASE_URL="http://127.0.0.1:$llm_port/v1" "$bin/switchyard" dev \
+    --triggers-port "$triggers_port" --sessions-port "$sessions_port" --router-port "$router_port" \
+    --edge-port "$edge_port" --mcp-gateway-port "${BENCH_GATEWAY_PORT:-50295}" --mcp-port "${BENCH_MCP_PORT:-50296}" \
+    --edge-rate-limit 0 >/dev/null 2>&1 &
+  dev=$!
+  pids+=("$dev")
+  bench_wait_semantic "$triggers_port" "$router_port"
+  cpu=(--cpu-of "switchyard=$dev" --cpu-of "vendor=$llm")
+fi
 edge_url="http://127.0.0.1:$edge_port"
 bench_wait_chat "the edge" "$edge_url" 30
-
-cpu=(--cpu-of "edge=$edge" --cpu-of "router=$router" --cpu-of "sessions=$sessions" --cpu-of "triggers=$triggers"
-  --cpu-of "vendor=$llm")
 direct=(llm-direct --base-url "http://127.0.0.1:$llm_port/v1")
 grpc=(chat --target "http://127.0.0.1:$router_port" --sessions-url "http://127.0.0.1:$sessions_port" --sessions 64)
 http=(http-chat --target "$edge_url" --sessions 64 --connections 64)
@@ -68,7 +91,7 @@ for round in $(seq "$rounds"); do
   done
 done
 
-echo "scripts/bench-edge.sh $rate $duration  ($rounds rounds interleaved; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg))"
+echo "scripts/bench-edge.sh $rate $duration $suite  ($rounds rounds interleaved; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg))"
 python3 - "$results" <<'PY'
 import json, statistics, sys
 
@@ -84,8 +107,11 @@ def cpu(name, process):
     return statistics.median(r["cpu_ms_per_call"].get(process, 0.0) for r in runs[name])
 
 def switchyard_cpu(name):
-    return statistics.median(sum(r["cpu_ms_per_call"].get(p, 0.0) for p in ("edge", "router", "sessions", "triggers"))
+    return statistics.median(sum(r["cpu_ms_per_call"].get(p, 0.0)
+                                 for p in ("edge", "router", "sessions", "triggers", "switchyard"))
                              for r in runs[name])
+
+one_process = any("switchyard" in r["cpu_ms_per_call"] for rs in runs.values() for r in rs)
 
 def errors(name):
     return sum(r["errors_total"] + (r["unsent"] or 0) for r in runs[name])
@@ -98,7 +124,7 @@ print("| --- | --- | --- | --- | --- | --- | --- |")
 for name in runs:
     base = "llm-direct first token" if "first token" in name else "llm-direct"
     rounds = ", ".join(f"{r['latency_ms']['p50']:.3f}" for r in runs[name])
-    parts = " / ".join(f"{cpu(name, p):.2f}" for p in ("edge", "router", "sessions", "triggers"))
+    parts = "one process" if one_process else " / ".join(f"{cpu(name, p):.2f}" for p in ("edge", "router", "sessions", "triggers"))
     print(f"| {name} | {med(name, 'p50'):.3f} ({rounds}) | {med(name, 'p99'):.3f} | "
           f"{med(name, 'p50') - med(base, 'p50'):+.3f} / {med(name, 'p99') - med(base, 'p99'):+.3f} | {errors(name)} | "
           f"{parts} = **{switchyard_cpu(name):.2f}** | {cpu(name, 'vendor'):.2f} |")

@@ -16,6 +16,7 @@
 #                        process (the same gRPC contracts without the network), stores in memory;
 #   one-process-network  `switchyard dev --service-calls network`: one process, loopback gRPC.
 # Usage: scripts/bench-router.sh [RATE] [DURATION] [SUITE]   (defaults: 1000 10s processes)
+# BENCH_WORKER_THREADS=N: N tokio worker threads in each Switchyard process (default: one per core).
 # BENCH_SETTLE (default 8 s): the wait after a suite answers before it is measured.
 # Several suites in one run, interleaved round by round: BENCH_SUITES="processes one-process" and
 # BENCH_ROUNDS=N (each round starts each suite afresh and measures it).
@@ -49,12 +50,12 @@ bench_build -p switchyard-cli
 start_suite() {
   case "$1" in
     processes)
-      "$bin/switchyard-triggers" --in-memory --listen "127.0.0.1:$triggers_port" >/dev/null 2>&1 &
+      "${svc_env[@]}" "$bin/switchyard-triggers" --in-memory --listen "127.0.0.1:$triggers_port" >/dev/null 2>&1 &
       local triggers=$!
-      "$bin/switchyard-sessions" --in-memory --listen "127.0.0.1:$sessions_port" \
+      "${svc_env[@]}" "$bin/switchyard-sessions" --in-memory --listen "127.0.0.1:$sessions_port" \
         --triggers-url "http://127.0.0.1:$triggers_port" >/dev/null 2>&1 &
       local sessions=$!
-      OPENAI_BASE_URL="http://127.0.0.1:$llm_port/v1" "$bin/switchyard-router" --listen "127.0.0.1:$router_port" \
+      "${svc_env[@]}" OPENAI_BASE_URL="http://127.0.0.1:$llm_port/v1" "$bin/switchyard-router" --listen "127.0.0.1:$router_port" \
         --sessions-url "http://127.0.0.1:$sessions_port" --db-schema "$schema" >/dev/null 2>&1 &
       local router=$!
       suite_pids=("$triggers" "$sessions" "$router")
@@ -63,7 +64,7 @@ start_suite() {
     one-process | one-process-network)
       local calls=in-process
       [[ "$1" == one-process-network ]] && calls=network
-      env -u DATABASE_URL -u REDIS_URL OPENAI_BASE_URL="http://127.0.0.1:$llm_port/v1" "$bin/switchyard" dev \
+      env -u DATABASE_URL -u REDIS_URL "${svc_vars[@]}" OPENAI_BASE_URL="http://127.0.0.1:$llm_port/v1" "$bin/switchyard" dev \
         --service-calls "$calls" --triggers-port "$triggers_port" --sessions-port "$sessions_port" \
         --router-port "$router_port" --mcp-gateway-port "$gateway_port" --mcp-port "$gateway_mcp_port" \
         --edge-port "$edge_port" >/dev/null 2>&1 &

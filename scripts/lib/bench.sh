@@ -7,6 +7,10 @@
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/switchyard-target}"
 export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}"
 bin="$CARGO_TARGET_DIR/release"
+# BENCH_WORKER_THREADS=N: each Switchyard process runs N tokio worker threads (tokio's
+# TOKIO_WORKER_THREADS; the default is one per core). The vendor and the load generator keep theirs.
+svc_vars=(${BENCH_WORKER_THREADS:+TOKIO_WORKER_THREADS=$BENCH_WORKER_THREADS})
+svc_env=(env "${svc_vars[@]}")
 # Every process started, stopped by bench_cleanup; files and folders it removes.
 pids=()
 scratch=()
@@ -35,19 +39,19 @@ bench_start_stack() {
   "$bin/switchyard-scripted-llm" "127.0.0.1:$llm_port" >/dev/null 2>&1 &
   llm=$!
   pids+=("$llm")
-  "$bin/switchyard-triggers" --in-memory --listen "127.0.0.1:$triggers_port" >/dev/null 2>&1 &
+  "${svc_env[@]}" "$bin/switchyard-triggers" --in-memory --listen "127.0.0.1:$triggers_port" >/dev/null 2>&1 &
   triggers=$!
   pids+=("$triggers")
-  "$bin/switchyard-sessions" --in-memory --listen "127.0.0.1:$sessions_port" \
+  "${svc_env[@]}" "$bin/switchyard-sessions" --in-memory --listen "127.0.0.1:$sessions_port" \
     --triggers-url "http://127.0.0.1:$triggers_port" >/dev/null 2>&1 &
   sessions=$!
   pids+=("$sessions")
-  OPENAI_BASE_URL="http://127.0.0.1:$llm_port/v1" "$bin/switchyard-router" --listen "127.0.0.1:$router_port" \
+  "${svc_env[@]}" OPENAI_BASE_URL="http://127.0.0.1:$llm_port/v1" "$bin/switchyard-router" --listen "127.0.0.1:$router_port" \
     --sessions-url "http://127.0.0.1:$sessions_port" --db-schema "$schema" >/dev/null 2>&1 &
   router=$!
   pids+=("$router")
   # In-memory stores: no Postgres for keys (open), no Redis for the Responses store.
-  env -u DATABASE_URL -u REDIS_URL "$bin/switchyard-edge" --listen "127.0.0.1:$edge_port" --open --rate-limit 0 \
+  env -u DATABASE_URL -u REDIS_URL "${svc_vars[@]}" "$bin/switchyard-edge" --listen "127.0.0.1:$edge_port" --open --rate-limit 0 \
     --router-url "http://127.0.0.1:$router_port" --sessions-url "http://127.0.0.1:$sessions_port" \
     --triggers-url "http://127.0.0.1:$triggers_port" >/dev/null 2>&1 &
   edge=$!

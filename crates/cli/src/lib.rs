@@ -93,6 +93,25 @@ pub enum ServiceCalls {
     Network,
 }
 
+/// How `switchyard dev` serves: how its services call each other, and the edge's rate limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DevServing {
+    pub calls: ServiceCalls,
+    /// Requests a second the edge allows each credential (0: no limit). The edge is open, so
+    /// every caller without a key shares one allowance.
+    pub edge_rate_limit: u32,
+    /// Requests a credential may make at once above its rate.
+    pub edge_rate_burst: u32,
+}
+
+impl Default for DevServing {
+    /// In process, with the edge's own rate-limit defaults.
+    fn default() -> Self {
+        let edge = switchyard_edge::EdgeConfig::defaults();
+        Self { calls: ServiceCalls::default(), edge_rate_limit: edge.rate_limit, edge_rate_burst: edge.rate_burst }
+    }
+}
+
 /// The services of `switchyard dev`, bound and ready to serve.
 pub struct DevStack {
     triggers: TriggersServer,
@@ -104,15 +123,15 @@ pub struct DevStack {
 
 impl DevStack {
     pub async fn start(ports: DevPorts, mcp: DevMcp, chat: DevChat) -> anyhow::Result<Self> {
-        Self::start_with(ports, mcp, chat, ServiceCalls::InProcess).await
+        Self::start_with(ports, mcp, chat, DevServing::default()).await
     }
 
-    /// [`DevStack::start`], the services calling each other as `calls` says.
-    pub async fn start_with(ports: DevPorts, mcp: DevMcp, chat: DevChat, calls: ServiceCalls) -> anyhow::Result<Self> {
+    /// [`DevStack::start`], served as `serving` says.
+    pub async fn start_with(ports: DevPorts, mcp: DevMcp, chat: DevChat, serving: DevServing) -> anyhow::Result<Self> {
         let model_dir = chat.embedding_model_dir.clone();
         let (triggers_model_dir, gateway_model_dir) = (model_dir.clone(), model_dir.clone());
         let mut builder = Stack::builder(ports);
-        if calls == ServiceCalls::Network {
+        if serving.calls == ServiceCalls::Network {
             builder = builder.all_over_network();
         }
         let stack = builder
@@ -139,6 +158,10 @@ impl DevStack {
                 config.providers = chat.providers;
                 config.fallback_models = chat.fallback_models;
                 config.model_prices = chat.model_prices;
+            })
+            .edge(move |config| {
+                config.rate_limit = serving.edge_rate_limit;
+                config.rate_burst = serving.edge_rate_burst;
             })
             .start()
             .await?;

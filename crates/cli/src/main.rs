@@ -1,7 +1,7 @@
 //! `switchyard`: the whole suite in one process for development and demos.
 
 use clap::{Parser, Subcommand};
-use switchyard_cli::{DevChat, DevMcp, DevPorts, DevStack, ServiceCalls};
+use switchyard_cli::{DevChat, DevMcp, DevPorts, DevServing, DevStack, ServiceCalls};
 use switchyard_kit::{TelemetryArgs, shutdown_signal, telemetry};
 use switchyard_llm::{ModelRef, ProviderArgs};
 
@@ -65,6 +65,15 @@ struct DevArgs {
     /// network), or over loopback gRPC as separate processes would.
     #[arg(long, env = "SWITCHYARD_DEV_SERVICE_CALLS", value_enum, default_value = "in-process")]
     service_calls: ServiceCalls,
+
+    /// Requests a second the edge allows each credential (0: no limit). The dev edge is open,
+    /// so every caller without a key shares this one allowance (raise it to load-test).
+    #[arg(long, env = "EDGE_RATE_LIMIT", default_value_t = 20)]
+    edge_rate_limit: u32,
+
+    /// Requests a credential may make at once above its rate.
+    #[arg(long, env = "EDGE_RATE_BURST", default_value_t = 40)]
+    edge_rate_burst: u32,
 
     /// LLM vendors for the router (the same flags and variables as switchyard-router).
     #[command(flatten)]
@@ -130,7 +139,11 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
         ports,
         DevMcp { servers: args.mcp_servers, config_file: args.mcp_config },
         chat,
-        args.service_calls,
+        DevServing {
+            calls: args.service_calls,
+            edge_rate_limit: args.edge_rate_limit,
+            edge_rate_burst: args.edge_rate_burst,
+        },
     )
     .await?;
     tracing::info!(triggers = %stack.triggers_addr(), sessions = %stack.sessions_addr(), "switchyard dev: services up");
