@@ -107,8 +107,12 @@ pub struct DevServing {
 impl Default for DevServing {
     /// In process, with the edge's own rate-limit defaults.
     fn default() -> Self {
-        let edge = switchyard_edge::EdgeConfig::defaults();
-        Self { calls: ServiceCalls::default(), edge_rate_limit: edge.rate_limit, edge_rate_burst: edge.rate_burst }
+        use switchyard_edge::config::{DEFAULT_RATE_BURST, DEFAULT_RATE_LIMIT};
+        Self {
+            calls: ServiceCalls::default(),
+            edge_rate_limit: DEFAULT_RATE_LIMIT,
+            edge_rate_burst: DEFAULT_RATE_BURST,
+        }
     }
 }
 

@@ -68,11 +68,11 @@ struct DevArgs {
 
     /// Requests a second the edge allows each credential (0: no limit). The dev edge is open,
     /// so every caller without a key shares this one allowance (raise it to load-test).
-    #[arg(long, env = "EDGE_RATE_LIMIT", default_value_t = 20)]
+    #[arg(long, env = "EDGE_RATE_LIMIT", default_value_t = switchyard_edge::config::DEFAULT_RATE_LIMIT)]
     edge_rate_limit: u32,
 
     /// Requests a credential may make at once above its rate.
-    #[arg(long, env = "EDGE_RATE_BURST", default_value_t = 40)]
+    #[arg(long, env = "EDGE_RATE_BURST", default_value_t = switchyard_edge::config::DEFAULT_RATE_BURST)]
     edge_rate_burst: u32,
 
     /// LLM vendors for the router (the same flags and variables as switchyard-router).

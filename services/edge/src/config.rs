@@ -11,6 +11,11 @@ use switchyard_kit::{
 
 use crate::{auth::JwtConfig, clients::UpstreamUrls};
 
+/// Requests a second each credential may make, unless configured (`EDGE_RATE_LIMIT`).
+pub const DEFAULT_RATE_LIMIT: u32 = 20;
+/// Requests a credential may make at once above its rate, unless configured (`EDGE_RATE_BURST`).
+pub const DEFAULT_RATE_BURST: u32 = 40;
+
 #[derive(Debug, Clone, Args)]
 pub struct EdgeConfig {
     /// Address the HTTP server listens on.
@@ -78,11 +83,11 @@ pub struct EdgeConfig {
     pub jwt_tenant_claim: String,
 
     /// Requests a second each credential may make (0: no limit).
-    #[arg(long, env = "EDGE_RATE_LIMIT", default_value_t = 20)]
+    #[arg(long, env = "EDGE_RATE_LIMIT", default_value_t = DEFAULT_RATE_LIMIT)]
     pub rate_limit: u32,
 
     /// Requests a credential may make at once above its rate.
-    #[arg(long, env = "EDGE_RATE_BURST", default_value_t = 40)]
+    #[arg(long, env = "EDGE_RATE_BURST", default_value_t = DEFAULT_RATE_BURST)]
     pub rate_burst: u32,
 
     /// Largest request body, in bytes (413 above it).
