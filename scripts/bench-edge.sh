@@ -16,7 +16,9 @@
 #   processes     one release binary each (the default; stack as above);
 #   one-process   `switchyard dev`: every service in one process calling the others in process
 #                 (the edge's calls to the router included), every store in memory (the router's
-#                 analytics too), the edge's rate limit lifted; CPU is that one process's.
+#                 analytics too), the edge's rate limit lifted; CPU is that one process's;
+#   serve         `switchyard serve`, the production one-process deployment, with the stores of
+#                 `processes` (the router's analytics in the real Postgres); CPU as one-process.
 # Usage: scripts/bench-edge.sh [RATE] [DURATION] [SUITE]   (defaults: 50 5s processes; BENCH_ROUNDS=3)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -30,13 +32,15 @@ triggers_port="${BENCH_TRIGGERS_PORT:-50291}"
 sessions_port="${BENCH_SESSIONS_PORT:-50292}"
 router_port="${BENCH_ROUTER_PORT:-50293}"
 edge_port="${BENCH_EDGE_PORT:-50294}"
+gateway_port="${BENCH_GATEWAY_PORT:-50295}"
+gateway_mcp_port="${BENCH_MCP_PORT:-50296}"
 schema="bench_edge_$$"
 suite="${BENCH_SUITE:-${3:-processes}}"
 
 case "$suite" in
   processes) bench_build ;;
-  one-process) bench_build -p switchyard-cli ;;
-  *) echo "unknown suite '$suite' (processes, one-process)" >&2; exit 2 ;;
+  one-process | serve) bench_build -p switchyard-cli ;;
+  *) echo "unknown suite '$suite' (processes, one-process, serve)" >&2; exit 2 ;;
 esac
 results="$(mktemp)"
 scratch+=("$results")
@@ -46,17 +50,11 @@ if [[ "$suite" == processes ]]; then
   cpu=(--cpu-of "edge=$edge" --cpu-of "router=$router" --cpu-of "sessions=$sessions" --cpu-of "triggers=$triggers"
     --cpu-of "vendor=$llm")
 else
-  "$bin/switchyard-scripted-llm" "127.0.0.1:$llm_port" >/dev/null 2>&1 &
-  llm=$!
-  pids+=("$llm")
-  env -u DATABASE_URL -u REDIS_URL "${svc_vars[@]}" OPENAI_BASE_URL="http://127.0.0.1:$llm_port/v1" "$bin/switchyard" dev \
-    --triggers-port "$triggers_port" --sessions-port "$sessions_port" --router-port "$router_port" \
-    --edge-port "$edge_port" --mcp-gateway-port "${BENCH_GATEWAY_PORT:-50295}" --mcp-port "${BENCH_MCP_PORT:-50296}" \
-    --edge-rate-limit 0 >/dev/null 2>&1 &
-  dev=$!
-  pids+=("$dev")
+  bench_start_vendor
+  if [[ "$suite" == serve ]]; then bench_start_serve; else bench_start_dev in-process; fi
+  pids+=("$suite_pid")
   bench_wait_semantic "$triggers_port" "$router_port"
-  cpu=(--cpu-of "switchyard=$dev" --cpu-of "vendor=$llm")
+  cpu=(--cpu-of "switchyard=$suite_pid" --cpu-of "vendor=$llm")
 fi
 edge_url="http://127.0.0.1:$edge_port"
 bench_wait_chat "the edge" "$edge_url" 30

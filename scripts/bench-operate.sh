@@ -45,9 +45,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$bin/switchyard-scripted-llm" "127.0.0.1:$llm_port" >/dev/null 2>&1 &
-llm=$!
-pids+=("$llm")
+bench_start_vendor
 "$bin/switchyard-triggers" --in-memory --listen "127.0.0.1:$triggers_port" >/dev/null 2>&1 &
 pids+=($!)
 "$bin/switchyard-sessions" --in-memory --listen "127.0.0.1:$sessions_port" \

@@ -14,7 +14,9 @@
 #                        Postgres), one release binary each, calling each other over loopback gRPC;
 #   one-process          `switchyard dev`: every service in one process, calling each other in
 #                        process (the same gRPC contracts without the network), stores in memory;
-#   one-process-network  `switchyard dev --service-calls network`: one process, loopback gRPC.
+#   one-process-network  `switchyard dev --service-calls network`: one process, loopback gRPC;
+#   serve                `switchyard serve`, the production one-process deployment, with the
+#                        stores of `processes` (the router's analytics in the real Postgres).
 # Usage: scripts/bench-router.sh [RATE] [DURATION] [SUITE]   (defaults: 1000 10s processes)
 # BENCH_WORKER_THREADS=N: N tokio worker threads in each Switchyard process (default: one per core).
 # BENCH_SETTLE (default 8 s): the wait after a suite answers before it is measured.
@@ -40,8 +42,8 @@ trap bench_cleanup EXIT
 
 for suite in $suites; do
   case "$suite" in
-    processes | one-process | one-process-network) ;;
-    *) echo "unknown suite '$suite' (processes, one-process, one-process-network)" >&2; exit 2 ;;
+    processes | one-process | one-process-network | serve) ;;
+    *) echo "unknown suite '$suite' (processes, one-process, one-process-network, serve)" >&2; exit 2 ;;
   esac
 done
 bench_build -p switchyard-cli
@@ -61,16 +63,14 @@ start_suite() {
       suite_pids=("$triggers" "$sessions" "$router")
       cpu=(--cpu-of "router=$router" --cpu-of "sessions=$sessions" --cpu-of "triggers=$triggers")
       ;;
-    one-process | one-process-network)
-      local calls=in-process
-      [[ "$1" == one-process-network ]] && calls=network
-      env -u DATABASE_URL -u REDIS_URL "${svc_vars[@]}" OPENAI_BASE_URL="http://127.0.0.1:$llm_port/v1" "$bin/switchyard" dev \
-        --service-calls "$calls" --triggers-port "$triggers_port" --sessions-port "$sessions_port" \
-        --router-port "$router_port" --mcp-gateway-port "$gateway_port" --mcp-port "$gateway_mcp_port" \
-        --edge-port "$edge_port" >/dev/null 2>&1 &
-      local suite=$!
-      suite_pids=("$suite")
-      cpu=(--cpu-of "switchyard=$suite")
+    one-process | one-process-network | serve)
+      case "$1" in
+        one-process) bench_start_dev in-process ;;
+        one-process-network) bench_start_dev network ;;
+        serve) bench_start_serve ;;
+      esac
+      suite_pids=("$suite_pid")
+      cpu=(--cpu-of "switchyard=$suite_pid")
       ;;
   esac
   pids+=("${suite_pids[@]}")
@@ -82,8 +82,7 @@ stop_suite() {
   psql "$DATABASE_URL" -qc "DROP SCHEMA IF EXISTS $schema CASCADE" >/dev/null 2>&1 || true
 }
 
-"$bin/switchyard-scripted-llm" "127.0.0.1:$llm_port" >/dev/null 2>&1 &
-pids+=("$!")
+bench_start_vendor
 chat_args=(--target "http://127.0.0.1:$router_port" --sessions-url "http://127.0.0.1:$sessions_port")
 run() { "$bin/switchyard-loadgen" "$@" --rate "$rate" --concurrency 64 --duration "$duration" --json; }
 

@@ -1,8 +1,9 @@
 # Shared by the bench scripts (sourced, not run): the release
 # build, Switchyard's stack behind the scripted vendor, and the clean-up of what was started.
 # The sourcing script sets, before calling these: llm_port, triggers_port, sessions_port,
-# router_port, edge_port and schema (the router's analytics schema in DATABASE_URL, dropped at
-# the end); `bench_start_stack` sets llm, triggers, sessions, router and edge to their PIDs.
+# router_port, edge_port, gateway_port, gateway_mcp_port and schema (the router's analytics
+# schema in DATABASE_URL, dropped at the end); `bench_start_stack` sets llm, triggers, sessions,
+# router and edge to their PIDs.
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/switchyard-target}"
 export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}"
@@ -32,13 +33,42 @@ bench_cleanup() {
   rm -rf "${scratch[@]}"
 }
 
+# The scripted OpenAI-compatible vendor that answers at once, on $llm_port; sets llm.
+bench_start_vendor() {
+  "$bin/switchyard-scripted-llm" "127.0.0.1:$llm_port" >/dev/null 2>&1 &
+  llm=$!
+  pids+=("$llm")
+}
+
+# `switchyard dev` on the sourcing script's ports, calling the vendor: every service in one
+# process, every store in memory (the router's analytics too), the edge open with no rate limit.
+# CALLS (default in-process) is how the services call each other (`--service-calls`). Sets
+# suite_pid; the caller adds it to pids.
+bench_start_dev() {
+  env -u DATABASE_URL -u REDIS_URL "${svc_vars[@]}" OPENAI_BASE_URL="http://127.0.0.1:$llm_port/v1" "$bin/switchyard" dev     --service-calls "${1:-in-process}" --triggers-port "$triggers_port" --sessions-port "$sessions_port"     --router-port "$router_port" --mcp-gateway-port "$gateway_port" --mcp-port "$gateway_mcp_port"     --edge-port "$edge_port" --edge-rate-limit 0 >/dev/null 2>&1 &
+  suite_pid=$!
+}
+
+# `switchyard serve`, the production one-process deployment, configured through each service's
+# own environment variables to keep what bench_start_stack keeps where it keeps it: triggers,
+# sessions and the gateway in memory, the router's analytics in the real Postgres ($schema), the
+# edge open with no rate limit (DATABASE_URL reaches it too, for keys, unused by open callers).
+# REDIS_URL is unset, as no store here uses Redis. Sets suite_pid; the caller adds it to pids.
+bench_start_serve() {
+  env -u REDIS_URL "${svc_vars[@]}" OPENAI_BASE_URL="http://127.0.0.1:$llm_port/v1" \
+    TRIGGERS_IN_MEMORY=true SESSIONS_IN_MEMORY=true MCP_GATEWAY_IN_MEMORY=true ROUTER_DB_SCHEMA="$schema" \
+    EDGE_OPEN=true EDGE_RATE_LIMIT=0 TRIGGERS_LISTEN="127.0.0.1:$triggers_port" \
+    SESSIONS_LISTEN="127.0.0.1:$sessions_port" MCP_GATEWAY_LISTEN="127.0.0.1:$gateway_port" \
+    MCP_GATEWAY_MCP_LISTEN="127.0.0.1:$gateway_mcp_port" ROUTER_LISTEN="127.0.0.1:$router_port" \
+    EDGE_LISTEN="127.0.0.1:$edge_port" "$bin/switchyard" serve >/dev/null 2>&1 &
+  suite_pid=$!
+}
+
 # The scripted OpenAI-compatible vendor that answers at once, triggers and sessions in memory,
 # the router (analytics in the real Postgres, as scripts/bench-router.sh) and the edge (open, no
 # rate limit, in-memory stores), each a release binary on loopback.
 bench_start_stack() {
-  "$bin/switchyard-scripted-llm" "127.0.0.1:$llm_port" >/dev/null 2>&1 &
-  llm=$!
-  pids+=("$llm")
+  bench_start_vendor
   "${svc_env[@]}" "$bin/switchyard-triggers" --in-memory --listen "127.0.0.1:$triggers_port" >/dev/null 2>&1 &
   triggers=$!
   pids+=("$triggers")

@@ -1,5 +1,6 @@
-//! The whole suite in one process (`switchyard dev`): every service on its own port, with
-//! in-memory stores in place of Postgres and Redis, calling each other in process.
+//! The whole suite in one process: `switchyard dev`, every service on its own port with
+//! in-memory stores in place of Postgres and Redis, and `switchyard serve`, every service from
+//! its own production configuration; in both the services call each other in process.
 
 pub mod budgets;
 pub mod chat;
@@ -8,7 +9,6 @@ pub mod stack;
 
 use std::net::{IpAddr, SocketAddr};
 
-use anyhow::Context;
 use switchyard_edge::EdgeServer;
 use switchyard_llm::{ModelRef, ProviderArgs};
 use switchyard_mcp_gateway::GatewayServer;
@@ -123,6 +123,8 @@ pub struct DevStack {
     gateway: GatewayServer,
     router: RouterServer,
     edge: EdgeServer,
+    router_config: switchyard_router::RouterConfig,
+    urls: switchyard_edge::clients::UpstreamUrls,
 }
 
 impl DevStack {
@@ -169,10 +171,11 @@ impl DevStack {
             })
             .start()
             .await?;
-        let Stack { triggers, sessions, gateway: Some(gateway), router, edge: Some(edge), .. } = stack else {
+        let Stack { triggers, sessions, gateway: Some(gateway), router, edge: Some(edge), router_config, urls } = stack
+        else {
             anyhow::bail!("the dev stack runs every service");
         };
-        Ok(Self { triggers, sessions, gateway, router, edge })
+        Ok(Self { triggers, sessions, gateway, router, edge, router_config, urls })
     }
 
     pub fn mcp_gateway_addr(&self) -> SocketAddr {
@@ -211,25 +214,10 @@ impl DevStack {
 
     /// Serves every service until `shutdown` completes; each drains its own in-flight calls.
     pub async fn serve(self, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
-        let (stop, _) = tokio::sync::broadcast::channel::<()>(1);
-        let stopped = |mut rx: tokio::sync::broadcast::Receiver<()>| async move {
-            let _ = rx.recv().await;
-        };
-        let (a, b, c, d, e) =
-            (stop.subscribe(), stop.subscribe(), stop.subscribe(), stop.subscribe(), stop.subscribe());
-        let servers = tokio::spawn(async move {
-            tokio::try_join!(
-                self.triggers.serve(stopped(a)),
-                self.sessions.serve(stopped(b)),
-                self.gateway.serve(stopped(c)),
-                self.router.serve(stopped(d)),
-                self.edge.serve(stopped(e))
-            )
-        });
-        shutdown.await;
-        let _ = stop.send(());
-        servers.await.context("dev servers")??;
-        Ok(())
+        let Self { triggers, sessions, gateway, router, edge, router_config, urls } = self;
+        Stack { triggers, sessions, gateway: Some(gateway), router, edge: Some(edge), router_config, urls }
+            .serve(shutdown)
+            .await
     }
 }
 

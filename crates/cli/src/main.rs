@@ -1,7 +1,7 @@
 //! `switchyard`: the whole suite in one process for development and demos.
 
 use clap::{Parser, Subcommand};
-use switchyard_cli::{DevChat, DevMcp, DevPorts, DevServing, DevStack, ServiceCalls};
+use switchyard_cli::{DevChat, DevMcp, DevPorts, DevServing, DevStack, ServiceCalls, Stack};
 use switchyard_kit::{TelemetryArgs, shutdown_signal, telemetry};
 use switchyard_llm::{ModelRef, ProviderArgs};
 
@@ -20,6 +20,12 @@ enum Command {
     /// of Postgres and Redis (nothing survives exit).
     // Boxed: its provider settings make it several times the size of the other commands.
     Dev(Box<DevArgs>),
+    /// Run every service in this process as in production, with the real stores: each service
+    /// reads the environment variables its own binary reads (DATABASE_URL, REDIS_URL,
+    /// TRIGGERS_LISTEN, SESSIONS_LISTEN, MCP_GATEWAY_LISTEN, MCP_GATEWAY_MCP_LISTEN,
+    /// ROUTER_LISTEN, EDGE_LISTEN, …; see each binary's --help). The services call each other
+    /// in process, so the variables naming another service's URL are not read.
+    Serve,
     /// Send one message to a running suite through the edge and stream the answer; the route,
     /// role and tools follow on stderr.
     Chat(switchyard_cli::chat::ChatArgs),
@@ -111,6 +117,7 @@ async fn main() -> anyhow::Result<()> {
     switchyard_kit::tls::install_crypto_provider();
     match cli.command {
         Command::Dev(args) => dev(*args).await,
+        Command::Serve => serve().await,
         Command::Chat(args) => switchyard_cli::chat::run(args).await,
         Command::Keys(command) => switchyard_cli::keys::run(command).await,
         Command::Budgets(command) => switchyard_cli::budgets::run(command).await,
@@ -165,5 +172,30 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
         println!("  chat      {model}");
     }
     println!("Press Ctrl-C to stop.");
+    stack.serve(shutdown_signal()).await
+}
+
+async fn serve() -> anyhow::Result<()> {
+    let configs = switchyard_cli::stack::Configs::from_env()?;
+    if configs.gateway.stdio {
+        anyhow::bail!(
+            "MCP_GATEWAY_STDIO is set: switchyard serve serves the MCP gateway over gRPC and /mcp; \
+             run switchyard-mcp-gateway alone for stdio"
+        );
+    }
+    let stack = Stack::from_configs(configs).start().await?;
+    let edge = stack.edge.as_ref().map(|edge| edge.local_addr());
+    let gateway = stack.gateway.as_ref().map(|gateway| (gateway.local_addr(), gateway.mcp_addr()));
+    println!("switchyard serve is running (each service in this process, calling the others in process):");
+    println!("  triggers  grpc://{}", stack.triggers.local_addr());
+    println!("  sessions  grpc://{}", stack.sessions.local_addr());
+    if let Some((grpc, mcp)) = gateway {
+        println!("  mcp-gateway  grpc://{grpc}  http://{mcp}/mcp");
+    }
+    println!("  router    grpc://{}", stack.router.local_addr());
+    if let Some(edge) = edge {
+        println!("  edge      http://{edge}/");
+    }
+    tracing::info!(edge = ?edge, router = %stack.router.local_addr(), "switchyard serve: services up");
     stack.serve(shutdown_signal()).await
 }

@@ -1,6 +1,7 @@
 //! The whole suite wired once: triggers → sessions → MCP gateway → router → edge, each bound
-//! on its own port from its in-memory defaults. `switchyard dev` and the edge's and router's
-//! integration tests all start it here, changing only what they need through closures.
+//! on its own port. `switchyard dev` and the edge's and router's integration tests start it
+//! from the in-memory defaults, changing only what they need through closures; `switchyard
+//! serve` starts it from each service's own configuration (its real stores).
 //!
 //! The services call each other in process (`switchyard_kit::in_process`): the same gRPC
 //! contract without TCP and HTTP/2. Each still listens on its port for callers outside the
@@ -45,9 +46,51 @@ pub enum GrpcService {
     Router,
 }
 
+/// Every service's configuration before the stack wires them together: where each listens,
+/// its stores and its own settings. [`StackBuilder::start`] sets what each is told of the others
+/// (their URLs) and that it serves callers in this process.
+#[derive(Debug, Clone)]
+pub struct Configs {
+    pub triggers: TriggersConfig,
+    pub sessions: SessionsConfig,
+    pub gateway: GatewayConfig,
+    pub router: RouterConfig,
+    pub edge: EdgeConfig,
+}
+
+impl Configs {
+    /// Every service on `ports`, in memory, the gateway without downstream servers and the edge
+    /// open (tests and `switchyard dev`).
+    pub fn in_memory(ports: DevPorts) -> Self {
+        let at = |port| SocketAddr::new(ports.host, port);
+        // The URLs of the others are left empty: `start` sets them once each is bound.
+        Self {
+            triggers: TriggersConfig::in_memory(at(ports.triggers)),
+            sessions: SessionsConfig::in_memory(at(ports.sessions), ""),
+            gateway: GatewayConfig::in_memory(at(ports.mcp_gateway), at(ports.mcp), Vec::new()),
+            router: RouterConfig::in_memory(at(ports.router), "", ""),
+            edge: EdgeConfig::open(at(ports.edge), &UpstreamUrls::default()),
+        }
+    }
+
+    /// What each service's own binary would read from this process's environment (the
+    /// variables of its flags: `DATABASE_URL`, `REDIS_URL`, `ROUTER_LISTEN`, …), but for the
+    /// URLs of the others, which the stack sets.
+    pub fn from_env() -> anyhow::Result<Self> {
+        use switchyard_kit::config::parse_env;
+        Ok(Self {
+            triggers: parse_env("switchyard-triggers")?,
+            sessions: parse_env("switchyard-sessions")?,
+            gateway: parse_env("switchyard-mcp-gateway")?,
+            router: parse_env("switchyard-router")?,
+            edge: parse_env("switchyard-edge")?,
+        })
+    }
+}
+
 /// What to start and how; see [`Stack::builder`].
 pub struct StackBuilder {
-    ports: DevPorts,
+    base: Configs,
     /// Services whose callers in this process go over loopback gRPC instead of in process.
     over_network: Vec<GrpcService>,
     triggers: Configure<TriggersConfig>,
@@ -107,11 +150,67 @@ impl Stack {
         Serving { triggers, sessions, gateway, router, edge, router_config, urls }
     }
 
+    /// Serves every service until `shutdown` completes, then stops them one after the other,
+    /// callers first (the edge, the router, the gateway, sessions, triggers): each drains its
+    /// in-flight calls while the services those calls need still answer. A service that fails
+    /// stops the others the same way, and the first error is returned.
+    pub async fn serve(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+        type Stopped = Pin<Box<dyn Future<Output = ()> + Send>>;
+        let serving = self.serve_each(|addr, serve: Serve<Stopped>| {
+            let (stop, mut stopping) = tokio::sync::watch::channel(false);
+            let stopped: Stopped = Box::pin(async move {
+                let _ = stopping.wait_for(|stop| *stop).await;
+            });
+            let served =
+                tokio::spawn(async move { serve(stopped).await.with_context(|| format!("serving on {addr}")) });
+            (stop, served)
+        });
+        let Serving { triggers, sessions, gateway, router, edge, .. } = serving;
+        let mut in_order: Vec<_> = edge
+            .into_iter()
+            .chain([router])
+            .chain(gateway.map(|(_, served)| served))
+            .chain([sessions, triggers])
+            .collect();
+
+        let ended_early = {
+            let any_ended = futures::future::select_all(in_order.iter_mut().map(|(_, served)| served));
+            tokio::select! {
+                () = shutdown => None,
+                (ended, index, _) = any_ended => Some((index, ended)),
+            }
+        };
+        let mut first = Ok(());
+        if let Some((_, ended)) = &ended_early {
+            first = match ended {
+                Ok(Ok(())) => Err(anyhow::anyhow!("a service stopped before the shutdown signal")),
+                Ok(Err(err)) => Err(anyhow::anyhow!("{err:#}")),
+                Err(err) => Err(anyhow::anyhow!("a service's task: {err}")),
+            };
+        }
+        for (index, (stop, served)) in in_order.into_iter().enumerate() {
+            if ended_early.as_ref().is_some_and(|(ended, _)| *ended == index) {
+                continue;
+            }
+            stop.send_replace(true);
+            let ended = served.await.context("a service's task").and_then(|served| served);
+            if first.is_ok() {
+                first = ended;
+            }
+        }
+        first
+    }
+
     /// Every service on `ports`, in memory, with the gateway (no downstream servers) and an
     /// open edge, until told otherwise.
     pub fn builder(ports: DevPorts) -> StackBuilder {
+        Self::from_configs(Configs::in_memory(ports))
+    }
+
+    /// Every service from `base` (each one's own configuration: `switchyard serve`).
+    pub fn from_configs(base: Configs) -> StackBuilder {
         StackBuilder {
-            ports,
+            base,
             over_network: Vec::new(),
             triggers: Box::new(|_| {}),
             sessions: Box::new(|_| {}),
@@ -205,28 +304,26 @@ impl StackBuilder {
 
     /// Binds every service in order, each given the addresses of those it calls.
     pub async fn start(mut self) -> anyhow::Result<Stack> {
-        let ports = self.ports;
-        let at = |port| SocketAddr::new(ports.host, port);
         let over_network = std::mem::take(&mut self.over_network);
         let in_process = |service| !over_network.contains(&service);
+        let Configs { triggers: mut config, sessions, gateway, router, edge } = self.base;
 
-        let mut config = TriggersConfig::in_memory(at(ports.triggers));
         config.server.serve_in_process = in_process(GrpcService::Triggers);
         (self.triggers)(&mut config);
         let triggers = TriggersServer::bind(&config).await.context("starting triggers")?;
         let triggers_url = format!("http://{}", triggers.local_addr());
 
-        let mut config = SessionsConfig::in_memory(at(ports.sessions), &triggers_url);
+        let mut config = sessions;
+        config.triggers_url.clone_from(&triggers_url);
         config.server.serve_in_process = in_process(GrpcService::Sessions);
         (self.sessions)(&mut config);
         let sessions = SessionsServer::bind(&config).await.context("starting sessions")?;
         let sessions_url = format!("http://{}", sessions.local_addr());
 
-        let gateway_in_process = in_process(GrpcService::McpGateway);
         let (gateway, mcp_gateway_url) = match self.gateway {
             Some(configure) => {
-                let mut config = GatewayConfig::in_memory(at(ports.mcp_gateway), at(ports.mcp), Vec::new());
-                config.server.serve_in_process = gateway_in_process;
+                let mut config = gateway;
+                config.server.serve_in_process = in_process(GrpcService::McpGateway);
                 configure(&mut config);
                 let gateway = GatewayServer::bind(&config).await.context("starting the MCP gateway")?;
                 let url = format!("http://{}", gateway.local_addr());
@@ -235,7 +332,9 @@ impl StackBuilder {
             None => (None, self.absent_gateway_url),
         };
 
-        let mut router_config = RouterConfig::in_memory(at(ports.router), &sessions_url, &mcp_gateway_url);
+        let mut router_config = router;
+        router_config.sessions_url.clone_from(&sessions_url);
+        router_config.mcp_gateway_url.clone_from(&mcp_gateway_url);
         router_config.server.serve_in_process = in_process(GrpcService::Router);
         (self.router)(&mut router_config);
         let router = match self.bind_router {
@@ -252,7 +351,8 @@ impl StackBuilder {
         };
         let edge = match self.edge {
             Some(configure) => {
-                let mut config = EdgeConfig::open(at(ports.edge), &urls);
+                let mut config = edge;
+                config.set_upstreams(&urls);
                 configure(&mut config);
                 let edge = match self.edge_auth {
                     Some(auth) => EdgeServer::bind_with_auth(&config, auth).await,

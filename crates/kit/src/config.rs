@@ -98,6 +98,35 @@ pub fn parse_flags<T: Args + FromArgMatches>(args: &[&str]) -> Result<T, clap::E
     T::from_arg_matches(&command.try_get_matches_from(args)?)
 }
 
+/// A flags type as a binary called `name` with no flags reads it: each flag from its
+/// environment variable, else its default (one process running several services'
+/// configurations from one environment: `switchyard serve`). Several services have a flag of
+/// the same name (`--listen`), so the error names the binary and the variable.
+pub fn parse_env<T: Args + FromArgMatches>(name: &'static str) -> anyhow::Result<T> {
+    let command = T::augment_args(clap::Command::new(name).no_binary_name(true));
+    let parsed = command
+        .clone()
+        .try_get_matches_from(std::iter::empty::<std::ffi::OsString>())
+        .and_then(|matches| T::from_arg_matches(&matches));
+    parsed.map_err(|err| {
+        let variable = err.get(clap::error::ContextKind::InvalidArg).and_then(|arg| {
+            let arg = arg.to_string();
+            let flag = arg.split_whitespace().next().unwrap_or_default().trim_start_matches('-').to_owned();
+            command
+                .get_arguments()
+                .find(|candidate| candidate.get_long() == Some(flag.as_str()))
+                .and_then(|candidate| candidate.get_env())
+                .map(|env| env.to_string_lossy().into_owned())
+        });
+        let reason = err.render().to_string();
+        let reason = reason.lines().next().unwrap_or_default().trim_start_matches("error: ");
+        match variable {
+            Some(variable) => anyhow::anyhow!("{name}'s setting {variable}: {reason}"),
+            None => anyhow::anyhow!("{name}'s settings: {reason}"),
+        }
+    })
+}
+
 /// A flags type as its clap defaults alone make it (see [`parse_flags`]): the configuration of
 /// tests and `switchyard dev` starts here.
 ///

@@ -21,7 +21,7 @@ use tonic::{
 use crate::{auth::Caller, transcode::rules::Upstream};
 
 /// The URLs of the services, from the edge's flags.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct UpstreamUrls {
     pub router: String,
     pub sessions: String,

@@ -172,6 +172,14 @@ impl EdgeConfig {
         }
     }
 
+    /// Calls the services at `urls`.
+    pub fn set_upstreams(&mut self, urls: &UpstreamUrls) {
+        self.router_url.clone_from(&urls.router);
+        self.sessions_url.clone_from(&urls.sessions);
+        self.mcp_gateway_url.clone_from(&urls.mcp_gateway);
+        self.triggers_url.clone_from(&urls.triggers);
+    }
+
     pub fn urls(&self) -> UpstreamUrls {
         UpstreamUrls {
             router: self.router_url.clone(),
