@@ -15,8 +15,11 @@
 # Where the time goes per hop, at HOP_RATE in the same run: the vendor alone (llm-direct),
 # triggers' DetectTriggers, sessions' ProcessQuery (it calls triggers), the router's gRPC Chat
 # (it calls sessions three times and the vendor) and the edge (it calls the router).
+# BENCH_SUITE=serve runs the same suite as `switchyard serve`, every service in one process
+# calling the others in process, with the same stores and settings (bench_start_full_serve);
+# CPU is that one process's.
 # Usage: scripts/bench-load.sh [RATES] [STEP_DURATION]   (defaults: "50 100 200 400 600 800 1000" 15s;
-#        HOP_RATE=100)
+#        HOP_RATE=100; BENCH_SUITE=processes)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=scripts/lib/bench.sh
@@ -32,7 +35,12 @@ logs="$(mktemp -d)"
 results="$(mktemp)"
 scratch+=("$results" "$logs")
 
-bench_build -p switchyard-mcp-gateway
+suite="${BENCH_SUITE:-processes}"
+case "$suite" in
+  processes) bench_build -p switchyard-mcp-gateway ;;
+  serve) bench_build -p switchyard-mcp-gateway -p switchyard-cli ;;
+  *) echo "unknown BENCH_SUITE '$suite' (processes, serve)" >&2; exit 2 ;;
+esac
 [[ -x .tools/bin/mcp-server-everything ]] || scripts/install-tools.sh >/dev/null
 command -v redis-server >/dev/null || { echo "redis-server is missing (scripts/ensure-services.sh installs it)" >&2; exit 1; }
 redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --daemonize no >"$logs/redis.log" 2>&1 &
@@ -44,13 +52,18 @@ cleanup() {
 trap cleanup EXIT
 for _ in $(seq 50); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
 export REDIS_URL="redis://127.0.0.1:$redis_port"
-bench_start_full_stack
+if [[ "$suite" == serve ]]; then
+  bench_start_full_serve
+  cpu=(--cpu-of "switchyard=$serve" --cpu-of "vendor=$llm")
+else
+  bench_start_full_stack
+  cpu=(--cpu-of "edge=$edge" --cpu-of "router=$router" --cpu-of "sessions=$sessions" --cpu-of "triggers=$triggers"
+    --cpu-of "gateway=$gateway" --cpu-of "vendor=$llm")
+fi
 edge_url="http://127.0.0.1:$edge_port"
 agent_message="[agent] echo this back"
 bench_wait_chat "the edge" "$edge_url" 60
 bench_wait_chat "the agent route" "$edge_url" 60 --message "$agent_message"
-cpu=(--cpu-of "edge=$edge" --cpu-of "router=$router" --cpu-of "sessions=$sessions" --cpu-of "triggers=$triggers"
-  --cpu-of "gateway=$gateway" --cpu-of "vendor=$llm")
 http=(http-chat --target "$edge_url" --sessions 64 --connections 64)
 
 run() { # name, then the loadgen's arguments
@@ -88,13 +101,14 @@ run "hop router Chat" chat --target "http://127.0.0.1:$router_port" --sessions-u
   --rate "$hop_rate" --duration "$step"
 run "hop edge chat completions" "${http[@]}" --rate "$hop_rate" --duration "$step"
 
-echo "scripts/bench-load.sh \"${rates[*]}\" $step  (HOP_RATE=$hop_rate; $(bench_cpu_line))"
+echo "scripts/bench-load.sh \"${rates[*]}\" $step  (BENCH_SUITE=$suite, HOP_RATE=$hop_rate; $(bench_cpu_line))"
 python3 - "$results" <<'PY'
 import json, sys
 
 rows = [line.rstrip("\n").split("\t", 1) for line in open(sys.argv[1])]
 runs = [(name, json.loads(report)) for name, report in rows]
-SWITCHYARD = ("edge", "router", "sessions", "triggers", "gateway")
+SWITCHYARD = ("edge", "router", "sessions", "triggers", "gateway", "switchyard")
+ONE_PROCESS = any("switchyard" in (r.get("cpu_ms_per_call") or {}) for _, r in runs)
 
 def cpu(r, process):
     return (r.get("cpu_ms_per_call") or {}).get(process, 0.0)
@@ -114,7 +128,7 @@ for name, r in runs:
     ok = errors(r) == 0 and lat["p99"] <= 50
     if ok:
         best[route] = rate
-    parts = " / ".join(f"{cpu(r, p):.2f}" for p in SWITCHYARD)
+    parts = "one process" if ONE_PROCESS else " / ".join(f"{cpu(r, p):.2f}" for p in SWITCHYARD[:-1])
     total = sum(cpu(r, p) for p in SWITCHYARD)
     print(f"| {route} | {rate} | {r.get('achieved_rate') or 0:.0f} | {lat['p50']:.2f} | {lat['p99']:.2f} | {errors(r)} | "
           f"{parts} = **{total:.2f}** | {cpu(r, 'vendor'):.2f} |")
@@ -131,7 +145,8 @@ own = {"llm-direct": "vendor", "triggers DetectTriggers": "triggers", "sessions 
        "router Chat": "router", "edge chat completions": "edge"}
 for name, r in hops.items():
     lat = r["latency_ms"]
-    print(f"| {name} | {lat['p50']:.3f} | {lat['p99']:.3f} | {errors(r)} | {cpu(r, own[name]):.3f} |")
+    process = own[name] if name == "llm-direct" or not ONE_PROCESS else "switchyard"
+    print(f"| {name} | {lat['p50']:.3f} | {lat['p99']:.3f} | {errors(r)} | {cpu(r, process):.3f} |")
 if "router Chat" in hops and "edge chat completions" in hops and "llm-direct" in hops:
     edge, router, vendor = (hops[k]["latency_ms"]["p50"] for k in ("edge chat completions", "router Chat", "llm-direct"))
     print(f"\nThe edge adds {edge - router:+.3f} ms p50 over the router's gRPC Chat; the router (with its sessions and"

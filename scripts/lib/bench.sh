@@ -27,6 +27,8 @@ bench_build() {
 
 bench_cleanup() {
   kill "${pids[@]}" 2>/dev/null || true
+  # Until they have exited and freed their ports: a bench run right after this one binds them.
+  wait "${pids[@]}" 2>/dev/null || true
   if [[ -n "${schema:-}" ]]; then
     psql "$DATABASE_URL" -qc "DROP SCHEMA IF EXISTS $schema CASCADE" >/dev/null 2>&1 || true
   fi
@@ -203,6 +205,39 @@ bench_start_full_stack() {
     --mcp-gateway-url "http://127.0.0.1:$gateway_port" --metrics-listen "127.0.0.1:$((metrics_base + 4))" >"$logs/edge.log" 2>&1 &
   edge=$!
   pids+=("$edge")
+  bench_wait_semantic "$triggers_port" "$router_port"
+}
+
+# bench_start_full_stack's suite in one process: `switchyard serve`, configured through each
+# service's environment variables with the same stores, schemas, prefixes, MCP server, vendors
+# and open edge (DATABASE_URL reaches the edge too, for keys, unused by open callers). One
+# Prometheus endpoint at $metrics_base. Sets llm, fallback_llm and serve to their PIDs; logs go
+# to $logs/vendor.log, fallback-vendor.log and serve.log.
+bench_start_full_serve() {
+  local db="${DATABASE_URL_VIA:-$DATABASE_URL}"
+  local fallback=() servers="$logs/servers.toml"
+  "$bin/switchyard-scripted-llm" "127.0.0.1:$llm_port" >"$logs/vendor.log" 2>&1 &
+  llm=$!
+  pids+=("$llm")
+  if [[ -n "${fallback_port:-}" ]]; then
+    "$bin/switchyard-scripted-llm" "127.0.0.1:$fallback_port" >"$logs/fallback-vendor.log" 2>&1 &
+    fallback_llm=$!
+    pids+=("$fallback_llm")
+    fallback=(ANTHROPIC_BASE_URL="http://127.0.0.1:$fallback_port"
+      UNIFIED_CHAT_FALLBACK_MODELS=anthropic/claude-haiku-4-5)
+  fi
+  printf '[servers.everything]\ncommand = "%s"\nargs = ["stdio"]\n' "$PWD/.tools/bin/mcp-server-everything" >"$servers"
+  env "${fallback[@]}" DATABASE_URL="$db" OPENAI_BASE_URL="http://127.0.0.1:$llm_port/v1" \
+    TRIGGERS_DB_SCHEMA="${schema}_triggers" SESSIONS_DB_SCHEMA="${schema}_sessions" \
+    MCP_GATEWAY_DB_SCHEMA="${schema}_gateway" ROUTER_DB_SCHEMA="${schema}_router" \
+    SESSIONS_REDIS_PREFIX="$schema" MCP_GATEWAY_REDIS_PREFIX="$schema" ROUTER_REDIS_PREFIX="$schema" \
+    EDGE_REDIS_PREFIX="$schema" MCP_GATEWAY_CONFIG="$servers" EDGE_OPEN=true EDGE_RATE_LIMIT=0 \
+    TRIGGERS_LISTEN="127.0.0.1:$triggers_port" SESSIONS_LISTEN="127.0.0.1:$sessions_port" \
+    MCP_GATEWAY_LISTEN="127.0.0.1:$gateway_port" MCP_GATEWAY_MCP_LISTEN="127.0.0.1:$gateway_mcp_port" \
+    ROUTER_LISTEN="127.0.0.1:$router_port" EDGE_LISTEN="127.0.0.1:$edge_port" \
+    METRICS_LISTEN="127.0.0.1:$metrics_base" "$bin/switchyard" serve >"$logs/serve.log" 2>&1 &
+  serve=$!
+  pids+=("$serve")
   bench_wait_semantic "$triggers_port" "$router_port"
 }
 

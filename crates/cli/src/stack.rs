@@ -167,35 +167,37 @@ impl Stack {
         });
         let Serving { triggers, sessions, gateway, router, edge, .. } = serving;
         let mut in_order: Vec<_> = edge
+            .map(|served| ("the edge", served))
             .into_iter()
-            .chain([router])
-            .chain(gateway.map(|(_, served)| served))
-            .chain([sessions, triggers])
+            .chain([("the router", router)])
+            .chain(gateway.map(|(_, served)| ("the MCP gateway", served)))
+            .chain([("sessions", sessions), ("triggers", triggers)])
             .collect();
 
         let ended_early = {
-            let any_ended = futures::future::select_all(in_order.iter_mut().map(|(_, served)| served));
+            let any_ended = futures::future::select_all(in_order.iter_mut().map(|(_, (_, served))| served));
             tokio::select! {
                 () = shutdown => None,
                 (ended, index, _) = any_ended => Some((index, ended)),
             }
         };
         let mut first = Ok(());
-        if let Some((_, ended)) = &ended_early {
+        if let Some((index, ended)) = &ended_early {
+            let name = in_order.get(*index).map_or("a service", |(name, _)| *name);
             first = match ended {
-                Ok(Ok(())) => Err(anyhow::anyhow!("a service stopped before the shutdown signal")),
-                Ok(Err(err)) => Err(anyhow::anyhow!("{err:#}")),
-                Err(err) => Err(anyhow::anyhow!("a service's task: {err}")),
+                Ok(Ok(())) => Err(anyhow::anyhow!("{name} stopped before the shutdown signal")),
+                Ok(Err(err)) => Err(anyhow::anyhow!("{name}: {err:#}")),
+                Err(err) => Err(anyhow::anyhow!("{name}'s task: {err}")),
             };
         }
-        for (index, (stop, served)) in in_order.into_iter().enumerate() {
+        for (index, (name, (stop, served))) in in_order.into_iter().enumerate() {
             if ended_early.as_ref().is_some_and(|(ended, _)| *ended == index) {
                 continue;
             }
             stop.send_replace(true);
-            let ended = served.await.context("a service's task").and_then(|served| served);
+            let ended = served.await.with_context(|| format!("{name}'s task")).and_then(|served| served);
             if first.is_ok() {
-                first = ended;
+                first = ended.with_context(|| format!("stopping {name}"));
             }
         }
         first
