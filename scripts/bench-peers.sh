@@ -20,7 +20,10 @@
 # The peers are installed on first use into the git-ignored .tools/peers/ (a venv from PyPI and
 # an npm prefix, both from lock files under tools/peers/, with a stamp so a second run installs
 # nothing); scripts/test never installs them.
-# Usage: scripts/bench-peers.sh [RATE] [DURATION]   (defaults: 50 5s; BENCH_ROUNDS=3 rounds)
+# BENCH_SUITE=serve runs Switchyard as `switchyard serve` (every service in one process, the same
+# stores as above; scripts/lib/bench.sh bench_start_serve), its CPU that one process's.
+# Usage: scripts/bench-peers.sh [RATE] [DURATION]   (defaults: 50 5s; BENCH_ROUNDS=3 rounds;
+#        BENCH_SUITE=processes)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=scripts/lib/bench.sh
@@ -33,6 +36,13 @@ triggers_port="${BENCH_TRIGGERS_PORT:-50371}"
 sessions_port="${BENCH_SESSIONS_PORT:-50372}"
 router_port="${BENCH_ROUTER_PORT:-50373}"
 edge_port="${BENCH_EDGE_PORT:-50374}"
+gateway_port="${BENCH_GATEWAY_PORT:-50377}"
+gateway_mcp_port="${BENCH_MCP_PORT:-50378}"
+suite="${BENCH_SUITE:-processes}"
+case "$suite" in
+  processes | serve) ;;
+  *) echo "unknown BENCH_SUITE '$suite' (processes, serve)" >&2; exit 2 ;;
+esac
 litellm_port="${BENCH_LITELLM_PORT:-50375}"
 portkey_port="${BENCH_PORTKEY_PORT:-50376}"
 schema="bench_peers_$$"
@@ -111,11 +121,21 @@ install_peers() {
 }
 
 install_peers
-bench_build
+if [[ "$suite" == serve ]]; then bench_build -p switchyard-cli; else bench_build; fi
 work="$(mktemp -d)"
 scratch+=("$work")
 trap bench_cleanup EXIT
-bench_start_stack
+if [[ "$suite" == serve ]]; then
+  bench_start_vendor
+  bench_start_serve
+  pids+=("$suite_pid")
+  bench_wait_semantic "$triggers_port" "$router_port"
+  switchyard_cpu=(--cpu-of "switchyard=$suite_pid")
+else
+  bench_start_stack
+  switchyard_cpu=(--cpu-of "edge=$edge" --cpu-of "router=$router" --cpu-of "sessions=$sessions"
+    --cpu-of "triggers=$triggers")
+fi
 
 # LiteLLM: one model, the vendor as an OpenAI-compatible endpoint; no database (DATABASE_URL
 # unset, no master key), no telemetry, the cost map it ships instead of fetching one.
@@ -154,8 +174,7 @@ for api in "" "--stream"; do
 done
 
 # Every process of each gateway, now that its workers have started (also stopped at the end).
-cpu=(--cpu-of "edge=$edge" --cpu-of "router=$router" --cpu-of "sessions=$sessions" --cpu-of "triggers=$triggers"
-  --cpu-of "vendor=$llm")
+cpu=("${switchyard_cpu[@]}" --cpu-of "vendor=$llm")
 n=0
 for pid in $(bench_tree "$litellm"); do
   cpu+=(--cpu-of "litellm.$n=$pid")
@@ -209,7 +228,7 @@ for round in $(seq "$rounds"); do
   done
 done
 
-echo "scripts/bench-peers.sh $rate $duration  ($rounds rounds interleaved; LiteLLM $LITELLM_VERSION with" \
+echo "scripts/bench-peers.sh $rate $duration  (BENCH_SUITE=$suite; $rounds rounds interleaved; LiteLLM $LITELLM_VERSION with" \
   "$litellm_workers worker(s), $litellm_processes processes; Portkey $PORTKEY_VERSION; $(bench_cpu_line))"
 python3 - "$results" <<'PY'
 import json, statistics, sys
@@ -224,7 +243,7 @@ for line in open(sys.argv[1]):
         runs.setdefault(name, []).append(report)
 
 GATEWAYS = {
-    "Switchyard": lambda p: p in ("edge", "router", "sessions", "triggers"),
+    "Switchyard": lambda p: p in ("edge", "router", "sessions", "triggers", "switchyard"),
     "LiteLLM": lambda p: p.startswith("litellm."),
     "Portkey": lambda p: p.startswith("portkey."),
 }
