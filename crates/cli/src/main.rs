@@ -1,4 +1,5 @@
-//! `switchyard`: the whole suite in one process for development and demos.
+//! `switchyard`: the whole suite in one process, for development and demos (`dev`, in-memory
+//! stores) and for production (`serve`, the real stores); plus the operator commands.
 
 use clap::{Parser, Subcommand};
 use switchyard_cli::{DevChat, DevMcp, DevPorts, DevServing, DevStack, ServiceCalls, Stack};
