@@ -253,3 +253,13 @@ fn serve_names_a_malformed_variable_and_does_not_start() {
     assert!(stderr.contains("switchyard-router's setting ROUTER_LISTEN"), "the error does not name it: {stderr}");
     assert!(stderr.contains("nowhere"), "the error does not quote the value: {stderr}");
 }
+
+#[test]
+fn serve_without_a_database_says_which_variables_to_set() {
+    let output = switchyard(&[]).arg("serve").stdout(Stdio::null()).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "started without DATABASE_URL");
+    // The first service started names both ways out: a database, or its own in-memory variable.
+    assert!(stderr.contains("DATABASE_URL"), "{stderr}");
+    assert!(stderr.contains("TRIGGERS_IN_MEMORY=true"), "{stderr}");
+}

@@ -294,6 +294,9 @@ pub struct StoreArgs {
     pub db_schema: String,
     pub redis_prefix: String,
     pub in_memory: bool,
+    /// The service's variable for `--in-memory` (`SESSIONS_IN_MEMORY`), named in the errors:
+    /// where several services share one environment (`switchyard serve`), there is no flag.
+    pub in_memory_env: &'static str,
 }
 
 /// Where a service keeps its state, decided once from [`StoreArgs`] by the same rule in every
@@ -315,6 +318,7 @@ impl StoreArgs {
             db_schema: db_schema.to_owned(),
             redis_prefix: redis_prefix.to_owned(),
             in_memory: true,
+            in_memory_env: "IN_MEMORY",
         }
     }
 
@@ -328,13 +332,17 @@ impl StoreArgs {
             }
             return Ok(StorePlan::InMemory);
         }
-        let database_url = self.database_url.clone().ok_or_else(|| {
-            format!("{service}: DATABASE_URL (or --database-url) is required; pass --in-memory for throwaway stores")
-        })?;
+        let throwaway = format!("pass --in-memory (or {}=true) for throwaway stores", self.in_memory_env);
+        let database_url = self
+            .database_url
+            .clone()
+            .ok_or_else(|| format!("{service}: DATABASE_URL (or --database-url) is required; {throwaway}"))?;
         let redis_url = if needs_redis {
-            Some(self.redis_url.clone().ok_or_else(|| {
-                format!("{service}: REDIS_URL (or --redis-url) is required; pass --in-memory for throwaway stores")
-            })?)
+            Some(
+                self.redis_url
+                    .clone()
+                    .ok_or_else(|| format!("{service}: REDIS_URL (or --redis-url) is required; {throwaway}"))?,
+            )
         } else {
             None
         };
@@ -413,6 +421,7 @@ macro_rules! store_args {
                     db_schema: self.db_schema.clone(),
                     redis_prefix: String::new(),
                     in_memory: self.in_memory,
+                    in_memory_env: $memory_env,
                 };
                 $(
                 let _ = $prefix_default;
@@ -488,6 +497,12 @@ mod tests {
         args.database_url = None;
         let err = args.plan("records", false).expect_err("postgres missing");
         assert!(err.contains("DATABASE_URL"), "{err}");
+
+        // The service's own variable for --in-memory, which is all `switchyard serve` reads.
+        let mut args = LiveArgs::in_memory().store_args();
+        args.in_memory = false;
+        let err = args.plan("live", true).expect_err("postgres missing");
+        assert!(err.contains("KIT_TEST_LIVE_IN_MEMORY=true"), "{err}");
     }
 
     #[test]
