@@ -155,6 +155,24 @@ bench_cpu_line() {
   echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, flags $flags, load $(cut -d' ' -f1-3 /proc/loadavg)"
 }
 
+# The vendors of the full suite: the scripted vendor on $llm_port (logs in $logs/vendor.log) and,
+# with $fallback_port, a second one there answering as the router's fallback model on Anthropic's
+# wire. Sets llm and fallback_llm to their PIDs, and `fallback` (the caller's local) to the
+# router's variables for it (empty without one).
+bench_start_full_vendors() {
+  fallback=()
+  "$bin/switchyard-scripted-llm" "127.0.0.1:$llm_port" >"$logs/vendor.log" 2>&1 &
+  llm=$!
+  pids+=("$llm")
+  if [[ -n "${fallback_port:-}" ]]; then
+    "$bin/switchyard-scripted-llm" "127.0.0.1:$fallback_port" >"$logs/fallback-vendor.log" 2>&1 &
+    fallback_llm=$!
+    pids+=("$fallback_llm")
+    fallback=(ANTHROPIC_BASE_URL="http://127.0.0.1:$fallback_port"
+      UNIFIED_CHAT_FALLBACK_MODELS=anthropic/claude-haiku-4-5)
+  fi
+}
+
 # The whole suite as it runs in production, for scripts/bench-load.sh and bench-soak.sh: every
 # service's records in the real Postgres (schemas named after $schema) and its live state in a
 # Redis of the benchmark's own (REDIS_URL), the MCP gateway with the reference
@@ -166,18 +184,8 @@ bench_cpu_line() {
 # fallback model (anthropic/claude-haiku-4-5). Sets llm, fallback_llm, triggers, sessions,
 # gateway, router and edge to their PIDs; logs go to $logs/<service>.log.
 bench_start_full_stack() {
-  local db="${DATABASE_URL_VIA:-$DATABASE_URL}"
-  local fallback=()
-  "$bin/switchyard-scripted-llm" "127.0.0.1:$llm_port" >"$logs/vendor.log" 2>&1 &
-  llm=$!
-  pids+=("$llm")
-  if [[ -n "${fallback_port:-}" ]]; then
-    "$bin/switchyard-scripted-llm" "127.0.0.1:$fallback_port" >"$logs/fallback-vendor.log" 2>&1 &
-    fallback_llm=$!
-    pids+=("$fallback_llm")
-    fallback=(ANTHROPIC_BASE_URL="http://127.0.0.1:$fallback_port"
-      UNIFIED_CHAT_FALLBACK_MODELS=anthropic/claude-haiku-4-5)
-  fi
+  local db="${DATABASE_URL_VIA:-$DATABASE_URL}" fallback
+  bench_start_full_vendors
   DATABASE_URL="$db" "$bin/switchyard-triggers" --listen "127.0.0.1:$triggers_port" --db-schema "${schema}_triggers" \
     --metrics-listen "127.0.0.1:$metrics_base" >"$logs/triggers.log" 2>&1 &
   triggers=$!
@@ -214,18 +222,8 @@ bench_start_full_stack() {
 # Prometheus endpoint at $metrics_base. Sets llm, fallback_llm and serve to their PIDs; logs go
 # to $logs/vendor.log, fallback-vendor.log and serve.log.
 bench_start_full_serve() {
-  local db="${DATABASE_URL_VIA:-$DATABASE_URL}"
-  local fallback=() servers="$logs/servers.toml"
-  "$bin/switchyard-scripted-llm" "127.0.0.1:$llm_port" >"$logs/vendor.log" 2>&1 &
-  llm=$!
-  pids+=("$llm")
-  if [[ -n "${fallback_port:-}" ]]; then
-    "$bin/switchyard-scripted-llm" "127.0.0.1:$fallback_port" >"$logs/fallback-vendor.log" 2>&1 &
-    fallback_llm=$!
-    pids+=("$fallback_llm")
-    fallback=(ANTHROPIC_BASE_URL="http://127.0.0.1:$fallback_port"
-      UNIFIED_CHAT_FALLBACK_MODELS=anthropic/claude-haiku-4-5)
-  fi
+  local db="${DATABASE_URL_VIA:-$DATABASE_URL}" servers="$logs/servers.toml" fallback
+  bench_start_full_vendors
   printf '[servers.everything]\ncommand = "%s"\nargs = ["stdio"]\n' "$PWD/.tools/bin/mcp-server-everything" >"$servers"
   env "${fallback[@]}" DATABASE_URL="$db" OPENAI_BASE_URL="http://127.0.0.1:$llm_port/v1" \
     TRIGGERS_DB_SCHEMA="${schema}_triggers" SESSIONS_DB_SCHEMA="${schema}_sessions" \
