@@ -92,8 +92,15 @@ pub struct RecordBufferConfig {
     pub write_timeout: Duration,
     /// Records per background write.
     pub batch: usize,
-    /// How often the background writer writes coalesced records (queued ones go at once).
+    /// How often the background writer writes coalesced records (queued ones go at once,
+    /// after `linger`).
     pub flush_interval: Duration,
+    /// How long the background writer waits, once woken by a queued record, for more to join
+    /// its batch. Zero writes each record as it comes (a transaction per few records under
+    /// load); a few milliseconds turn a thousand records a second into a few dozen writes,
+    /// which is most of the store's cost per record. Only for records nothing waits on:
+    /// a `write_through` finds the queue busy for longer, and is buffered instead.
+    pub linger: Duration,
     /// At most one "records dropped" log line per interval.
     pub drop_log_interval: Duration,
 }
@@ -106,6 +113,7 @@ impl Default for RecordBufferConfig {
             write_timeout: Duration::from_millis(500),
             batch: 256,
             flush_interval: Duration::from_millis(500),
+            linger: Duration::ZERO,
             drop_log_interval: Duration::from_secs(10),
         }
     }
@@ -376,10 +384,18 @@ impl<R: BufferedRecord> RecordBuffer<R> {
     /// Writes everything held, oldest first; returns how many records were written. On a
     /// failure the unwritten records stay held.
     pub async fn flush(&self) -> Result<usize, StoreError> {
+        self.write_held(usize::MAX).await
+    }
+
+    /// Writes up to `queued` of the queued records, oldest first, then the coalesced ones. The
+    /// background writer passes what was queued when it started, so records that arrive during
+    /// a write wait for the next round (and its linger) instead of going out a few at a time.
+    async fn write_held(&self, queued: usize) -> Result<usize, StoreError> {
         let _one_at_a_time = self.flushing.lock().await;
         let mut written = 0;
         loop {
-            let batch: Vec<R> = self.pending().queue.iter().take(self.config.batch.max(1)).cloned().collect();
+            let take = self.config.batch.max(1).min(queued.saturating_sub(written));
+            let batch: Vec<R> = self.pending().queue.iter().take(take).cloned().collect();
             if batch.is_empty() {
                 break;
             }
@@ -495,8 +511,8 @@ impl<R: BufferedRecord> RecordBuffer<R> {
     }
 }
 
-/// Writes held records: queued ones as soon as they arrive, coalesced ones every flush
-/// interval; while the sink fails, after a backoff (200 ms doubling to 5 s) so a stream of new
+/// Writes held records: queued ones as soon as they arrive (after the linger), coalesced ones
+/// every flush interval; while the sink fails, after a backoff (200 ms doubling to 5 s) so a stream of new
 /// records does not hammer it. Ends once the buffer is dropped (within one interval).
 async fn background_writer<R: BufferedRecord>(buffer: Weak<RecordBuffer<R>>) {
     let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
@@ -506,14 +522,19 @@ async fn background_writer<R: BufferedRecord>(buffer: Weak<RecordBuffer<R>>) {
         match retry_in {
             Some(delay) => tokio::time::sleep(delay).await,
             None => {
-                let _ = tokio::time::timeout(this.config.flush_interval, this.wake.notified()).await;
+                let woken = tokio::time::timeout(this.config.flush_interval, this.wake.notified()).await.is_ok();
+                if woken && !this.config.linger.is_zero() && this.pending().queue.len() < this.config.batch {
+                    tokio::time::sleep(this.config.linger).await;
+                }
             }
         }
         let backlog = this.backlog();
         if backlog == 0 {
             continue;
         }
-        match this.flush().await {
+        // With a linger, only what was queued by now: later records wait for the next round.
+        let queued = if this.config.linger.is_zero() { usize::MAX } else { this.pending().queue.len() };
+        match this.write_held(queued).await {
             Ok(written) => {
                 if retry_in.is_some() {
                     tracing::info!(
@@ -575,7 +596,11 @@ mod tests {
     #[derive(Default)]
     struct Sink {
         written: Mutex<Vec<Rec>>,
+        /// The size of each successful write, in order.
+        batches: Mutex<Vec<usize>>,
         down: AtomicBool,
+        /// How long each write takes, in milliseconds.
+        delay_ms: AtomicU64,
     }
 
     impl Sink {
@@ -587,6 +612,7 @@ mod tests {
     #[async_trait]
     impl RecordSink<Rec> for Sink {
         async fn write(&self, records: &[Rec]) -> Result<(), StoreError> {
+            tokio::time::sleep(Duration::from_millis(self.delay_ms.load(Ordering::SeqCst))).await;
             if self.down.load(Ordering::SeqCst) {
                 return Err(StoreError::Unavailable("down".into()));
             }
@@ -595,6 +621,7 @@ mod tests {
                 return Err(StoreError::Database(sqlx::Error::Encode("invalid byte sequence: 0x00".into())));
             }
             self.written.lock().expect("lock").extend_from_slice(records);
+            self.batches.lock().expect("lock").push(records.len());
             Ok(())
         }
     }
@@ -617,6 +644,43 @@ mod tests {
         })
         .await
         .expect("buffer emptied");
+    }
+
+    #[tokio::test]
+    async fn lingering_gathers_records_that_come_apart_into_one_write() {
+        let run = |linger: Duration| async move {
+            let sink = Arc::new(Sink::default());
+            let buffer = RecordBuffer::start(sink.clone(), RecordBufferConfig { linger, ..config(100) });
+            for n in 0..4 {
+                buffer.push(Rec::Event(n));
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            until_empty(&buffer).await;
+            assert_eq!(sink.written(), (0..4).map(Rec::Event).collect::<Vec<_>>());
+            sink.batches.lock().expect("lock").clone()
+        };
+        // Without a linger the writer takes each record as it comes.
+        assert!(run(Duration::ZERO).await.len() > 1);
+        // With one longer than the records' spread, they go in a single write.
+        assert_eq!(run(Duration::from_millis(500)).await, [4]);
+    }
+
+    #[tokio::test]
+    async fn records_that_come_during_a_write_wait_for_the_next_linger() {
+        let sink = Arc::new(Sink::default());
+        sink.delay_ms.store(100, Ordering::SeqCst);
+        let linger = Duration::from_millis(200);
+        let buffer = RecordBuffer::start(sink.clone(), RecordBufferConfig { linger, ..config(100) });
+        buffer.push(Rec::Event(0));
+        // Record 0 is written from about 200 ms to 300 ms; 1 comes during that write, 2 after it.
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        buffer.push(Rec::Event(1));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        buffer.push(Rec::Event(2));
+        until_empty(&buffer).await;
+        assert_eq!(sink.written(), (0..3).map(Rec::Event).collect::<Vec<_>>());
+        // Without waiting, 1 would have gone alone right after 0's write.
+        assert_eq!(*sink.batches.lock().expect("lock"), [1, 2]);
     }
 
     #[tokio::test]

@@ -4,18 +4,19 @@
 //! rollups (migration 0011) in the same transaction, and GetRoutingStats reads those for the
 //! window's whole hours (see [`super::postgres_stats`]).
 
-use std::collections::HashMap;
+use std::{borrow::Cow, collections::HashMap};
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
-use sqlx::{PgPool, QueryBuilder};
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::Serialize;
+use sqlx::PgPool;
 use switchyard_kit::{TenantId, partitions::DailyPartitions, store::StoreError, text::scrub_nul};
 
 use super::{
     AnalyticsStore, Correction, DecisionRecord, Feedback, RecordedTurn, RoutingStats, StoredCorrection, postgres_stats,
     rollup::RollupDelta,
 };
-use crate::route::Route;
+use crate::{cost::CallCost, route::Route};
 
 pub struct PostgresAnalytics {
     pool: PgPool,
@@ -52,8 +53,115 @@ fn stored_micros(at: DateTime<Utc>) -> i64 {
 }
 
 /// Recorded text as stored: a NUL (which Postgres refuses) as U+FFFD.
-fn scrub_nul_all(items: &[String]) -> Vec<String> {
-    items.iter().map(|item| scrub_nul(item).into_owned()).collect()
+fn scrub_nul_all(items: &[String]) -> Vec<Cow<'_, str>> {
+    items.iter().map(|item| scrub_nul(item)).collect()
+}
+
+/// Inserts a batch of decisions given as a JSON array of [`StoredDecision`] rows, returning
+/// the rows stored (a decision already there is skipped).
+const INSERT_DECISIONS: &str = "INSERT INTO routing_decisions (id, occurred_at, tenant_id, user_id, session_id, \
+    role_id, route, reasoning, routing_ms, execution_ms, provider, model, routing_model, cache_hit, fallback_used, \
+    attempts, model_fallbacks, prompt_tokens, completion_tokens, tools_used, domains, degraded, message, \
+    interrupted, client_tools, continuation, held_switch_role_id, client_tools_called, cached_prompt_tokens, \
+    cost_nanousd, cost_parts, unpriced_calls, routing_call_avoided, key_id) \
+    SELECT id, occurred_at, tenant_id, user_id, session_id, role_id, route, reasoning, routing_ms, execution_ms, \
+    provider, model, routing_model, cache_hit, fallback_used, attempts, model_fallbacks, prompt_tokens, \
+    completion_tokens, tools_used, domains, degraded, message, interrupted, client_tools, continuation, \
+    held_switch_role_id, client_tools_called, cached_prompt_tokens, cost_nanousd, cost_parts, unpriced_calls, \
+    routing_call_avoided, key_id \
+    FROM json_to_recordset($1::json) AS d(id text, occurred_at timestamptz, tenant_id text, user_id text, \
+    session_id text, role_id text, route text, reasoning text, routing_ms integer, execution_ms integer, \
+    provider text, model text, routing_model text, cache_hit boolean, fallback_used boolean, attempts integer, \
+    model_fallbacks integer, prompt_tokens integer, completion_tokens integer, tools_used text[], domains text[], \
+    degraded text[], message text, interrupted boolean, client_tools boolean, continuation boolean, \
+    held_switch_role_id text, client_tools_called text[], cached_prompt_tokens integer, cost_nanousd bigint, \
+    cost_parts jsonb, unpriced_calls integer, routing_call_avoided boolean, key_id text) \
+    ON CONFLICT (id, occurred_at) DO NOTHING RETURNING id, occurred_at";
+
+/// A decision as one row of [`INSERT_DECISIONS`]' JSON: the columns' names and types, free
+/// text with NULs scrubbed, counts clamped to the columns' `integer`.
+#[derive(Serialize)]
+struct StoredDecision<'a> {
+    id: &'a str,
+    /// RFC 3339 with microseconds, Postgres's precision (the nanoseconds dropped, as sqlx does).
+    occurred_at: String,
+    tenant_id: &'a str,
+    user_id: Option<&'a str>,
+    session_id: &'a str,
+    role_id: &'a str,
+    route: &'static str,
+    reasoning: Cow<'a, str>,
+    routing_ms: i32,
+    execution_ms: i32,
+    provider: &'a str,
+    model: &'a str,
+    routing_model: &'a str,
+    cache_hit: bool,
+    fallback_used: bool,
+    attempts: i32,
+    model_fallbacks: i32,
+    prompt_tokens: i32,
+    completion_tokens: i32,
+    tools_used: Vec<Cow<'a, str>>,
+    domains: Vec<Cow<'a, str>>,
+    degraded: Vec<Cow<'a, str>>,
+    message: Option<Cow<'a, str>>,
+    interrupted: bool,
+    client_tools: bool,
+    continuation: bool,
+    held_switch_role_id: Option<Cow<'a, str>>,
+    client_tools_called: Vec<Cow<'a, str>>,
+    cached_prompt_tokens: i32,
+    cost_nanousd: i64,
+    cost_parts: &'a [CallCost],
+    unpriced_calls: i32,
+    routing_call_avoided: bool,
+    key_id: Option<&'a str>,
+}
+
+fn column_int(value: impl TryInto<i32>) -> i32 {
+    value.try_into().unwrap_or(i32::MAX)
+}
+
+impl<'a> StoredDecision<'a> {
+    fn of(d: &'a DecisionRecord) -> Self {
+        Self {
+            id: &d.id,
+            occurred_at: d.occurred_at.to_rfc3339_opts(SecondsFormat::Micros, true),
+            tenant_id: &d.tenant,
+            user_id: d.user.as_deref(),
+            session_id: &d.session_id,
+            role_id: &d.role_id,
+            route: d.route.as_str(),
+            reasoning: scrub_nul(&d.reasoning),
+            routing_ms: column_int(d.routing_ms),
+            execution_ms: column_int(d.execution_ms),
+            provider: &d.provider,
+            model: &d.model,
+            routing_model: &d.routing_model,
+            cache_hit: d.cache_hit,
+            fallback_used: d.fallback_used,
+            attempts: column_int(d.attempts),
+            model_fallbacks: column_int(d.model_fallbacks),
+            prompt_tokens: column_int(d.prompt_tokens),
+            completion_tokens: column_int(d.completion_tokens),
+            tools_used: scrub_nul_all(&d.tools_used),
+            domains: scrub_nul_all(&d.domains),
+            degraded: scrub_nul_all(&d.degraded),
+            message: d.message.as_deref().map(scrub_nul),
+            interrupted: d.interrupted,
+            client_tools: d.client_tools,
+            continuation: d.continuation,
+            held_switch_role_id: d.held_switch_role_id.as_deref().map(scrub_nul),
+            client_tools_called: scrub_nul_all(&d.client_tools_called),
+            cached_prompt_tokens: column_int(d.cached_prompt_tokens),
+            cost_nanousd: d.cost_nanousd,
+            cost_parts: &d.cost_parts,
+            unpriced_calls: column_int(d.cost_parts.iter().filter(|part| !part.priced).count()),
+            routing_call_avoided: d.routing_call_avoided,
+            key_id: d.key_id.as_deref(),
+        }
+    }
 }
 
 impl PostgresAnalytics {
@@ -84,55 +192,16 @@ impl AnalyticsStore for PostgresAnalytics {
         if decisions.is_empty() {
             return Ok(());
         }
-        let mut insert = QueryBuilder::new(
-            "INSERT INTO routing_decisions (id, occurred_at, tenant_id, user_id, session_id, role_id, route, \
-             reasoning, routing_ms, execution_ms, provider, model, routing_model, cache_hit, fallback_used, \
-             attempts, model_fallbacks, prompt_tokens, completion_tokens, tools_used, domains, degraded, message, \
-             interrupted, client_tools, continuation, held_switch_role_id, client_tools_called, \
-             cached_prompt_tokens, cost_nanousd, cost_parts, unpriced_calls, routing_call_avoided, key_id) ",
-        );
-        insert.push_values(decisions, |mut row, d| {
-            row.push_bind(&d.id)
-                .push_bind(d.occurred_at)
-                .push_bind(&d.tenant)
-                .push_bind(&d.user)
-                .push_bind(&d.session_id)
-                .push_bind(&d.role_id)
-                .push_bind(d.route.as_str())
-                .push_bind(scrub_nul(&d.reasoning))
-                .push_bind(i32::try_from(d.routing_ms).unwrap_or(i32::MAX))
-                .push_bind(i32::try_from(d.execution_ms).unwrap_or(i32::MAX))
-                .push_bind(&d.provider)
-                .push_bind(&d.model)
-                .push_bind(&d.routing_model)
-                .push_bind(d.cache_hit)
-                .push_bind(d.fallback_used)
-                .push_bind(i32::try_from(d.attempts).unwrap_or(i32::MAX))
-                .push_bind(i32::try_from(d.model_fallbacks).unwrap_or(i32::MAX))
-                .push_bind(i32::try_from(d.prompt_tokens).unwrap_or(i32::MAX))
-                .push_bind(i32::try_from(d.completion_tokens).unwrap_or(i32::MAX))
-                .push_bind(scrub_nul_all(&d.tools_used))
-                .push_bind(scrub_nul_all(&d.domains))
-                .push_bind(scrub_nul_all(&d.degraded))
-                .push_bind(d.message.as_deref().map(scrub_nul))
-                .push_bind(d.interrupted)
-                .push_bind(d.client_tools)
-                .push_bind(d.continuation)
-                .push_bind(d.held_switch_role_id.as_deref().map(scrub_nul))
-                .push_bind(scrub_nul_all(&d.client_tools_called))
-                .push_bind(i32::try_from(d.cached_prompt_tokens).unwrap_or(i32::MAX))
-                .push_bind(d.cost_nanousd)
-                .push_bind(sqlx::types::Json(&d.cost_parts))
-                .push_bind(i32::try_from(d.cost_parts.iter().filter(|part| !part.priced).count()).unwrap_or(i32::MAX))
-                .push_bind(d.routing_call_avoided)
-                .push_bind(&d.key_id);
-        });
+        // One statement whatever the batch's size: the batch goes as one JSON document of rows
+        // (`json`, not `jsonb`: parsed once, no 256 MB cap on a batch of long messages). A
+        // multi-row VALUES would be a different statement, parsed and planned anew, for each size.
+        let rows: Vec<StoredDecision<'_>> = decisions.iter().map(StoredDecision::of).collect();
+        let rows = serde_json::to_string(&rows).map_err(|err| StoreError::Corrupt(format!("decision batch: {err}")))?;
         // A batch retried after a timeout may have landed already. The key holds the partition
         // column; a retry repeats the decision's time, so (id, occurred_at) catches it.
-        insert.push(" ON CONFLICT (id, occurred_at) DO NOTHING RETURNING id, occurred_at");
+        let insert = sqlx::query_as::<_, (String, DateTime<Utc>)>(INSERT_DECISIONS).bind(rows);
         let mut tx = self.pool.begin().await.map_err(unavailable)?;
-        let stored: Vec<(String, DateTime<Utc>)> =
-            insert.build_query_as().fetch_all(&mut *tx).await.map_err(unavailable)?;
+        let stored: Vec<(String, DateTime<Utc>)> = insert.fetch_all(&mut *tx).await.map_err(unavailable)?;
         // Only the decisions this statement stored add to the rollups: one stored before (a
         // batch replayed after an outage or a timeout) is skipped above and counted once.
         let mut stored: HashMap<(String, i64), usize> =
