@@ -124,6 +124,7 @@ async fn fill(store: &dyn AnalyticsStore) {
     // Another tenant's turn, with a key of the same id as one of acme's.
     let mut globex = decision(100, "globex", Route::Direct, 5, 1);
     globex.key_id = Some("k1".to_owned());
+    globex.user = Some("alice".to_owned());
     store.record(&[globex]).await.expect("another tenant");
     let acme = TenantId::parse("acme").expect("tenant");
     for (i, helpful, expected) in
@@ -250,7 +251,10 @@ async fn memory_and_postgres_give_the_same_figures() {
     assert_eq!(postgres.stats(&globex, since, until).await.expect("stats").total, 1);
     assert_eq!(postgres.recorded_turn(&acme, "chat-100").await.expect("lookup"), None);
     let recorded = postgres.recorded_turn(&globex, "chat-100").await.expect("lookup").expect("recorded");
-    assert_eq!((recorded.route, recorded.message.as_deref()), (Route::Direct, Some("message 100")));
+    assert_eq!(
+        (recorded.route, recorded.user.as_deref(), recorded.message.as_deref()),
+        (Route::Direct, Some("alice"), Some("message 100"))
+    );
     assert_eq!(memory.recorded_turn(&acme, "chat-100").await.expect("lookup"), None);
     // Without learning on, no message is kept.
     let unkept = postgres.recorded_turn(&acme, "chat-1").await.expect("lookup").expect("recorded");
