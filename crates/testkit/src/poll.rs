@@ -48,13 +48,17 @@ where
 {
     let deadline = Instant::now() + within;
     let mut pause = FIRST_PAUSE;
+    let mut last = String::new();
     loop {
-        let last = match tokio::time::timeout_at(deadline, check()).await {
+        last = match tokio::time::timeout_at(deadline, check()).await {
             Ok(outcome) => match outcome.into_result() {
                 Ok(value) => return value,
-                Err(last) => last,
+                Err(seen) => seen,
             },
-            Err(_) => "the check itself was still running".to_owned(),
+            // A slow check cut off at the deadline says nothing of the state it was reading:
+            // what the check saw before is what explains the failure.
+            Err(_) if last.is_empty() => "the check itself was still running".to_owned(),
+            Err(_) => format!("the check itself was still running; before that: {last}"),
         };
         let now = Instant::now();
         assert!(now < deadline, "{what}: not within {within:?} (last seen: {last})");
@@ -90,5 +94,20 @@ mod tests {
     #[should_panic(expected = "hangs: not within 50ms (last seen: the check itself was still running)")]
     async fn a_hung_check_fails_at_the_deadline() {
         eventually(Duration::from_millis(50), "hangs", std::future::pending::<Option<()>>).await;
+    }
+
+    #[tokio::test]
+    #[should_panic(expected = "slow: not within 200ms (last seen: the check itself was still running; before \
+                               that: call 1)")]
+    async fn a_check_cut_off_at_the_deadline_keeps_what_it_saw_before() {
+        let calls = AtomicU32::new(0);
+        eventually(Duration::from_millis(200), "slow", || async {
+            let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
+            if n > 1 {
+                std::future::pending::<()>().await;
+            }
+            Err::<(), _>(format!("call {n}"))
+        })
+        .await;
     }
 }

@@ -5,6 +5,7 @@
 use chrono::{DateTime, Utc};
 
 use switchyard_kit::identity::SessionKey;
+use uuid::Uuid;
 
 /// The requirements' `SessionContext` (docs/requirements.md#mcp-context-store), plus what the gateway needs to rank and to measure.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -49,16 +50,19 @@ pub struct Counters {
     pub filtered_hits: u64,
 }
 
-/// One record for Postgres.
+/// One record for Postgres. Each carries an id given when it is made, so a batch written again
+/// (its first write's outcome lost with the connection) is stored once.
 #[derive(Debug, Clone, PartialEq)]
 pub enum UsageRecord {
     SetContext {
+        id: Uuid,
         key: SessionKey,
         query: String,
         intent: Option<String>,
         at: DateTime<Utc>,
     },
     ToolCall {
+        id: Uuid,
         key: SessionKey,
         tool: String,
         server: String,

@@ -17,6 +17,7 @@ use switchyard_mcp_gateway::{
     },
 };
 use switchyard_testkit::{KeyPrefix, Schema, database_url, redis_cluster_url, redis_url};
+use uuid::Uuid;
 
 fn key(tenant: &str, session: &str) -> SessionKey {
     SessionKey::new(TenantId::parse(tenant).expect("tenant"), SessionId::parse(session).expect("session id"))
@@ -170,8 +171,52 @@ async fn postgres_usage_store() {
     usage_suite(Arc::new(store)).await;
 }
 
+/// The record buffer writes a batch again when a write's outcome was lost (the connection cut
+/// between COMMIT and its answer): what landed the first time is not stored twice, and a new
+/// record in the retried batch still is.
+#[tokio::test]
+async fn a_usage_batch_written_again_is_stored_once() {
+    let schema = Schema::new("gw");
+    let store = PostgresUsageStore::connect(&database_url(), &schema)
+        .await
+        .unwrap_or_else(|err| panic!("postgres at {} (set DATABASE_URL): {err}", database_url()));
+    let a = key("acme", "s1");
+    let set = UsageRecord::SetContext {
+        id: id_of("set"),
+        key: a.clone(),
+        query: "read my notes".into(),
+        intent: None,
+        at: at(1),
+    };
+    let batch = [set.clone(), call(&a, "files__read", Some("read my notes"), false, 2)];
+    store.record(&batch).await.unwrap();
+    let later = call(&a, "files__write", None, false, 3);
+    store.record(&[batch[0].clone(), batch[1].clone(), later.clone()]).await.unwrap();
+    assert_eq!(store.session_records(&a, 10).await.unwrap(), [later, batch[1].clone(), set]);
+    assert_eq!(store.history(10).await.unwrap().len(), 1, "the usage prior learns the call once");
+
+    // Two calls alike in all but their ids (the same tool at the same microsecond) are both kept.
+    let twin = || {
+        let mut record = call(&a, "files__stat", None, false, 4);
+        if let UsageRecord::ToolCall { id, .. } = &mut record {
+            *id = Uuid::new_v4();
+        }
+        record
+    };
+    store.record(&[twin(), twin()]).await.unwrap();
+    assert_eq!(store.session_records(&a, 10).await.unwrap().len(), 5);
+}
+
+/// A record's id, the same each time a test builds the same record (so what is read back
+/// compares equal to a record built again).
+fn id_of(what: impl std::hash::Hash) -> Uuid {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    Uuid::from_u64_pair(BuildHasherDefault::<DefaultHasher>::default().hash_one(what), 0)
+}
+
 fn call(session: &SessionKey, tool: &str, query: Option<&str>, is_error: bool, ms: i64) -> UsageRecord {
     UsageRecord::ToolCall {
+        id: id_of((session, tool, ms)),
         key: session.clone(),
         tool: tool.to_owned(),
         server: tool.split("__").next().unwrap().to_owned(),
@@ -191,7 +236,13 @@ async fn usage_suite(store: Arc<dyn UsageStore>) {
     let a = key("acme", "s1");
     let b = key("acme", "s2");
     assert!(store.history(10).await.unwrap().is_empty());
-    let set = UsageRecord::SetContext { key: a.clone(), query: "read my notes".into(), intent: None, at: at(1) };
+    let set = UsageRecord::SetContext {
+        id: id_of("set"),
+        key: a.clone(),
+        query: "read my notes".into(),
+        intent: None,
+        at: at(1),
+    };
     store
         .record(&[
             set.clone(),
@@ -280,6 +331,7 @@ async fn a_usage_record_postgres_refuses_is_set_aside_and_every_other_one_lands(
     );
     let (ann, bob) = (key("acme", "s-ann"), key("globex", "s-bob"));
     let set_context = |session: &SessionKey, query: &str, at: DateTime<Utc>| UsageRecord::SetContext {
+        id: Uuid::new_v4(),
         key: session.clone(),
         query: query.to_owned(),
         intent: Some("refinance\0".to_owned()),

@@ -15,12 +15,16 @@ use switchyard_mcp_gateway::{
 };
 use switchyard_testkit::partitions::{self, count};
 use switchyard_testkit::{Schema, database_url};
+use uuid::Uuid;
 
 /// Every row of `table` in id order, hashed: equal before and after only if no row was lost,
 /// added or changed in any column (the layout keeps the columns' order).
+/// The rows' count and a digest of every column they had before the record ids (migration
+/// 0005), which rows written before it leave empty.
 async fn fingerprint(pool: &PgPool, table: &str) -> (i64, String) {
     sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT count(*), md5(coalesce(string_agg(t::text, '|' ORDER BY t.id), '')) FROM {table} t"
+        "SELECT count(*), md5(coalesce(string_agg((to_jsonb(t) - 'record_id')::text, '|' ORDER BY t.id), '')) \
+         FROM {table} t"
     )))
     .fetch_one(pool)
     .await
@@ -45,6 +49,7 @@ fn key(session: &str) -> SessionKey {
 
 fn call(session: &SessionKey, tool: &str, context: Option<&str>, is_error: bool, at: DateTime<Utc>) -> UsageRecord {
     UsageRecord::ToolCall {
+        id: Uuid::new_v4(),
         key: session.clone(),
         tool: tool.to_owned(),
         server: "fx".to_owned(),
@@ -131,6 +136,15 @@ async fn unpartitioned_usage_records_move_to_month_partitions_and_retention_drop
     let store = PostgresUsageStore::connect(&database_url(), schema.name()).await.unwrap();
     let after = (fingerprint(&pool, "context_events").await, fingerprint(&pool, "tool_calls").await);
     assert_eq!(after, before, "every row kept as it was, ids included");
+    for table in ["context_events", "tool_calls"] {
+        let with_record_ids: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT count(*) FROM {table} WHERE record_id IS NOT NULL"
+        )))
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        assert_eq!(with_record_ids, 0, "{table}: no id made up for a row written before record ids");
+    }
 
     let contexts = TimePartitions::monthly("context_events", "created_at").unwrap();
     let calls = TimePartitions::monthly("tool_calls", "created_at").unwrap();
@@ -173,12 +187,14 @@ async fn unpartitioned_usage_records_move_to_month_partitions_and_retention_drop
                 on("tool_calls")
             ),
             format!("CREATE UNIQUE INDEX context_events_pkey {} (id, created_at)", on("context_events")),
+            format!("CREATE UNIQUE INDEX context_events_record {} (record_id, created_at)", on("context_events")),
             format!("CREATE UNIQUE INDEX tool_calls_pkey {} (id, created_at)", on("tool_calls")),
+            format!("CREATE UNIQUE INDEX tool_calls_record {} (record_id, created_at)", on("tool_calls")),
         ]
     );
     // Every partition has every index — those the migration made, the keeper's (tool_calls'
     // next month: no call was that far ahead) and the defaults.
-    for (table, expected) in [("context_events", 2), ("tool_calls", 3)] {
+    for (table, expected) in [("context_events", 3), ("tool_calls", 4)] {
         let partitions = indexes_per_partition(&pool, table).await;
         assert!(partitions.len() >= old_months.len() + 2, "{partitions:?}");
         assert!(partitions.iter().all(|(_, n)| *n == expected), "{table}: {partitions:?}");
@@ -216,7 +232,7 @@ async fn unpartitioned_usage_records_move_to_month_partitions_and_retention_drop
     let far = month_start(NaiveDate::from_ymd_opt(2100, 1, 1).unwrap());
     store
         .record(&[
-            UsageRecord::SetContext { key: fresh.clone(), query: "fresh".into(), intent: None, at: now },
+            UsageRecord::SetContext { id: Uuid::new_v4(), key: fresh.clone(), query: "fresh".into(), intent: None, at: now },
             call(&fresh, "fx__now", Some("fresh"), false, now),
             call(&fresh, "fx__before_the_turn", None, false, last_of_before),
             call(&fresh, "fx__far", None, true, far),

@@ -16,6 +16,7 @@ use rmcp::{
     },
     service::PeerRequestOptions,
 };
+use uuid::Uuid;
 
 use super::Gateway;
 use crate::{
@@ -274,6 +275,7 @@ impl Gateway {
             }
         };
         self.record(UsageRecord::ToolCall {
+            id: Uuid::new_v4(),
             key: key.clone(),
             tool: tool.name.clone(),
             server: tool.server.clone(),

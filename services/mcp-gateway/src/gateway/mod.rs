@@ -16,6 +16,7 @@ use switchyard_models::{Embedder, recent::RecentQueries};
 use switchyard_retrieval::QueryAdapter;
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
 
 pub use call::CallOutcome;
 pub use embed::EmbeddingCounts;
@@ -252,6 +253,7 @@ impl Gateway {
         let _ = self.contexts_changed.send(key.clone());
         self.metrics.set_context();
         self.record(UsageRecord::SetContext {
+            id: Uuid::new_v4(),
             key: key.clone(),
             query: query.to_owned(),
             intent: intent.map(str::to_owned),

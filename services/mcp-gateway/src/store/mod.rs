@@ -56,7 +56,9 @@ pub trait ContextStore: Send + Sync + 'static {
 
 #[async_trait]
 pub trait UsageStore: Send + Sync + 'static {
-    /// Writes records (one batch, all or none).
+    /// Writes records (one batch, all or none). A store whose writes can fail after landing
+    /// (Postgres: the connection lost between COMMIT and its answer) skips a record already
+    /// stored under the same id, since the record buffer then writes the batch again.
     async fn record(&self, records: &[UsageRecord]) -> Result<(), StoreError>;
     /// The newest `limit` successful tool calls that had a context, newest first.
     async fn history(&self, limit: usize) -> Result<Vec<UsagePair>, StoreError>;

@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use futures::TryStreamExt;
 use sqlx::{PgPool, Row};
+use uuid::Uuid;
 use switchyard_kit::{
     partitions::{DailyPartitions, KeptTables, PartitionError, TimePartitions},
     text::scrub_nul,
@@ -83,6 +84,13 @@ fn partition_unavailable(err: PartitionError) -> StoreError {
     }
 }
 
+/// A usage record's id as read back; the nil id for a row written before records had ids
+/// (migration 0005).
+fn record_id(row: &sqlx::postgres::PgRow) -> Result<Uuid, StoreError> {
+    let id: Option<Uuid> = row.try_get("record_id").map_err(unavailable)?;
+    Ok(id.unwrap_or_default())
+}
+
 fn shown_flag(shown: ShownMatch) -> Option<bool> {
     match shown {
         ShownMatch::NoList => None,
@@ -97,21 +105,24 @@ impl UsageStore for PostgresUsageStore {
         let mut tx = self.pool.begin().await.map_err(unavailable)?;
         for record in records {
             match record {
-                UsageRecord::SetContext { key, query, intent, at } => {
+                // A retried batch repeats each record's id and time: what landed before is skipped.
+                UsageRecord::SetContext { id, key, query, intent, at } => {
                     sqlx::query(
-                        "INSERT INTO context_events (tenant, session_id, query, intent, created_at) \
-                         VALUES ($1, $2, $3, $4, $5)",
+                        "INSERT INTO context_events (tenant, session_id, query, intent, created_at, record_id) \
+                         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (record_id, created_at) DO NOTHING",
                     )
                     .bind(key.tenant.as_str())
                     .bind(key.id.as_str())
                     .bind(scrub_nul(query))
                     .bind(intent.as_deref().map(scrub_nul))
                     .bind(at)
+                    .bind(id)
                     .execute(&mut *tx)
                     .await
                     .map_err(unavailable)?;
                 }
                 UsageRecord::ToolCall {
+                    id,
                     key,
                     tool,
                     server,
@@ -126,8 +137,9 @@ impl UsageStore for PostgresUsageStore {
                 } => {
                     sqlx::query(
                         "INSERT INTO tool_calls (tenant, session_id, tool, server, upstream_tool, context_query, \
-                         context_intent, context_embedding, in_filtered_list, is_error, duration_ms, created_at) \
-                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+                         context_intent, context_embedding, in_filtered_list, is_error, duration_ms, created_at, \
+                         record_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
+                         ON CONFLICT (record_id, created_at) DO NOTHING",
                     )
                     .bind(key.tenant.as_str())
                     .bind(key.id.as_str())
@@ -141,6 +153,7 @@ impl UsageStore for PostgresUsageStore {
                     .bind(is_error)
                     .bind(i64::try_from(*duration_ms).unwrap_or(i64::MAX))
                     .bind(at)
+                    .bind(id)
                     .execute(&mut *tx)
                     .await
                     .map_err(unavailable)?;
@@ -213,7 +226,7 @@ impl UsageStore for PostgresUsageStore {
     async fn session_records(&self, key: &SessionKey, limit: usize) -> Result<Vec<UsageRecord>, StoreError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let contexts = sqlx::query(
-            "SELECT query, intent, created_at FROM context_events WHERE tenant = $1 AND session_id = $2 \
+            "SELECT record_id, query, intent, created_at FROM context_events WHERE tenant = $1 AND session_id = $2 \
              ORDER BY created_at DESC, id DESC LIMIT $3",
         )
         .bind(key.tenant.as_str())
@@ -223,7 +236,7 @@ impl UsageStore for PostgresUsageStore {
         .await
         .map_err(unavailable)?;
         let calls = sqlx::query(
-            "SELECT tool, server, upstream_tool, context_query, context_intent, context_embedding, in_filtered_list, \
+            "SELECT record_id, tool, server, upstream_tool, context_query, context_intent, context_embedding, in_filtered_list, \
              is_error, duration_ms, created_at FROM tool_calls WHERE tenant = $1 AND session_id = $2 \
              ORDER BY created_at DESC, id DESC LIMIT $3",
         )
@@ -246,6 +259,7 @@ impl UsageStore for PostgresUsageStore {
             records.push((
                 at,
                 UsageRecord::ToolCall {
+                    id: record_id(&row)?,
                     key: key.clone(),
                     tool: row.try_get("tool").map_err(unavailable)?,
                     server: row.try_get("server").map_err(unavailable)?,
@@ -265,6 +279,7 @@ impl UsageStore for PostgresUsageStore {
             records.push((
                 at,
                 UsageRecord::SetContext {
+                    id: record_id(&row)?,
                     key: key.clone(),
                     query: row.try_get("query").map_err(unavailable)?,
                     intent: row.try_get("intent").map_err(unavailable)?,
