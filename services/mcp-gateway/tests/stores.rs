@@ -157,6 +157,15 @@ async fn context_suite(store: Arc<dyn ContextStore>) {
     store.end_session(&ended).await.unwrap();
 }
 
+/// A Postgres usage store in a schema of its own, which goes with the returned guard.
+async fn postgres_usage() -> (Schema, PostgresUsageStore) {
+    let schema = Schema::new("gw");
+    let store = PostgresUsageStore::connect(&database_url(), &schema)
+        .await
+        .unwrap_or_else(|err| panic!("postgres at {} (set DATABASE_URL): {err}", database_url()));
+    (schema, store)
+}
+
 #[tokio::test]
 async fn memory_usage_store() {
     usage_suite(Arc::new(MemoryUsageStore::default())).await;
@@ -164,10 +173,7 @@ async fn memory_usage_store() {
 
 #[tokio::test]
 async fn postgres_usage_store() {
-    let schema = Schema::new("gw");
-    let store = PostgresUsageStore::connect(&database_url(), &schema)
-        .await
-        .unwrap_or_else(|err| panic!("postgres at {} (set DATABASE_URL): {err}", database_url()));
+    let (_schema, store) = postgres_usage().await;
     usage_suite(Arc::new(store)).await;
 }
 
@@ -176,18 +182,9 @@ async fn postgres_usage_store() {
 /// record in the retried batch still is.
 #[tokio::test]
 async fn a_usage_batch_written_again_is_stored_once() {
-    let schema = Schema::new("gw");
-    let store = PostgresUsageStore::connect(&database_url(), &schema)
-        .await
-        .unwrap_or_else(|err| panic!("postgres at {} (set DATABASE_URL): {err}", database_url()));
+    let (_schema, store) = postgres_usage().await;
     let a = key("acme", "s1");
-    let set = UsageRecord::SetContext {
-        id: id_of("set"),
-        key: a.clone(),
-        query: "read my notes".into(),
-        intent: None,
-        at: at(1),
-    };
+    let set = read_my_notes(&a);
     let batch = [set.clone(), call(&a, "files__read", Some("read my notes"), false, 2)];
     store.record(&batch).await.unwrap();
     let later = call(&a, "files__write", None, false, 3);
@@ -214,6 +211,17 @@ fn id_of(what: impl std::hash::Hash) -> Uuid {
     Uuid::from_u64_pair(BuildHasherDefault::<DefaultHasher>::default().hash_one(what), 0)
 }
 
+/// The set_context the suites' tool calls follow.
+fn read_my_notes(session: &SessionKey) -> UsageRecord {
+    UsageRecord::SetContext {
+        id: id_of((session, "set")),
+        key: session.clone(),
+        query: "read my notes".into(),
+        intent: None,
+        at: at(1),
+    }
+}
+
 fn call(session: &SessionKey, tool: &str, query: Option<&str>, is_error: bool, ms: i64) -> UsageRecord {
     UsageRecord::ToolCall {
         id: id_of((session, tool, ms)),
@@ -236,13 +244,7 @@ async fn usage_suite(store: Arc<dyn UsageStore>) {
     let a = key("acme", "s1");
     let b = key("acme", "s2");
     assert!(store.history(10).await.unwrap().is_empty());
-    let set = UsageRecord::SetContext {
-        id: id_of("set"),
-        key: a.clone(),
-        query: "read my notes".into(),
-        intent: None,
-        at: at(1),
-    };
+    let set = read_my_notes(&a);
     store
         .record(&[
             set.clone(),
@@ -319,12 +321,8 @@ impl switchyard_kit::records::RecordSink<UsageRecord> for UsageSink {
 async fn a_usage_record_postgres_refuses_is_set_aside_and_every_other_one_lands() {
     use switchyard_kit::records::{RecordBuffer, RecordBufferConfig};
 
-    let schema = Schema::new("gw");
-    let store = Arc::new(
-        PostgresUsageStore::connect(&database_url(), &schema)
-            .await
-            .unwrap_or_else(|err| panic!("postgres at {} (set DATABASE_URL): {err}", database_url())),
-    );
+    let (_schema, store) = postgres_usage().await;
+    let store = Arc::new(store);
     let recorder = RecordBuffer::start(
         Arc::new(UsageSink(store.clone())),
         RecordBufferConfig { flush_interval: std::time::Duration::from_secs(3600), ..RecordBufferConfig::default() },
@@ -365,10 +363,7 @@ async fn memory_audit_store() {
 
 #[tokio::test]
 async fn postgres_audit_store() {
-    let schema = Schema::new("gw");
-    let store = PostgresUsageStore::connect(&database_url(), &schema)
-        .await
-        .unwrap_or_else(|err| panic!("postgres at {} (set DATABASE_URL): {err}", database_url()));
+    let (_schema, store) = postgres_usage().await;
     audit_suite(Arc::new(store)).await;
 }
 

@@ -232,7 +232,13 @@ async fn unpartitioned_usage_records_move_to_month_partitions_and_retention_drop
     let far = month_start(NaiveDate::from_ymd_opt(2100, 1, 1).unwrap());
     store
         .record(&[
-            UsageRecord::SetContext { id: Uuid::new_v4(), key: fresh.clone(), query: "fresh".into(), intent: None, at: now },
+            UsageRecord::SetContext {
+                id: Uuid::new_v4(),
+                key: fresh.clone(),
+                query: "fresh".into(),
+                intent: None,
+                at: now,
+            },
             call(&fresh, "fx__now", Some("fresh"), false, now),
             call(&fresh, "fx__before_the_turn", None, false, last_of_before),
             call(&fresh, "fx__far", None, true, far),

@@ -8,11 +8,11 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use futures::TryStreamExt;
 use sqlx::{PgPool, Row};
-use uuid::Uuid;
 use switchyard_kit::{
     partitions::{DailyPartitions, KeptTables, PartitionError, TimePartitions},
     text::scrub_nul,
 };
+use uuid::Uuid;
 
 use super::{SessionKey, StoreError, UsageStore, embedding_from_bytes, embedding_to_bytes};
 use crate::{
