@@ -105,7 +105,12 @@ impl LiveStore for MemoryLiveStore {
             }
             session.updated_at = to_millis(update.now);
             entry.expires_at = Instant::now() + session.ttl;
-            TurnOutcome::Applied(LiveSession { recent: Vec::new(), ..session.clone() })
+            // The outcome carries no messages: the recent window is set aside while the rest is
+            // copied, rather than copied with it and dropped.
+            let recent = std::mem::take(&mut session.recent);
+            let applied = session.clone();
+            session.recent = recent;
+            TurnOutcome::Applied(applied)
         });
         Ok(outcome.unwrap_or(TurnOutcome::Missing))
     }
