@@ -4,9 +4,10 @@
 -- proxy or pooler restarting), or a write past its timeout that still commits. Without an id,
 -- such a retry stored every call of the batch twice, and the usage prior learned them twice.
 --
--- The column is nullable and has no default to fill: rows written before this migration keep
--- NULL (NULLs never conflict), and adding it rewrites nothing. The default only serves a replica
--- of an older gateway still inserting during a rolling upgrade. The unique index holds the
+-- The column is added nullable and without a default, so adding it rewrites nothing and rows
+-- written before this migration keep NULL (NULLs never conflict). The default set afterwards
+-- touches only new rows: it gives an id to those a replica of an older gateway still inserts
+-- during a rolling upgrade. The unique index holds the
 -- partition column, as every key of a partitioned table must; a retry repeats the record's time.
 
 SET LOCAL statement_timeout = 0;

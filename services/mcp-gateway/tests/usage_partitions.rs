@@ -17,10 +17,9 @@ use switchyard_testkit::partitions::{self, count};
 use switchyard_testkit::{Schema, database_url};
 use uuid::Uuid;
 
-/// Every row of `table` in id order, hashed: equal before and after only if no row was lost,
-/// added or changed in any column (the layout keeps the columns' order).
-/// The rows' count and a digest of every column they had before the record ids (migration
-/// 0005), which rows written before it leave empty.
+/// The rows' count and every row of `table` in id order, hashed: equal before and after only if
+/// no row was lost, added or changed in any column it had before migration 0005 (`record_id`,
+/// which rows written before it leave empty, is left out).
 async fn fingerprint(pool: &PgPool, table: &str) -> (i64, String) {
     sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT count(*), md5(coalesce(string_agg((to_jsonb(t) - 'record_id')::text, '|' ORDER BY t.id), '')) \
